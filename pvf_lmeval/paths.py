@@ -1,0 +1,58 @@
+"""Where the task YAMLs and planning-vocabulary artifacts live.
+
+In a source checkout or an editable install (``pip install -e .``) these are the repo's
+top-level ``tasks/`` and ``vocab_artifacts/`` folders; a normal install carries copies
+inside the package (``pvf_lmeval/_tasks``, ``pvf_lmeval/_vocab_artifacts``, see the
+wheel's force-include table in pyproject.toml).
+
+``pvf-tasks-path`` prints the tasks folder, for ``lm_eval --include_path "$(pvf-tasks-path)"``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _find(packaged: str, top_level: str) -> Path:
+    candidate = _PKG / packaged
+    if candidate.is_dir():  # normal install
+        return candidate
+    repo = _PKG.parent
+    if (repo / "pyproject.toml").is_file() and (repo / top_level).is_dir():  # checkout
+        return repo / top_level
+    raise FileNotFoundError(
+        f"neither {candidate} (installed package) nor {repo / top_level} (source checkout) "
+        "exists"
+    )
+
+
+def tasks_dir() -> Path:
+    """The folder of task YAMLs (pass it to ``lm_eval --include_path``)."""
+    return _find("_tasks", "tasks")
+
+
+def vocab_artifacts_dir() -> Path:
+    """The folder of planning-vocabulary JSON artifacts."""
+    return _find("_vocab_artifacts", "vocab_artifacts")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``pvf-tasks-path``: print the installed tasks folder."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: pvf-tasks-path\n\nPrint the folder of pvf-lmeval's task YAMLs, e.g.\n"
+              '  lm_eval --include_path "$(pvf-tasks-path)" --tasks arith ...')
+        return 0
+    try:
+        print(tasks_dir())
+    except FileNotFoundError as exc:
+        print(f"pvf-tasks-path: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Text-side helpers of generation: the string type that carries statistics, stop strings."""
+
+from __future__ import annotations
+
+
+class GenerationText(str):
+    """A generated string with its decoding statistics in ``.meta`` (SPEC "Statistics").
+
+    lm-eval passes it unchanged through the default ``take_first`` filter into a task's
+    ``process_results``; it pickles with its ``meta`` (so ``--use_cache`` keeps the statistics).
+    """
+
+    def __new__(cls, text: str, meta: dict | None = None):
+        obj = super().__new__(cls, text)
+        obj.meta = dict(meta or {})
+        return obj
+
+    def __reduce__(self):
+        return (GenerationText, (str(self), self.meta))
+
+
+def cut_at_stop(text: str, until: list[str]) -> int:
+    """Index of the earliest occurrence of any non-empty ``until`` string, or ``len(text)``."""
+    hits = [text.find(s) for s in until if s]
+    hits = [h for h in hits if h >= 0]
+    return min(hits) if hits else len(text)
+
+
+def tokens_before(ids: list[int], cut: int, tokenizer) -> int:
+    """How many leading tokens of ``ids`` decode to text that ends at or before character ``cut``.
+
+    Binary search over prefixes (decoded length grows with the prefix), so a 512-token answer
+    costs about ten decodes.
+    """
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.decode(ids[:mid], skip_special_tokens=True)) <= cut:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

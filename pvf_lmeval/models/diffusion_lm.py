@@ -1,0 +1,73 @@
+"""The model object decoders see: the model protocol over the native network.
+
+    mask_id: int
+    eos_ids: tuple[int, ...]
+    logits(tokens, positions, *, attention_mask=None, cache=None) -> FloatTensor[N, P, V]
+
+plus the optional extras ``pad_id``, ``vocab_size``, ``device``, ``tokenizer``, ``family``.
+Logit shifting (Dream) and ids the tokenizer cannot decode are handled here, so decoders never
+see either.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .transformer import BidirectionalTransformer
+
+
+class DiffusionLM:
+    """A loaded diffusion LM.
+
+    ``logits`` returns float32 logits for the requested canvas positions only: row ``p`` predicts
+    canvas position ``positions[p]`` (the shift of Dream-style checkpoints is applied here), and
+    ids at or beyond ``decodable`` (ids the tokenizer cannot turn into text) get ``-inf``.
+    """
+
+    def __init__(self, net: BidirectionalTransformer, *, mask_id: int, eos_ids: tuple[int, ...],
+                 pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
+                 family: str = "", name: str = "", config: dict | None = None):
+        if pad_id is not None and pad_id == mask_id:
+            raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
+        self.net = net.eval()
+        self.mask_id = int(mask_id)
+        self.eos_ids = tuple(int(e) for e in eos_ids)
+        self.pad_id = pad_id
+        self.logit_shift = logit_shift
+        self.vocab_size = net.cfg.vocab_size
+        self.decodable = min(int(decodable), self.vocab_size)
+        self.tokenizer = tokenizer
+        self.family = family
+        self.name = name
+        self.config = config or {}
+
+    @property
+    def device(self) -> torch.device:
+        return self.net.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.net.embed.weight.dtype
+
+    @property
+    def max_length(self) -> int:
+        return self.net.cfg.max_seq_len
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None, cache=None):
+        """Logits [N, P, V] (float32) predicting canvas ``positions`` ([P] or [N, P]) of ``tokens`` [N, T]."""
+        hidden = self.net.hidden(tokens, attention_mask)
+        src = positions.to(hidden.device) - self.logit_shift
+        if src.dim() == 1:
+            rows = hidden[:, src]
+        else:
+            rows = torch.gather(hidden, 1, src[..., None].expand(-1, -1, hidden.shape[-1]))
+        out = self.net.head(rows).float()
+        if self.decodable < self.vocab_size:
+            out[..., self.decodable:] = float("-inf")
+        return out
+
+    def __repr__(self) -> str:
+        c = self.net.cfg
+        return (f"DiffusionLM({self.name!r}, family={self.family}, d_model={c.d_model}, "
+                f"layers={c.n_layers}, vocab={c.vocab_size}, mask_id={self.mask_id}, eos_ids={self.eos_ids})")

@@ -1,0 +1,184 @@
+"""Load Hugging Face checkpoint folders (or the bundled tiny fixtures) into a ``DiffusionLM``.
+
+``load_model("tiny-llada")``, ``load_model("/path/to/LLaDA-8B-Instruct")`` or, when the hub is
+reachable, ``load_model("GSAI-ML/LLaDA-8B-Instruct")``. The real remote code is never run: the
+weights are mapped onto the native network by the checkpoint format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .checkpoints import CheckpointFormat, UnsupportedCheckpoint, format_for
+from .diffusion_lm import DiffusionLM
+from .transformer import BidirectionalTransformer, TransformerConfig
+
+FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
+BUNDLED = ("tiny-llada", "tiny-dream")
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device) -> torch.device:
+    """``None``/"auto" -> CUDA when present, else CPU; anything else must be usable here."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was asked for, but torch sees no CUDA GPU; use device=cpu")
+    return dev
+
+
+def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
+    """"auto" = bfloat16 on CUDA, float32 elsewhere."""
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def checkpoint_folder(name_or_path: str) -> Path:
+    """The local folder for a bundled name, a path, or a hub id (downloaded when the hub allows)."""
+    if name_or_path in BUNDLED:
+        return FIXTURES_DIR / name_or_path
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
+        raise ValueError(
+            f"pretrained={name_or_path!r} is neither a checkpoint folder, a hub id (owner/name), "
+            f"nor a bundled model ({', '.join(BUNDLED)})"
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(
+            name_or_path,
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"],
+        ))
+    except Exception as exc:  # offline, unknown repo, gated: say which and why in one line
+        raise ValueError(f"pretrained={name_or_path!r}: could not fetch from the hub "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / s for s in shards]
+    single = folder / "model.safetensors"
+    if single.exists():
+        return [single]
+    raise ValueError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+
+
+def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device) -> dict:
+    """Checkpoint tensors renamed to native names, cast and placed; unknown names are an error."""
+    from safetensors import safe_open
+
+    state = {}
+    for file in _weight_files(folder):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                native = fmt.to_native(name)
+                if native is None:
+                    if name.endswith("rotary_emb.inv_freq"):
+                        continue
+                    raise UnsupportedCheckpoint(f"{file.name}: unexpected weight {name!r} for model_type={fmt.model_type}")
+                state[native] = f.get_tensor(name).to(device=device, dtype=dtype)
+    if "lm_head.weight" not in state and config.get(fmt.tie_flag):
+        state["lm_head.weight"] = state["embed.weight"]
+    return state
+
+
+def _special_ids(config: dict, tokenizer) -> tuple[int, tuple[int, ...], int | None]:
+    vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+    mask_id = config.get("mask_token_id")
+    if mask_id is None:
+        mask_id = next((vocab[t] for t in MASK_TOKENS if t in vocab), None)
+    if mask_id is None and tokenizer is not None and getattr(tokenizer, "mask_token_id", None) is not None:
+        mask_id = tokenizer.mask_token_id
+    if mask_id is None:
+        raise UnsupportedCheckpoint(
+            "checkpoint has no mask token (no mask_token_id in config.json and none of "
+            f"{', '.join(MASK_TOKENS)} in the tokenizer): it is not a masked diffusion LM"
+        )
+    eos = config.get("eos_token_id")
+    eos_ids = list(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        eos_ids.append(tokenizer.eos_token_id)
+    eos_ids += [vocab[t] for t in END_OF_TURN_TOKENS if t in vocab]
+    eos_ids = tuple(dict.fromkeys(int(e) for e in eos_ids))
+    pad_id = config.get("pad_token_id")
+    if pad_id is None and tokenizer is not None:
+        pad_id = tokenizer.pad_token_id
+    if pad_id is None and eos_ids:
+        pad_id = eos_ids[0]
+    return int(mask_id), eos_ids, pad_id
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # AutoTokenizer reads config.json and complains that it does not know model_type "llada";
+    # the tokenizer files themselves are standard, so the complaint is noise.
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
+def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
+    """Load a supported diffusion LM checkpoint folder into the native network.
+
+    ``device``: None/"auto" picks CUDA when present; ``dtype``: "auto" = bfloat16 on CUDA,
+    float32 elsewhere. Errors are one line and name the offending field.
+    """
+    folder = checkpoint_folder(str(name_or_path))
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise ValueError(f"pretrained={name_or_path!r}: {folder} has no config.json")
+    config = json.loads(config_path.read_text())
+    fmt = format_for(config, str(config_path))
+    cfg: TransformerConfig = fmt.read_config(config)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    tokenizer = load_tokenizer(folder)
+    mask_id, eos_ids, pad_id = _special_ids(config, tokenizer)
+
+    with torch.device("meta"):
+        net = BidirectionalTransformer(cfg)
+    state = load_native_state(folder, fmt, config, dt, dev)
+    missing = sorted(set(net.state_dict()) - set(state))
+    if missing:
+        raise UnsupportedCheckpoint(f"{folder.name}: checkpoint lacks weights for {missing[:3]} ...")
+    net.load_state_dict(state, strict=True, assign=True)
+    return DiffusionLM(
+        net, mask_id=mask_id, eos_ids=eos_ids, pad_id=pad_id, logit_shift=fmt.logit_shift,
+        decodable=len(tokenizer), tokenizer=tokenizer, family=fmt.family,
+        name=str(name_or_path), config=config,
+    )
+
+
+def save_checkpoint(net: BidirectionalTransformer, fmt: CheckpointFormat, folder: Path, special: dict) -> None:
+    """Write ``net`` as a checkpoint folder in ``fmt``'s own names (config.json + model.safetensors).
+
+    ``special`` holds the config's token-id fields (mask_token_id, eos_token_id, ...).
+    """
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {fmt.from_native(k): v.detach().to("cpu", torch.float32).contiguous()
+               for k, v in net.state_dict().items()}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(fmt.write_config(net.cfg, special), indent=2) + "\n")

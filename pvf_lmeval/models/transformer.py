@@ -1,0 +1,180 @@
+"""The one native network behind every supported checkpoint: a bidirectional transformer.
+
+RMSNorm, rotary position embeddings (rotate-half convention, as LLaMA/Qwen2/LLaDA), SwiGLU MLP,
+optional q/k/v bias and grouped-query attention. Attention is never causal: a diffusion LM sees the
+whole canvas. Checkpoint adapters (``checkpoints.py``) map LLaDA and Dream weight names onto the
+parameter names used here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Shape of the network. ``head_dim = d_model // n_heads``; ``n_kv_heads`` divides ``n_heads``."""
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    qkv_bias: bool = False
+    max_seq_len: int = 4096
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 as the reference models do, then return to the working dtype.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin tables [N, T, head_dim] for integer ``position_ids`` [N, T], computed in float32."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    )
+    angles = position_ids.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [N, H, T, D] by tables [N, T, D]."""
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+
+    def forward(self, x, cos, sin, attn_bias):
+        n, t, _ = x.shape
+        q = self.q_proj(x).view(n, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.n_kv_heads != self.n_heads:
+            rep = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False)
+        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, attn_bias):
+        x = x + self.attn(self.attn_norm(x), cos, sin, attn_bias)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class BidirectionalTransformer(nn.Module):
+    """Token ids -> final hidden states (``hidden``) and hidden states -> logits (``head``).
+
+    Splitting the two lets callers run the LM head only on the rows they need.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def init_weights(self, seed: int) -> None:
+        """Deterministic small-normal init for training from scratch."""
+        gen = torch.Generator().manual_seed(seed)
+        std = 0.02
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(p)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            else:
+                scale = std / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=gen) * scale)
+
+    def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [N, T, d_model].
+
+        ``attention_mask`` [N, T] (1 = real token, 0 = padding) hides padded keys from every query;
+        ``position_ids`` [N, T] default to the count of real tokens before each position, so left
+        padding does not shift rotary positions.
+        """
+        n, t = tokens.shape
+        x = self.embed(tokens)
+        attn_bias = None
+        if attention_mask is not None:
+            keep = attention_mask.to(torch.bool)
+            if position_ids is None:
+                position_ids = (keep.long().cumsum(-1) - 1).clamp(min=0)
+            # Additive bias rather than a boolean mask: a fully padded query row would otherwise
+            # produce NaNs in SDPA.
+            attn_bias = torch.zeros(n, 1, 1, t, dtype=x.dtype, device=x.device)
+            attn_bias.masked_fill_(~keep[:, None, None, :], torch.finfo(x.dtype).min)
+        if position_ids is None:
+            position_ids = torch.arange(t, device=tokens.device).expand(n, t)
+        cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for block in self.blocks:
+            x = block(x, cos, sin, attn_bias)
+        return self.norm(x)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def forward(self, tokens, attention_mask=None, position_ids=None):
+        return self.head(self.hidden(tokens, attention_mask, position_ids))

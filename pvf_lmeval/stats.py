@@ -1,0 +1,51 @@
+"""Per-task totals of decoding statistics, mergeable across data-parallel ranks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+#: statistics that are summed and reported as a mean per request
+MEAN_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "wall_s",
+             "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
+
+
+class StatTotals:
+    """Sums of SPEC "Statistics" per task; ``summary()`` gives means and ratio-of-sums rates."""
+
+    def __init__(self, sums: dict | None = None):
+        self.sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for task, row in (sums or {}).items():
+            for k, v in row.items():
+                self.sums[task][k] += v
+
+    def add(self, task: str, stats: dict) -> None:
+        row = self.sums[task]
+        row["requests"] += 1
+        for k in MEAN_KEYS:
+            row[k] += stats[k]
+
+    def state(self) -> dict:
+        return {t: dict(r) for t, r in self.sums.items()}
+
+    @classmethod
+    def merged(cls, states: list[dict]) -> "StatTotals":
+        out = cls()
+        for st in states:
+            for task, row in st.items():
+                for k, v in row.items():
+                    out.sums[task][k] += v
+        return out
+
+    def summary(self) -> dict:
+        out = {}
+        for task, row in sorted(self.sums.items()):
+            n = row["requests"]
+            if not n:
+                continue
+            s = {"requests": int(n)}
+            s.update({k: row[k] / n for k in MEAN_KEYS})
+            s["tpf"] = row["gen_tokens"] / row["nfe"] if row["nfe"] else 0.0
+            s["tps"] = row["gen_tokens"] / row["wall_s"] if row["wall_s"] > 0 else 0.0
+            s["nfe_total"] = int(row["nfe"])
+            out[task] = s
+        return out

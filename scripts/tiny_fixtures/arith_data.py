@@ -1,0 +1,102 @@
+"""Synthetic GSM8K-style word problems for the tiny fixtures (the offline `arith` task).
+
+Each item: a multi-step story about one person's collection (1-3 additions/subtractions with
+small numbers) and a structured step-by-step solution ending ``#### <number>``, the GSM8K
+answer format. Answers run about 40-80 tokens under the fixtures' tokenizer, so that blocks and
+multi-step decoding matter. Seeds keep the train / test / calibration splits disjoint by
+construction: an item's question text is its key, and later splits drop keys already used.
+
+    python scripts/tiny_fixtures/arith_data.py --out tasks/arith/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+NAMES = ["Tom", "Ann", "Ben", "Mia", "Sam", "Lily", "Max", "Zoe", "Leo", "Ava", "Noah", "Emma"]
+ITEMS = ["apples", "books", "coins", "pens", "cards", "eggs", "marbles", "stickers", "cookies",
+         "shells", "stamps", "toys"]
+# (question phrase, solution phrase, sign); {n} = amount, {o} = another person.
+GAINS = [
+    ("buys {n} more {item}", "buys {n} more", 1),
+    ("finds {n} {item}", "finds {n}", 1),
+    ("gets {n} {item} from {o}", "gets {n} from {o}", 1),
+    ("wins {n} {item}", "wins {n}", 1),
+]
+LOSSES = [
+    ("gives {n} {item} to {o}", "gives away {n}", -1),
+    ("loses {n} {item}", "loses {n}", -1),
+    ("sells {n} {item}", "sells {n}", -1),
+    ("uses {n} {item}", "uses {n}", -1),
+]
+LINKS = ["Then", "Next", "After that", "Later"]
+
+
+def make_item(rng: random.Random) -> dict:
+    name = rng.choice(NAMES)
+    other = rng.choice([n for n in NAMES if n != name])
+    item = rng.choice(ITEMS)
+    pronoun = "She" if name in {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"} else "He"
+    value = rng.randint(2, 20)
+    n_ops = rng.choice([2, 2, 3, 3])
+    sentences = [f"{name} has {value} {item}."]
+    steps = [f"Step 1: {name} starts with {value} {item}."]
+    for k in range(n_ops):
+        if value <= 2 or (value < 30 and rng.random() < 0.5):
+            q, s, sign = rng.choice(GAINS)
+            amount = rng.randint(1, 9)
+        else:
+            q, s, sign = rng.choice(LOSSES)
+            amount = rng.randint(1, min(9, value - 1))
+        new = value + sign * amount
+        link = "" if k == 0 else rng.choice(LINKS) + " "
+        subj = pronoun if k == 0 else pronoun.lower()
+        sentences.append(f"{link}{subj} {q.format(n=amount, item=item, o=other)}.")
+        op = "+" if sign > 0 else "-"
+        steps.append(f"Step {k + 2}: {pronoun} {s.format(n=amount, o=other)}, so {value} {op} {amount} = {new}.")
+        value = new
+    question = " ".join(sentences) + f" How many {item} does {name} have now?"
+    answer = "\n".join(steps) + f"\nSo {name} has {value} {item}.\n#### {value}"
+    return {"question": question, "answer": answer, "target": str(value)}
+
+
+def make_split(seed: int, count: int, exclude: set[str]) -> list[dict]:
+    rng = random.Random(seed)
+    out, seen = [], set(exclude)
+    while len(out) < count:
+        item = make_item(rng)
+        if item["question"] in seen:
+            continue
+        seen.add(item["question"])
+        out.append(item)
+    return out
+
+
+SPLITS = {"test": (1001, 1000), "calibration": (2002, 400), "train": (3003, 200_000)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--train", type=int, default=SPLITS["train"][1], help="training items (0 = skip)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    for split, (seed, count) in SPLITS.items():
+        if split == "train":
+            count = args.train
+            if not count:
+                continue
+        rows = make_split(seed, count, used)
+        used.update(r["question"] for r in rows)
+        with open(args.out / f"{split}.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        print(f"{split}: {len(rows)} items -> {args.out / f'{split}.jsonl'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""Train a tiny diffusion LM fixture (``tiny-llada`` or ``tiny-dream``) on the synthetic arith task.
+
+LLaDA's SFT objective: per example t ~ U(0, 1), each answer-area token is masked with probability
+t, cross-entropy on the masked tokens weighted by 1/t, normalised by the answer-area length; the
+prompt is never masked. The answer area is ``ANSWER_LEN`` tokens: the solution, an end-of-turn
+token in chat format, then end-of-text padding, as in LLaDA's SFT. A share of the prompts is
+wrapped in the fixture's chat template so that ``--apply_chat_template`` works too.
+
+    python scripts/tiny_fixtures/train.py --family llada --out pvf_lmeval/fixtures/tiny-llada
+    python scripts/tiny_fixtures/train.py --family dream --steps 20 --out /tmp/smoke   # smoke run
+
+Seeded: the same arguments give the same checkpoint (on the same torch build and thread count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+
+from arith_data import SPLITS, make_split  # noqa: E402
+from tokenizers_build import train_bpe, write_tokenizer  # noqa: E402
+
+from pvf_lmeval.models.checkpoints import DREAM, LLADA  # noqa: E402
+from pvf_lmeval.models.loader import save_checkpoint  # noqa: E402
+from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
+
+ANSWER_LEN = 96
+CHAT_SHARE = 0.3
+
+
+def raw_prompt(q: str) -> str:
+    return f"Question: {q}\nAnswer:"
+
+
+def chat_prompt(q: str, family: str) -> str:
+    # Must equal the fixture's chat template applied to [{"role": "user", "content": raw_prompt(q)}];
+    # checked against the template once at start-up.
+    content = raw_prompt(q).strip()
+    if family == "llada":
+        return (f"<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n{content}<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    return ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def encode_items(tok, items, family, ids, rng):
+    """[(prompt_ids, answer_area_ids)] with the answer area padded to ANSWER_LEN."""
+    eos = ids["<|endoftext|>"]
+    eot = ids["<|eot_id|>" if family == "llada" else "<|im_end|>"]
+    out, too_long = [], 0
+    for it in items:
+        chat = rng.random() < CHAT_SHARE
+        prompt = chat_prompt(it["question"], family) if chat else raw_prompt(it["question"])
+        answer = it["answer"] if chat else " " + it["answer"]
+        p = tok.encode(prompt).ids
+        a = tok.encode(answer).ids + ([eot] if chat else [])
+        if len(a) > ANSWER_LEN:
+            too_long += 1
+            continue
+        out.append((p, a + [eos] * (ANSWER_LEN - len(a))))
+    return out, too_long
+
+
+def batch_tensors(rows, pad_id):
+    """Left-pad prompts; returns tokens [N, T], attention mask [N, T], answer start column."""
+    plen = max(len(p) for p, _ in rows)
+    tokens = torch.full((len(rows), plen + ANSWER_LEN), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(tokens)
+    for r, (p, a) in enumerate(rows):
+        tokens[r, plen - len(p):plen] = torch.tensor(p)
+        tokens[r, plen:] = torch.tensor(a)
+        mask[r, plen - len(p):] = 1
+    return tokens, mask, plen
+
+
+def diffusion_loss(net, tokens, attn, start, mask_id, gen):
+    n = tokens.shape[0]
+    t = torch.rand(n, 1, generator=gen) * (1 - 1e-3) + 1e-3
+    masked = torch.zeros_like(tokens, dtype=torch.bool)
+    masked[:, start:] = torch.rand(n, tokens.shape[1] - start, generator=gen) < t
+    noisy = tokens.masked_fill(masked, mask_id)
+    hidden = net.hidden(noisy, attn)
+    logits = net.head(hidden[masked])
+    ce = F.cross_entropy(logits, tokens[masked], reduction="none")
+    weight = (1.0 / t).expand_as(masked)[masked]
+    return (ce * weight).sum() / (n * ANSWER_LEN)
+
+
+@torch.no_grad()
+def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=0.9):
+    """Batched threshold decoding (blocks of ``block``) -> exact match on the #### number."""
+    tokens, attn, plen = batch_tensors([(p, [mask_id] * ANSWER_LEN) for p, _ in rows], pad_id)
+    calls = 0
+    for b0 in range(plen, plen + ANSWER_LEN, block):
+        while True:
+            still = tokens[:, b0:b0 + block] == mask_id
+            if not still.any():
+                break
+            probs = net(tokens, attn)[:, b0:b0 + block].float().softmax(-1)
+            probs[..., mask_id] = 0
+            conf, top = probs.max(-1)
+            calls += 1
+            conf = conf.masked_fill(~still, -1)
+            pick = (conf >= tau) | (conf == conf.max(-1, keepdim=True).values)
+            pick &= still
+            tokens[:, b0:b0 + block] = torch.where(pick, top, tokens[:, b0:b0 + block])
+    correct = 0
+    for r in range(len(rows)):
+        ids = tokens[r, plen:].tolist()
+        cut = next((i for i, x in enumerate(ids) if x in eos_ids), len(ids))
+        text = tok.decode(ids[:cut])
+        got = text.rsplit("####", 1)[-1].strip() if "####" in text else None
+        correct += got == targets[r]
+    return correct / len(rows), calls
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", choices=["llada", "dream"], required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eval-items", type=int, default=200)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+
+    held_out = set()
+    for split in ("test", "calibration"):
+        seed, count = SPLITS[split]
+        held_out |= {r["question"] for r in make_split(seed, count, held_out)}
+    test_items = make_split(SPLITS["test"][0], SPLITS["test"][1], set())[: args.eval_items]
+    n_train = max(args.steps * args.batch // 4, 5000)
+    train_items = make_split(SPLITS["train"][0] + args.seed, n_train, held_out)
+
+    corpus = [raw_prompt(it["question"]) + " " + it["answer"] for it in train_items[:20000]]
+    bpe = train_bpe(corpus)
+    ids = write_tokenizer(bpe, args.out, args.family)
+    from transformers import AutoTokenizer
+
+    hf_tok = AutoTokenizer.from_pretrained(str(args.out))
+    probe = test_items[0]["question"]
+    rendered = hf_tok.apply_chat_template([{"role": "user", "content": raw_prompt(probe)}],
+                                          tokenize=False, add_generation_prompt=True)
+    assert rendered == chat_prompt(probe, args.family), (rendered, chat_prompt(probe, args.family))
+    tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
+    n_tok = tok.get_vocab_size()
+    mask_id = ids["<|mdm_mask|>" if args.family == "llada" else "<|mask|>"]
+    eos_ids = (ids["<|endoftext|>"], ids["<|eot_id|>" if args.family == "llada" else "<|im_end|>"])
+    pad_id = ids["<|endoftext|>"]
+
+    if args.family == "llada":
+        fmt = LLADA
+        cfg = TransformerConfig(vocab_size=n_tok, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4,
+                                ffn_hidden=384, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512)
+        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id}
+    else:
+        fmt = DREAM
+        # The head is wider than the tokenizer, as in Dream-7B: the extra ids are undecodable.
+        cfg = TransformerConfig(vocab_size=(n_tok + 63) // 64 * 64 + 64, d_model=128, n_layers=4, n_heads=4,
+                                n_kv_heads=2, ffn_hidden=384, norm_eps=1e-6, rope_theta=1000000.0,
+                                qkv_bias=True, max_seq_len=512)
+        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id,
+                   "bos_token_id": ids["<|beginoftext|>"]}
+
+    rows, too_long = encode_items(tok, train_items, args.family, ids, rng)
+    lens = [sum(1 for x in a if x not in eos_ids) for _, a in rows[:2000]]
+    print(f"train rows {len(rows)} (dropped {too_long} too long); answer tokens "
+          f"min {min(lens)} mean {sum(lens) / len(lens):.1f} max {max(lens)}; vocab {n_tok}", flush=True)
+    eval_rows, _ = encode_items(tok, test_items, args.family, ids, random.Random(1))
+    eval_targets = [it["target"] for it in test_items]
+
+    net = BidirectionalTransformer(cfg)
+    net.init_weights(args.seed)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = min(100, args.steps // 10 + 1)
+
+    def lr_at(step):
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        frac = (step - warmup) / max(1, args.steps - warmup)
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    gen = torch.Generator().manual_seed(args.seed)
+    t0, log = time.time(), []
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    cursor = 0
+    for step in range(args.steps):
+        if cursor + args.batch > len(order):
+            rng.shuffle(order)
+            cursor = 0
+        batch = [rows[i] for i in order[cursor:cursor + args.batch]]
+        cursor += args.batch
+        tokens, attn, start = batch_tensors(batch, pad_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        loss = diffusion_loss(net, tokens, attn, start, mask_id, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == args.steps - 1:
+            el = time.time() - t0
+            print(f"step {step} loss {loss.item():.4f} lr {lr_at(step):.2e} {el / 60:.1f} min", flush=True)
+            log.append({"step": step, "loss": round(loss.item(), 4), "minutes": round(el / 60, 2)})
+
+    net.eval()
+    acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id)
+    print(f"held-out exact match (threshold 0.9, blocks of 32, {len(eval_rows)} items): {acc:.3f}", flush=True)
+    save_checkpoint(net, fmt, args.out, special)
+    (args.out / "training.json").write_text(json.dumps({
+        "script": "scripts/tiny_fixtures/train.py", "args": {k: str(v) for k, v in vars(args).items()},
+        "answer_len": ANSWER_LEN, "chat_share": CHAT_SHARE, "train_rows": len(rows),
+        "minutes": round((time.time() - t0) / 60, 2), "heldout_exact_match": acc,
+        "heldout_items": len(eval_rows), "log": log,
+    }, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

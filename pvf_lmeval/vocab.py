@@ -134,5 +134,9 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
             raise ValueError(f"vocab: token ids {bad[:5]} are outside this tokenizer (size {size})")
         return tuple(sorted(set(items))), "ids"
     if all(isinstance(t, str) for t in items):
+        unknown = [t for t in items if t not in tokenizer.get_vocab()]
+        if unknown:
+            raise ValueError(f"vocab: tokens {unknown[:5]} are not in this tokenizer "
+                             "(give the tokenizer's own spelling, e.g. 'ĠStep')")
         return resolve_strings(items, tokenizer, where="vocab"), "strings"
     raise ValueError("vocab: a collection must hold only token ids (int) or only token strings (str)")

@@ -1,0 +1,126 @@
+"""Decoders side by side on the held-out `arith` set of the tiny fixtures.
+
+For each fixture and decoder: accuracy (with its standard error), mean NFE, mean branch rows,
+tokens per forward (ratio of sums), wall seconds per request, and NFE / wall-time ratios against
+`threshold` measured in the same run. Prints one Markdown table.
+
+    python bench/decoders.py                      # both fixtures, all 1,000 items
+    python bench/decoders.py --limit 100 --fixtures tiny-llada
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoding import decode, make_params  # noqa: E402
+from pvf_lmeval.models import load_model  # noqa: E402
+from pvf_lmeval.vocab import resolve_vocab  # noqa: E402
+
+#: (label, decoder, extra params); pvf rows use the `arith` preset (SPEC paper defaults of the
+#: math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
+CONFIGS = [
+    ("static", "static", {}),
+    ("threshold", "threshold", {}),
+    ("freedave", "freedave", {}),
+    ("pvf", "pvf", {"preset": "arith"}),
+    ("pvf routes=plan", "pvf", {"preset": "arith", "routes": "plan"}),
+    ("pvf routes=ar", "pvf", {"preset": "arith", "routes": "ar"}),
+]
+
+
+def arith_utils():
+    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_config(model, prompts, targets, extract, decoder, extra, gen_length, block_length):
+    extra = dict(extra)
+    preset = extra.pop("preset", None)
+    params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length, **extra)
+    if decoder in ("pvf", "explore"):
+        ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
+                               model_name=model.name, task_family=params.family)
+        params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length,
+                             plan_vocab=ids, **extra)
+    eos = set(model.eos_ids)
+    correct, nfe, rows, gen_tokens, wall = 0, 0, 0, 0, 0.0
+    routes = {"plan": 0, "ar": 0}
+    for i, (p, target) in enumerate(zip(prompts, targets)):
+        t0 = time.perf_counter()
+        out = decode(model, p, params=params, request_index=i)
+        wall += time.perf_counter() - t0
+        ids = out.tokens
+        cut = next((k for k, t in enumerate(ids) if t in eos), len(ids))
+        text = model.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+        correct += extract(text) == target
+        nfe += out.nfe
+        rows += out.branch_rows
+        gen_tokens += out.gen_tokens
+        routes["plan"] += out.tokens_plan
+        routes["ar"] += out.tokens_ar
+    n = len(prompts)
+    acc = correct / n
+    return {
+        "acc": acc, "se": math.sqrt(acc * (1 - acc) / n), "nfe": nfe / n, "rows": rows / n,
+        "tpf": gen_tokens / nfe, "wall": wall / n, "plan_tokens": routes["plan"] / n,
+        "ar_tokens": routes["ar"] / n,
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fixtures", nargs="+", default=["tiny-llada", "tiny-dream"])
+    ap.add_argument("--limit", type=int, default=None, help="first N held-out items (default: all)")
+    ap.add_argument("--gen-length", type=int, default=96)
+    ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    utils = arith_utils()
+    docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
+    docs = docs[: args.limit] if args.limit else docs
+    rows_out, raw = [], {}
+    print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
+          f"{args.block_length}; torch threads {torch.get_num_threads()}; device cpu\n", flush=True)
+    header = ("| fixture | decoder | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok | ar tok "
+              "| s/request | NFE vs threshold | wall vs threshold |")
+    rows_out += [header, "|" + "---|" * 12]
+    for name in args.fixtures:
+        model = load_model(name)
+        prompts = [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
+                   for d in docs]
+        targets = [d["target"] for d in docs]
+        results = {}
+        for label, decoder, extra in CONFIGS:
+            results[label] = run_config(model, prompts, targets, utils.extract_answer, decoder, extra,
+                                        args.gen_length, args.block_length)
+            print(f"{name} {label}: {results[label]}", file=sys.stderr, flush=True)
+        base = results["threshold"]
+        for label, r in results.items():
+            rows_out.append(
+                f"| {name} | {label} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
+                f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['wall'] * 1000:.1f} ms "
+                f"| {r['nfe'] / base['nfe']:.2f}x | {r['wall'] / base['wall']:.2f}x |")
+        raw[name] = results
+    print("\n".join(rows_out))
+    if args.json:
+        args.json.write_text(json.dumps(raw, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Planning-vocabulary artifacts: loading, picking and resolving against a tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
+from pvf_lmeval.vocab import load_artifact, pick_artifact, resolve_artifact, resolve_vocab, tokenizer_hash
+
+
+@pytest.fixture(scope="module")
+def llada_tok():
+    return load_tokenizer(checkpoint_folder("tiny-llada"))
+
+
+@pytest.fixture(scope="module")
+def dream_tok():
+    return load_tokenizer(checkpoint_folder("tiny-dream"))
+
+
+def write(tmp_path, data, name="a.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    return p
+
+
+def artifact(tok, family="llada", tokens=("ĠStep", "Ġ="), **kw):
+    vocab = tok.get_vocab()
+    data = {"format_version": 1, "kind": "hand-written", "model_family": family,
+            "task_family": "math-word", "model": "x",
+            "tokenizer": {"name": "x", "vocab_hash": tokenizer_hash(tok)},
+            "tokens": [{"id": vocab.get(t, 0), "string": t} for t in tokens]}
+    data.update(kw)
+    return data
+
+
+def test_auto_picks_the_fixture_artifact(llada_tok):
+    ids, source = resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
+                                model_name="tiny-llada", task_family="math-word")
+    assert "tiny-llada.math-word.hand-written.json" in source
+    vocab = llada_tok.get_vocab()
+    assert vocab["ĠStep"] in ids and vocab["Ġ="] in ids and vocab["####"] in ids
+    assert pick_artifact("dream", "math-word", "tiny-dream")["model"] == "tiny-dream"
+    assert pick_artifact("llada", "code") is None
+
+
+def test_auto_without_artifact_is_an_error(llada_tok):
+    with pytest.raises(ValueError, match="vocab=auto: no bundled planning vocabulary.*'code'"):
+        resolve_vocab("auto", tokenizer=llada_tok, model_family="llada", task_family="code")
+
+
+def test_resolution_by_id_when_hash_matches_else_by_string(tmp_path, llada_tok):
+    data = artifact(llada_tok)
+    data["tokens"][0]["id"] = 3  # a stale id: used as-is only because the hash matches
+    assert 3 in resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
+    data["tokenizer"]["vocab_hash"] = "sha256:other"
+    ids = resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
+    assert ids == tuple(sorted(llada_tok.get_vocab()[t] for t in ("ĠStep", "Ġ=")))
+
+
+def test_string_resolution_warns_about_unknown_tokens(tmp_path, llada_tok, caplog):
+    data = artifact(llada_tok, tokens=("ĠStep", "Ġnot_a_token_here"))
+    data["tokenizer"]["vocab_hash"] = "sha256:other"
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        ids = resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
+    assert ids == (llada_tok.get_vocab()["ĠStep"],)
+    assert "Ġnot_a_token_here" in caplog.text
+
+
+def test_other_model_family_is_an_error_unless_forced(tmp_path, llada_tok, dream_tok):
+    path = write(tmp_path, artifact(llada_tok, family="llada"))
+    with pytest.raises(ValueError, match="model family 'llada'.*loaded model is 'dream'"):
+        resolve_vocab(str(path), tokenizer=dream_tok, model_family="dream")
+    ids, _ = resolve_vocab(str(path), tokenizer=dream_tok, model_family="dream", force=True)
+    assert dream_tok.get_vocab()["ĠStep"] in ids
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(format_version=7), "format_version=7"),
+    (lambda d: d.update(kind="guess"), "kind='guess'"),
+    (lambda d: d.update(task_family="poetry"), "task_family='poetry'"),
+    (lambda d: d.update(tokens="ĠStep"), "'tokens' must be a list"),
+])
+def test_bad_artifacts_name_file_and_problem(tmp_path, llada_tok, mutate, message):
+    data = artifact(llada_tok)
+    mutate(data)
+    path = write(tmp_path, data)
+    with pytest.raises(ValueError, match=message) as err:
+        load_artifact(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unreadable_artifact(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="broken.json: unreadable"):
+        load_artifact(path)
+
+
+def test_python_collections(llada_tok):
+    vocab = llada_tok.get_vocab()
+    assert resolve_vocab(["ĠStep", "Ġ="], tokenizer=llada_tok, model_family="llada")[0] == \
+        tuple(sorted((vocab["ĠStep"], vocab["Ġ="])))
+    assert resolve_vocab([5, 3, 5], tokenizer=llada_tok, model_family="llada")[0] == (3, 5)
+    with pytest.raises(ValueError, match=r"vocab: tokens \['Step!!'\] are not in this tokenizer"):
+        resolve_vocab(["Step!!"], tokenizer=llada_tok, model_family="llada")
+    with pytest.raises(ValueError, match="outside this tokenizer"):
+        resolve_vocab([10**6], tokenizer=llada_tok, model_family="llada")
+    with pytest.raises(ValueError, match="vocab='nope' is not auto, none"):
+        resolve_vocab("nope", tokenizer=llada_tok, model_family="llada")
+    assert resolve_vocab("none", tokenizer=llada_tok, model_family="llada") == (None, "none")

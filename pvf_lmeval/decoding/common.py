@@ -1,0 +1,164 @@
+"""Tensor helpers shared by the decoders: stats from logits, ranking, selection rules, seeds.
+
+Conventions: every per-position tensor here is indexed by *generation position* (0..L-1, the
+prompt excluded) along its last dimension, so one mask/where/sort over ``[..., L]`` handles the
+working set without Python loops. Probabilities are plain softmax probabilities in [0, 1].
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+# Route codes (int8 in tensors); index into ROUTE_NAMES for the public label.
+NONE, BASE, PLAN, AR, FORCED, EXPLORE = 0, 1, 2, 3, 4, 5
+ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore")
+
+
+@dataclass
+class Stats:
+    """Per-position statistics of one or more states, from one forward call.
+
+    tok:  [..., L] long   top-1 token (Gumbel-max sample when temperature > 0); mask id outside
+                          the covered range.
+    conf: [..., L] float  softmax probability of ``tok`` under the raw logits; 0 outside the range.
+    pmax: [..., L] float  max_w P(w | z) (equals ``conf`` at temperature 0); 0 outside the range.
+    pcur: [..., L] float  probability of the token the state already holds at that position
+                          (0 where it holds the mask); used by ``plan_self_check``.
+    lo, hi: the generation positions [lo, hi) the call requested (active + next block of every
+            row's state).
+    """
+
+    tok: Tensor
+    conf: Tensor
+    pmax: Tensor
+    pcur: Tensor
+    lo: int
+    hi: int
+
+    def row(self, i: int) -> "Stats":
+        return Stats(self.tok[i], self.conf[i], self.pmax[i], self.pcur[i], self.lo, self.hi)
+
+
+@dataclass
+class StepResult:
+    """What one decoder step commits.
+
+    y:      [T] canvas after the commit (prompt included).
+    labels: [L] int8 route code of every position committed by this step, NONE elsewhere.
+    stats:  stats of ``y`` from this step's call, or None when the step made no call.
+    info:   optional trace details (route tried, candidate positions, verification outcomes).
+    """
+
+    y: Tensor
+    labels: Tensor
+    stats: Stats | None
+    info: dict = field(default_factory=dict)
+
+
+def mix_seed(seed: int, request_index: int, repeat_index: int) -> int:
+    """Deterministic 63-bit seed from (seed, request index, repeat index), process-independent."""
+    h = hashlib.blake2b(f"{seed}/{request_index}/{repeat_index}".encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little") & ((1 << 63) - 1)
+
+
+def gumbel_like(shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
+    """Standard Gumbel noise of ``shape`` (float32) drawn from ``generator``."""
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+    return -torch.log(-torch.log(u.clamp_(min=torch.finfo(torch.float32).tiny)))
+
+
+def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,
+                      noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
+
+    The mask token's logit is set to -inf first (in place on a float32 view/copy of ``logits``:
+    the decoder owns the tensor the model returns). ``noise`` [P, V] (Gumbel) is added to
+    ``logits / temperature`` for the choice of ``tok`` only; it is shared by every row so that
+    branches of one call compare like with like.
+    """
+    lg = logits.float()
+    lg[..., mask_id] = float("-inf")
+    lse = torch.logsumexp(lg, dim=-1)
+    mx, tok = lg.max(dim=-1)
+    pmax = torch.exp(mx - lse)
+    if temperature > 0:
+        tok = (lg / temperature + noise).argmax(dim=-1)
+        conf = torch.exp(lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1) - lse)
+    else:
+        conf = pmax
+    pcur = torch.exp(lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1) - lse)
+    return tok, conf, pmax, pcur
+
+
+def first_true(mask: Tensor) -> Tensor:
+    """Index of the first True along the last dim ([...]), or L where there is none."""
+    L = mask.shape[-1]
+    idx = torch.arange(L, device=mask.device)
+    return torch.where(mask, idx, torch.full_like(idx, L)).min(dim=-1).values
+
+
+def rank_desc(conf: Tensor, members: Tensor) -> Tensor:
+    """Rank [..., L] of each member by ``conf`` descending, ties by lower index (0 = best).
+
+    Non-members get rank L (never selected by ``rank < k``).
+    """
+    L = conf.shape[-1]
+    key = torch.where(members, conf, torch.full_like(conf, float("-inf")))
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    ar = torch.arange(L, device=conf.device).expand_as(order)
+    rank = torch.empty_like(order).scatter_(-1, order, ar)
+    return torch.where(members, rank, torch.full_like(rank, L))
+
+
+def top_positions(conf: Tensor, members: Tensor, k: int) -> Tensor:
+    """The first ``k`` member positions [k] (1-D input) by conf descending, ties by index."""
+    key = torch.where(members, conf, torch.full_like(conf, float("-inf")))
+    return torch.sort(key, descending=True, stable=True).indices[:k]
+
+
+def leftmost_positions(members: Tensor, k: int) -> Tensor:
+    """The ``k`` smallest member positions [k] (1-D input), ascending."""
+    L = members.shape[-1]
+    idx = torch.arange(L, device=members.device)
+    return torch.sort(torch.where(members, idx, idx + L)).values[:k]
+
+
+def threshold_select(conf: Tensor, members: Tensor, tau: float,
+                     factor: float | None = None) -> tuple[Tensor, Tensor]:
+    """Fast-dLLM rule over ``members`` [..., L]: returns (selected, forced) masks.
+
+    Without ``factor``: members with ``conf >= tau``. With ``factor`` f: members whose rank n
+    (1-based, conf descending) has ``conf >= 1 - f/(n+1)`` (a prefix of the ranking). If no member
+    qualifies, the single most confident member is selected and flagged ``forced``.
+    """
+    rank = rank_desc(conf, members)
+    if factor is None:
+        clear = members & (conf >= tau)
+    else:
+        clear = members & (conf >= 1.0 - factor / (rank + 2).to(conf.dtype))
+    top = members & (rank == 0)
+    forced = top & ~clear.any(dim=-1, keepdim=True)
+    return clear | forced, forced
+
+
+def static_select(conf: Tensor, members: Tensor, k: int | Tensor = 1) -> Tensor:
+    """The ``k`` most confident members [..., L] (ties by index)."""
+    return members & (rank_desc(conf, members) < k)
+
+
+def llada_count(block_masks: int, steps_per_block: int, done: int) -> int:
+    """Tokens to commit at this step under LLaDA's schedule for one block.
+
+    ``block_masks`` m masks at the block start, ``steps_per_block`` s steps: step j (0-based)
+    commits m//s + (1 if j < m%s); ``done`` = tokens already committed in the block fixes j.
+    """
+    q, r = divmod(block_masks, steps_per_block)
+    if done < r * (q + 1):
+        j = done // (q + 1)
+    else:
+        j = r + (done - r * (q + 1)) // max(q, 1)
+    return q + 1 if j < r else max(q, 1)

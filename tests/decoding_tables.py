@@ -1,0 +1,147 @@
+"""Test models for the decoders: hand-written probability tables and a random-ish oracle.
+
+Both implement the decoding model protocol (``mask_id``, ``eos_ids``, ``logits``) and record
+every call (rows, requested positions) so tests can pin NFE and branch rows exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Callable
+
+import torch
+
+V = 64          # vocabulary size
+MASK = 63       # mask id
+EOS = 2         # end-of-text id
+FILL = 5        # default low-confidence top token
+P0 = 3          # prompt length used by the tests
+PROMPT = [40, 41, 42]
+
+Dist = "tuple[int, float] | dict[int, float]"
+
+
+def dist_logits(d, vocab: int = V, mask_id: int = MASK) -> torch.Tensor:
+    """Log-probabilities [V] of a distribution spec.
+
+    ``(tok, p)``: probability p on tok, the rest spread evenly over the other non-mask ids.
+    ``{tok: p, ...}``: those probabilities, the rest spread evenly over the remaining ids.
+    The mask id always gets probability 0 (logit -inf).
+    """
+    if isinstance(d, tuple):
+        d = {d[0]: d[1]}
+    probs = torch.zeros(vocab, dtype=torch.float64)
+    for t, p in d.items():
+        probs[t] = p
+    rest = [i for i in range(vocab) if i != mask_id and i not in d]
+    left = max(0.0, 1.0 - sum(d.values()))
+    probs[rest] = left / len(rest)
+    out = torch.log(probs)
+    out[mask_id] = -math.inf
+    return out.float()
+
+
+class TableModel:
+    """Model whose distributions are a function of the generation region's state.
+
+    ``table(gen) -> {gen_pos: dist}``: ``gen`` is the list of generation-region tokens, ``None``
+    where masked; positions it does not mention get ``default``. Records ``calls`` as
+    ``(rows, (first_gen_pos, last_gen_pos + 1))`` and the canvases of every call in ``canvases``.
+    """
+
+    def __init__(self, table: Callable[[list], dict], *, prompt_len: int = P0,
+                 default=(FILL, 0.05), eos_ids=(EOS,), vocab: int = V, mask_id: int = MASK):
+        self.table = table
+        self.P0 = prompt_len
+        self.default = default
+        self.mask_id = mask_id
+        self.eos_ids = tuple(eos_ids)
+        self.vocab = vocab
+        self.calls: list[tuple[int, tuple[int, int]]] = []
+        self.canvases: list[list[list]] = []
+
+    @property
+    def nfe(self) -> int:
+        return len(self.calls)
+
+    @property
+    def rows(self) -> int:
+        return sum(n for n, _ in self.calls)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        assert tokens.dtype == torch.long and tokens.dim() == 2
+        assert cache is None and attention_mask is None
+        pos = positions.tolist()
+        out = torch.empty(tokens.shape[0], len(pos), self.vocab)
+        seen = []
+        for n, row in enumerate(tokens.tolist()):
+            gen = [None if t == self.mask_id else t for t in row[self.P0:]]
+            seen.append(gen)
+            tab = self.table(gen)
+            for j, p in enumerate(pos):
+                out[n, j] = dist_logits(tab.get(p - self.P0, self.default), self.vocab,
+                                        self.mask_id)
+        self.calls.append((tokens.shape[0], (pos[0] - self.P0, pos[-1] + 1 - self.P0)))
+        self.canvases.append(seen)
+        return out
+
+
+class RandomModel:
+    """Random-ish but deterministic model: logits are a hash of (whole row, position).
+
+    logits = base(seed, position) + jitter * noise(seed, whole row): confidence varies widely
+    per position (logit scale in [0.3, 0.3 + sharp]) and every token of the canvas perturbs every
+    distribution, so with a small ``jitter`` verifications and drafts often pass and with a large
+    one they rarely do; early stops occur unless ``eos_bias`` is very negative.
+    """
+
+    def __init__(self, seed: int = 0, *, vocab: int = 24, mask_id: int = 23, eos_ids=(EOS,),
+                 eos_bias: float = 0.0, sharp: float = 9.0, jitter: float = 1.0):
+        self.seed = seed
+        self.vocab = vocab
+        self.mask_id = mask_id
+        self.eos_ids = tuple(eos_ids)
+        self.eos_bias = eos_bias
+        self.sharp = sharp
+        self.jitter = jitter
+        self.calls: list[int] = []
+
+    @property
+    def nfe(self) -> int:
+        return len(self.calls)
+
+    @staticmethod
+    def _gen(key) -> torch.Generator:
+        h = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+        return torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 62) - 1))
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        T = tokens.shape[1]
+        g = self._gen(("base", self.seed, T))
+        scale = 0.3 + torch.rand(T, 1, generator=g) * self.sharp
+        base = torch.randn(T, self.vocab, generator=g) * scale
+        base[:, self.eos_ids[0]] += self.eos_bias
+        out = []
+        for row in tokens.tolist():
+            noise = torch.randn(T, self.vocab, generator=self._gen((self.seed, row)))
+            out.append((base + self.jitter * noise)[positions])
+        self.calls.append(tokens.shape[0])
+        return torch.stack(out)
+
+
+def filled(gen: list) -> frozenset:
+    """Set of filled generation positions of a table-model state."""
+    return frozenset(i for i, t in enumerate(gen) if t is not None)
+
+
+def run(decoder: str, table, *, model_kw=None, **kw):
+    """Decode PROMPT with a TableModel over ``table``; returns (result, model). Traced."""
+    from pvf_lmeval.decoding import decode
+
+    m = TableModel(table, **(model_kw or {}))
+    kw.setdefault("gen_length", 8)
+    kw.setdefault("block_length", kw["gen_length"])
+    r = decode(m, PROMPT, decoder, trace=True, **kw)
+    assert r.nfe == m.nfe and r.branch_rows == m.rows
+    return r, m

@@ -1,0 +1,101 @@
+"""freedave: drafts on the static trajectory, one batched call, the acceptance chain."""
+
+from decoding_tables import EOS, filled, run
+
+from pvf_lmeval.decoding.freedave import accept_chain
+
+Y0 = {0: (10, .9), 1: (11, .8), 2: (12, .7), 3: (13, .6)}
+
+
+def test_full_chain_accepts_all_drafts():
+    def table(g):
+        f = filled(g)
+        if f == {0}:
+            return {1: (11, .85), 2: (12, .5), 3: (13, .4)}
+        if f == {0, 1}:
+            return {2: (12, .9), 3: (13, .4)}
+        if f == {0, 1, 2}:
+            return {3: (13, .5)}
+        return Y0
+    r, m = run("freedave", table, gen_length=4, draft_steps=3)
+    # step 1: drafts {0}, {0,1}, {0,1,2} in one call; chain 0 -> 1 -> 2 -> 3
+    assert m.canvases[1] == [[10, None, None, None], [10, 11, None, None], [10, 11, 12, None]]
+    assert r.steps[0]["accepted"] == 3 and r.steps[0]["drafts"] == 3
+    # step 2: one mask left -> D = 1, draft 1 completes the canvas -> no call
+    assert r.steps[1]["drafts"] == 1 and not r.steps[1]["made_call"]
+    assert r.nfe == 2 and r.branch_rows == 4
+    assert r.tokens == [10, 11, 12, 13] and r.routes == ["base"] * 4
+
+
+def test_chain_stops_at_first_incompatible_and_next_step_uses_its_stats():
+    def table(g):
+        f = filled(g)
+        if f == {0}:      # draft 1's most confident is position 2, not 1 -> draft 2 rejected
+            return {1: (11, .5), 2: (12, .95), 3: (13, .4)}
+        if f == {0, 1}:
+            return {2: (12, .9), 3: (13, .4)}
+        if f == {0, 2}:
+            return {1: (11, .5), 3: (13, .7)}
+        return Y0
+    r, m = run("freedave", table, gen_length=4, draft_steps=3)
+    assert r.steps[0]["accepted"] == 1
+    assert r.steps[0]["committed"] == [[0, "base"]]
+    # the next step drafts from draft 1's stats (order 2, 1, 3)
+    assert m.canvases[2] == [[10, None, 12, None], [10, 11, 12, None], [10, 11, 12, 13]]
+    assert r.tokens == [10, 11, 12, 13]
+
+
+def test_different_token_is_incompatible():
+    def table(g):
+        f = filled(g)
+        if f == {0}:      # same position as draft 2, but another token
+            return {1: (20, .9), 2: (12, .5), 3: (13, .4)}
+        if f == {0, 1}:
+            return {2: (12, .9), 3: (13, .4)}
+        return Y0
+    r, _ = run("freedave", table, gen_length=4, draft_steps=3)
+    assert r.steps[0]["accepted"] == 1
+    assert r.tokens[1] == 20  # the next step sees draft 1's stats
+
+
+def test_threshold_base_rule_jumps_to_largest():
+    y0 = {0: (10, .95), 1: (11, .93), 2: (12, .91), 3: (13, .5)}
+    def table(g):
+        f = filled(g)
+        if f == {0}:          # target_1 disagrees with draft 2 at position 1
+            return {1: (21, .95), 2: (12, .5), 3: (13, .5)}
+        if f == {0, 1, 2}:    # target_3 writes 20 at 3: draft 4 (13 at 3) is rejected
+            return {3: (20, .5)}
+        if f:
+            return {i: y0[i] for i in range(4) if i not in f}
+        return y0
+    r, m = run("freedave", table, gen_length=4, draft_steps=4, base_rule="threshold")
+    # target_0 = y + {0, 1, 2} contains drafts 1..3: best moves 0 -> 3 at once (not via 1)
+    assert r.steps[0]["accepted"] == 3 and m.calls[1][0] == 4
+    assert r.tokens == [10, 11, 12, 20]
+
+
+def test_draft_count_capped_by_masks_left():
+    r, m = run("freedave", lambda g: {i: (10 + i, .9 - .1 * i) for i in range(4)},
+               gen_length=8, block_length=4, draft_steps=8)
+    assert r.steps[0]["drafts"] == 4 and m.calls[1][0] == 4
+
+
+def test_no_call_when_draft1_meets_early_stop():
+    def table(g):
+        if filled(g) == {0}:
+            return {1: (EOS, .9)}
+        return {0: (10, .9), 1: (EOS, .5)}
+    r, m = run("freedave", table, gen_length=4, draft_steps=2)
+    # step 1: drafts {0}, {0,1}; chain accepts {0, 1:EOS} -> early stop
+    assert r.tokens == [10, EOS, EOS, EOS] and r.nfe == 2
+    r2, m2 = run("freedave", lambda g: {0: (EOS, .9)}, gen_length=4, draft_steps=3)
+    assert r2.nfe == 1 and m2.calls == [(1, (0, 4))] and r2.committed == 1
+
+
+def test_accept_chain_pure():
+    T, F = True, False
+    assert accept_chain([[T, T, F], [F, F, T], [F, F, F]]) == 2
+    assert accept_chain([[T, T, T], [F, F, F], [F, F, F]]) == 2   # largest j first
+    assert accept_chain([[T, T, F, T], [F, F, F, F], [F] * 4, [F] * 4]) == 3
+    assert accept_chain([[T, F], [F, F]]) == 0

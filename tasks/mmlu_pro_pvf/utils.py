@@ -1,0 +1,108 @@
+"""MMLU-Pro with decoding-cost metrics: the counterpart of lm-eval's ``mmlu_pro`` group.
+
+The built-in is a group of 14 per-category subtasks; ``mmlu_pro_pvf`` is ONE task over the whole
+test set that builds, for every question, exactly the prompt the built-in subtask of its category
+builds: the category's description ("... about {category}. Think step by step ..."), the first
+``num_fewshot`` (default 5) validation questions *of the same category* as chain-of-thought
+exemplars, then ``Question:\\n...\\nOptions:\\nA. ...\\nAnswer: Let's think step by step.``.
+Its ``exact_match`` (mean over all questions) equals the group's size-weighted mean, and cost
+rates are ratios of sums over the whole set. ``--limit N`` takes the first N test questions.
+
+Scoring replicates the built-in ``custom-extract`` filter (the first ``answer is (X)``) and its
+exact_match (ignore case and punctuation) inside ``process_results``, so ``.meta`` survives.
+Data: the hub only (``TIGER-Lab/MMLU-Pro``); no local copy exists.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import defaultdict
+from functools import partial
+
+from lm_eval.api.task import ConfigurableTask
+
+from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+
+CHOICES = ["A", "B", "C", "D", "E", "F", "G", "H", "I", "J"]
+ANSWER = re.compile(r"answer is \(?([ABCDEFGHIJ])\)?")
+FALLBACK = "[invalid]"
+
+
+def format_cot_example(example: dict, including_answer: bool = True) -> str:
+    """The built-in's prompt of one question (``lm_eval/tasks/mmlu_pro/utils.py``)."""
+    prompt = "Question:\n"
+    prompt += example["question"] + "\n"
+    prompt += "Options:\n"
+    for i, opt in enumerate(example["options"]):
+        if i >= len(CHOICES):
+            break
+        prompt += f"{CHOICES[i]}. {opt.strip()}\n"
+    if including_answer:
+        cot_content = example["cot_content"].replace(
+            "A: Let's think step by step.", "Answer: Let's think step by step.")
+        prompt += cot_content + "\n\n"
+    else:
+        prompt += "Answer: Let's think step by step."
+    return prompt
+
+
+def format_cot_target(example: dict, including_answer: bool = True) -> str:
+    return example["cot_content"].replace("A: Let's think step by step. ", "")
+
+
+# As in the built-in: exemplars are the question prompt (ending "Answer: Let's think step by
+# step.") followed by the target delimiter and the exemplar's chain of thought.
+doc_to_text = partial(format_cot_example, including_answer=False)
+fewshot_to_text = partial(format_cot_example, including_answer=False)
+fewshot_to_target = partial(format_cot_target, including_answer=True)
+
+
+class MMLUProTask(ConfigurableTask):
+    """A ConfigurableTask whose few-shot pool is the validation questions of the doc's category."""
+
+    def __init__(self, config: dict | None = None, **kwargs):
+        config = {k: v for k, v in (config or {}).items() if k != "class"}
+        self._pools: dict | None = None
+        super().__init__(config=config, **kwargs)
+
+    def _pool(self, category: str) -> list:
+        if self._pools is None:
+            self._pools = defaultdict(list)
+            for doc in self.sampler.df:  # the first_n sampler keeps the split's order
+                self._pools[doc["category"]].append(doc)
+        pool = self._pools.get(category)
+        if not pool:
+            raise ValueError(f"mmlu_pro_pvf: no few-shot ({self.config.fewshot_split}) questions "
+                             f"of category {category!r}")
+        return pool
+
+    def fewshot_context(self, doc, num_fewshot, *args, **kwargs):
+        if num_fewshot and hasattr(self, "sampler"):
+            all_docs = self.sampler.df
+            pool = self._pool(doc["category"])
+            self.sampler.df = pool
+            try:
+                return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+            finally:
+                self.sampler.df = all_docs
+        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+
+
+def extract_answer(text: str) -> str:
+    """The built-in filter: regex ``answer is \\(?([A-J])\\)?``, first match, else ``[invalid]``."""
+    m = ANSWER.search(text if isinstance(text, str) else "")
+    return m.group(1).strip() if m else FALLBACK
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """lm-eval's exact_match with ``ignore_case`` and ``ignore_punctuation`` (the built-in's)."""
+    table = str.maketrans("", "", string.punctuation)
+    return float(prediction.lower().translate(table) == str(reference).lower().translate(table))
+
+
+def process_results(doc: dict, results: list) -> dict:
+    generation = results[0]
+    out = {"exact_match": exact_match(extract_answer(str(generation)), doc["answer"])}
+    out.update(cost_metrics(generation))  # read .meta from the raw generation
+    return out

@@ -86,21 +86,23 @@ def batch_tensors(rows, pad_id):
     return tokens, mask, plen
 
 
-def diffusion_loss(net, tokens, attn, start, mask_id, gen):
+def diffusion_loss(net, tokens, attn, start, mask_id, gen, shift=0):
+    """``shift`` = 1 for Dream-layout checkpoints: the output at i-1 predicts position i."""
     n = tokens.shape[0]
     t = torch.rand(n, 1, generator=gen) * (1 - 1e-3) + 1e-3
     masked = torch.zeros_like(tokens, dtype=torch.bool)
     masked[:, start:] = torch.rand(n, tokens.shape[1] - start, generator=gen) < t
     noisy = tokens.masked_fill(masked, mask_id)
     hidden = net.hidden(noisy, attn)
-    logits = net.head(hidden[masked])
+    rows, cols = masked.nonzero(as_tuple=True)
+    logits = net.head(hidden[rows, cols - shift])
     ce = F.cross_entropy(logits, tokens[masked], reduction="none")
     weight = (1.0 / t).expand_as(masked)[masked]
     return (ce * weight).sum() / (n * ANSWER_LEN)
 
 
 @torch.no_grad()
-def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=0.9):
+def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=0.9, shift=0):
     """Batched threshold decoding (blocks of ``block``) -> exact match on the #### number."""
     tokens, attn, plen = batch_tensors([(p, [mask_id] * ANSWER_LEN) for p, _ in rows], pad_id)
     calls = 0
@@ -109,7 +111,7 @@ def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=
             still = tokens[:, b0:b0 + block] == mask_id
             if not still.any():
                 break
-            probs = net(tokens, attn)[:, b0:b0 + block].float().softmax(-1)
+            probs = net(tokens, attn)[:, b0 - shift:b0 + block - shift].float().softmax(-1)
             probs[..., mask_id] = 0
             conf, top = probs.max(-1)
             calls += 1
@@ -242,7 +244,7 @@ def main(argv=None):
         tokens, attn, start = batch_tensors(batch, pad_id)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        loss = diffusion_loss(net, tokens, attn, start, mask_id, gen)
+        loss = diffusion_loss(net, tokens, attn, start, mask_id, gen, fmt.logit_shift)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -253,7 +255,7 @@ def main(argv=None):
             log.append({"step": step, "loss": round(loss.item(), 4), "minutes": round(el / 60, 2)})
 
     net.eval()
-    acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id)
+    acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id, shift=fmt.logit_shift)
     print(f"held-out exact match (threshold 0.9, blocks of 32, {len(eval_rows)} items): {acc:.3f}", flush=True)
     save_checkpoint(net, fmt, args.out, special)
     (args.out / "training.json").write_text(json.dumps({

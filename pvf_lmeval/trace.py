@@ -1,0 +1,386 @@
+"""``pvf-trace``: render decoding traces as the paper's case-study figure does.
+
+    lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=pvf,trace=pvf.jsonl ...
+    lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=threshold,trace=thr.jsonl ...
+    pvf-trace thr.jsonl pvf.jsonl --html out.html       # side by side, step slider
+    pvf-trace pvf.jsonl --ansi --limit 3                 # coloured text in the terminal
+
+Trace files are JSONL, one record per request (written by the adapter's ``trace=PATH`` model arg,
+or by :func:`trace_record` from a ``decode(..., trace=True)`` result)::
+
+    request      "task/doc_id/idx"
+    decoder      decoder name;  model: the ``pretrained`` it ran with
+    prompt_ids   prompt token ids;  prompt_text: the last characters of the decoded prompt
+    tokens       the gen_length generated ids;  routes: per position base|plan|ar|forced|explore|null
+    pieces       decoded text of each generated position up to the last one the decoder
+                 committed itself (the early-stop fill after it is not spelled out)
+    nfe, gen_tokens, gen_length, block_length, n_steps
+    steps        per step: step, committed [[pos, route], ...], nfe (so far), branch_rows,
+                 made_call, route (tried), candidates, verified, early_stop_at (positions are
+                 generation positions, 0 = first generated token)
+
+No logits are stored: a record is a few kilobytes. Records without ``pieces`` are rendered with
+the tokenizer of ``--tokenizer`` (or the record's ``model``) when it loads, else as ``<id>``.
+
+Records of the same request (same key and prompt) from any of the given files are shown side by
+side with their step counts; one slider per request replays the canvas filling in, step by step.
+The HTML page is self-contained (inline CSS and JS, no network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+#: route -> (label, CSS background, ANSI SGR background). None = early-stop fill.
+ROUTE_STYLE = {
+    "base": ("high-confidence (base)", "#ffffff", ""),
+    "plan": ("planning", "#ffe45c", "48;5;227"),
+    "ar": ("AR fallback", "#ffb3c7", "48;5;218"),
+    "forced": ("forced (most confident)", "#bcd7ff", "48;5;153"),
+    "explore": ("explore", "#b9f0b0", "48;5;157"),
+    None: ("early-stop fill", "#e6e6e6", "2"),
+}
+ROUTE_ORDER = ("base", "plan", "ar", "forced", "explore", None)
+PROMPT_TAIL_CHARS = 300
+
+
+def _route_class(route) -> str:
+    return f"r-{route or 'fill'}"
+
+
+# ------------------------------------------------------------------ writing records
+
+
+def shown_length(routes: list) -> int:
+    """Positions worth spelling out: up to the last position the decoder committed itself."""
+    last = max((i for i, r in enumerate(routes) if r is not None), default=-1)
+    return last + 1
+
+
+def token_pieces(ids, tokenizer) -> list[str]:
+    """Decoded text of each id on its own (special tokens kept)."""
+    cache: dict[int, str] = {}
+    out = []
+    for t in ids:
+        t = int(t)
+        if t not in cache:
+            try:
+                cache[t] = tokenizer.decode([t], skip_special_tokens=False)
+            except Exception:  # ids outside the tokenizer: show the id
+                cache[t] = f"<{t}>"
+        out.append(cache[t])
+    return out
+
+
+def trace_record(result, *, request: str, prompt_ids, tokenizer=None, model: str | None = None,
+                 block_length: int | None = None) -> dict:
+    """The JSONL record of one ``DecodeResult`` decoded with ``trace=True``."""
+    prompt_ids = [int(t) for t in prompt_ids]
+    rec = {"request": request, "decoder": result.decoder, "model": model,
+           "prompt_ids": prompt_ids, "tokens": list(result.tokens), "routes": list(result.routes),
+           "nfe": result.nfe, "gen_tokens": result.gen_tokens, "gen_length": result.gen_length,
+           "block_length": block_length,
+           "n_steps": len(result.steps) if result.steps is not None else None}
+    if tokenizer is not None:
+        n = shown_length(result.routes)
+        rec["pieces"] = token_pieces(result.tokens[:n], tokenizer)
+        text = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        rec["prompt_text"] = text[-PROMPT_TAIL_CHARS:]
+    rec["steps"] = result.steps
+    return rec
+
+
+# ------------------------------------------------------------------ reading records
+
+
+def load_records(paths) -> list[dict]:
+    """Every record of the given JSONL files, each tagged with its ``_file``."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not a JSON record ({exc.msg})") from None
+                if not isinstance(rec, dict) or "tokens" not in rec or "routes" not in rec:
+                    raise ValueError(f"{path}:{n}: not a pvf trace record (needs tokens, routes)")
+                rec["_file"] = str(path)
+                out.append(rec)
+    return out
+
+
+def token_steps(rec: dict) -> list[int | None]:
+    """1-based step at which each generated position was filled (None: never, e.g. no steps)."""
+    L = len(rec["tokens"])
+    step_of: list[int | None] = [None] * L
+    for n, s in enumerate(rec.get("steps") or [], 1):
+        for pos, _route in s.get("committed", []):
+            if 0 <= pos < L:
+                step_of[pos] = n
+        e = s.get("early_stop_at")
+        if e is not None:
+            for pos in range(e + 1, L):
+                if rec["routes"][pos] is None:
+                    step_of[pos] = n
+    return step_of
+
+
+def n_steps(rec: dict) -> int:
+    if rec.get("steps") is not None:
+        return len(rec["steps"])
+    return int(rec.get("n_steps") or 0)
+
+
+def route_counts(rec: dict) -> Counter:
+    """Tokens per route (None = early-stop fill) over all generated positions."""
+    return Counter(rec["routes"])
+
+
+def _pieces(rec: dict, tokenizers: dict, tokenizer_name: str | None) -> list[str]:
+    n = shown_length(rec["routes"])
+    if rec.get("pieces") is not None:
+        pieces = list(rec["pieces"])
+        return pieces + [f"<{t}>" for t in rec["tokens"][len(pieces):n]]
+    name = tokenizer_name or rec.get("model")
+    tok = None
+    if name:
+        if name not in tokenizers:
+            try:
+                from .models.loader import checkpoint_folder, load_tokenizer
+
+                tokenizers[name] = load_tokenizer(checkpoint_folder(name))
+            except Exception as exc:
+                print(f"pvf-trace: no tokenizer for {name!r} ({type(exc).__name__}); showing ids",
+                      file=sys.stderr)
+                tokenizers[name] = None
+        tok = tokenizers[name]
+    if tok is None:
+        return [f"<{t}>" for t in rec["tokens"][:n]]
+    return token_pieces(rec["tokens"][:n], tok)
+
+
+def group_records(records: list[dict]) -> list[list[dict]]:
+    """Records of the same request (key and prompt), in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        key = (rec.get("request"), tuple(rec.get("prompt_ids") or ()))
+        groups.setdefault(key, []).append(rec)
+    return list(groups.values())
+
+
+# ------------------------------------------------------------------ ANSI
+
+
+def _step_note(rec: dict, step: int | None) -> str:
+    if step is None or not rec.get("steps"):
+        return ""
+    s = rec["steps"][step - 1]
+    note = f"step {step} · NFE {s.get('nfe')}"
+    if s.get("route"):
+        note += f" · tried {s['route']}"
+    if s.get("candidates") is not None:
+        note += f" · candidates {s['candidates']} verified {s.get('verified')}"
+    return note
+
+
+def render_ansi(groups: list[list[dict]], tokenizer: str | None = None, color: bool = True) -> str:
+    tokenizers: dict = {}
+    out = []
+    legend = "  ".join(
+        (f"\x1b[{ROUTE_STYLE[r][2]}m {ROUTE_STYLE[r][0]} \x1b[0m" if color and ROUTE_STYLE[r][2]
+         else f"[{ROUTE_STYLE[r][0]}]") for r in ROUTE_ORDER)
+    out.append(legend)
+    for group in groups:
+        for rec in group:
+            counts = route_counts(rec)
+            out.append(f"\n== {rec.get('request')} · {rec.get('decoder')} · {n_steps(rec)} steps · "
+                       f"NFE {rec.get('nfe')} · " +
+                       ", ".join(f"{r or 'fill'} {counts[r]}" for r in ROUTE_ORDER if counts[r]))
+            pieces = _pieces(rec, tokenizers, tokenizer)
+            text = []
+            for piece, route in zip(pieces, rec["routes"]):
+                sgr = ROUTE_STYLE[route][2]
+                text.append(f"\x1b[{sgr}m{piece}\x1b[0m" if color and sgr else piece)
+            fill = len(rec["tokens"]) - len(pieces)
+            if fill:
+                text.append(f" [+{fill} end-of-text fill]")
+            out.append("".join(text))
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1.2em;color:#222}
+h1{font-size:1.3em;margin:.2em 0}
+.chip{display:inline-block;padding:1px 6px;margin-right:6px;border:1px solid #bbb;border-radius:3px}
+section.group{border-top:1px solid #ccc;margin-top:1.2em;padding-top:.6em}
+section.group h2{font-size:1.05em;margin:.2em 0;font-family:ui-monospace,monospace}
+.prompt{color:#666;font-family:ui-monospace,monospace;white-space:pre-wrap;font-size:.85em;
+  max-height:6em;overflow:auto;background:#fafafa;padding:4px;border-left:3px solid #ddd}
+.controls{margin:.5em 0}
+.controls input.slider{width:50%;vertical-align:middle}
+.panels{display:flex;gap:14px;align-items:flex-start;flex-wrap:wrap}
+.panel{flex:1 1 0;min-width:320px;border:1px solid #bbb;border-radius:4px}
+.panel h3{font-size:.95em;margin:0;padding:4px 8px;background:#f0f0f0;border-bottom:1px solid #bbb}
+.panel .counts{font-size:.8em;padding:2px 8px;color:#444}
+.canvas{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.9em;line-height:1.7;
+  white-space:pre-wrap;padding:6px 8px;word-break:break-word}
+.tok{border-radius:2px;padding:1px 0;box-shadow:inset 0 0 0 1px rgba(0,0,0,.08)}
+.r-base{background:#ffffff}
+.r-plan{background:#ffe45c}
+.r-ar{background:#ffb3c7}
+.r-forced{background:#bcd7ff}
+.r-explore{background:#b9f0b0}
+.r-fill{background:#e6e6e6;color:#888}
+.tok.masked{background:#d0d0d0 !important;color:transparent !important}
+.fillnote{color:#888;font-style:italic}
+"""
+
+JS = """
+(function(){
+  function update(group){
+    var s = parseInt(group.querySelector('input.slider').value, 10);
+    group.querySelectorAll('.canvas .tok').forEach(function(t){
+      var st = parseInt(t.getAttribute('data-step'), 10);
+      t.classList.toggle('masked', !(st <= s));
+    });
+    group.querySelectorAll('.panel').forEach(function(p){
+      var n = parseInt(p.getAttribute('data-steps'), 10);
+      p.querySelector('.stepnow').textContent = Math.min(s, n);
+    });
+    group.querySelector('.stepval').textContent = s;
+  }
+  document.querySelectorAll('section.group').forEach(function(group){
+    var slider = group.querySelector('input.slider');
+    slider.addEventListener('input', function(){ update(group); });
+    var btn = group.querySelector('button.play'), timer = null;
+    btn.addEventListener('click', function(){
+      if (timer){ clearInterval(timer); timer = null; btn.textContent = 'play'; return; }
+      if (parseInt(slider.value,10) >= parseInt(slider.max,10)) slider.value = 0;
+      btn.textContent = 'pause';
+      timer = setInterval(function(){
+        var v = parseInt(slider.value,10) + 1;
+        slider.value = v; update(group);
+        if (v >= parseInt(slider.max,10)){ clearInterval(timer); timer = null; btn.textContent = 'play'; }
+      }, 120);
+    });
+    update(group);
+  });
+})();
+"""
+
+
+def _esc(text: str) -> str:
+    return html.escape(text.replace("\n", "\u21b5\n"), quote=False)
+
+
+def _panel(rec: dict, tokenizers: dict, tokenizer: str | None) -> str:
+    pieces = _pieces(rec, tokenizers, tokenizer)
+    steps_of = token_steps(rec)
+    total = n_steps(rec)
+    counts = route_counts(rec)
+    spans = []
+    for pos, (piece, route) in enumerate(zip(pieces, rec["routes"])):
+        step = steps_of[pos]
+        step_attr = step if step is not None else 0
+        note = _step_note(rec, step) or "step ?"
+        title = f"position {pos} · {ROUTE_STYLE[route][0]} · {note}"
+        spans.append(f'<span class="tok {_route_class(route)}" data-pos="{pos}" '
+                     f'data-step="{step_attr}" data-route="{route or "fill"}" '
+                     f'title="{html.escape(title)}">{_esc(piece)}</span>')
+    fill = len(rec["tokens"]) - len(pieces)
+    if fill:
+        spans.append(f'<span class="fillnote"> [+{fill} end-of-text fill]</span>')
+    count_txt = " · ".join(f'<span class="chip {_route_class(r)}">{html.escape(ROUTE_STYLE[r][0])}'
+                           f"</span> {counts[r]}" for r in ROUTE_ORDER if counts[r])
+    src = html.escape(Path(rec.get("_file", "")).name)
+    return (f'<div class="panel" data-decoder="{html.escape(str(rec.get("decoder")))}" '
+            f'data-steps="{total}" data-nfe="{rec.get("nfe")}">'
+            f'<h3>{html.escape(str(rec.get("decoder")))} — <b class="nsteps">{total}</b> steps · '
+            f'NFE {rec.get("nfe")} · step <span class="stepnow">{total}</span> '
+            f'<small>({src})</small></h3>'
+            f'<div class="counts">{count_txt}</div>'
+            f'<div class="canvas">{"".join(spans)}</div></div>')
+
+
+def render_html(groups: list[list[dict]], tokenizer: str | None = None,
+                title: str = "pvf-trace") -> str:
+    tokenizers: dict = {}
+    legend = "".join(f'<span class="chip {_route_class(r)}">{html.escape(ROUTE_STYLE[r][0])}</span>'
+                     for r in ROUTE_ORDER)
+    sections = []
+    for g, group in enumerate(groups):
+        max_steps = max(n_steps(r) for r in group)
+        prompt = group[0].get("prompt_text")
+        prompt_html = f'<div class="prompt">{html.escape(prompt)}</div>' if prompt else ""
+        panels = "".join(_panel(r, tokenizers, tokenizer) for r in group)
+        sections.append(
+            f'<section class="group" data-group="{g}">'
+            f'<h2>{html.escape(str(group[0].get("request")))}</h2>{prompt_html}'
+            f'<div class="controls"><label>step <input type="range" class="slider" min="0" '
+            f'max="{max_steps}" value="{max_steps}" step="1"></label> '
+            f'<span class="stepval">{max_steps}</span> / {max_steps} '
+            f'<button class="play" type="button">play</button></div>'
+            f'<div class="panels">{panels}</div></section>')
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<title>{html.escape(title)}</title><style>{CSS}</style></head><body>'
+            f'<h1>{html.escape(title)}</h1><div class="legend">{legend} '
+            f'<small>hover a token for its step; drag the slider to replay the canvas</small></div>'
+            f'{"".join(sections)}<script>{JS}</script></body></html>\n')
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="pvf-trace",
+        description="Render pvf-dlm decoding traces (trace=PATH JSONL): tokens coloured by the "
+                    "route that committed them, records of the same request side by side.")
+    ap.add_argument("traces", nargs="+", help="trace JSONL files (one record per request)")
+    ap.add_argument("--html", metavar="OUT", help="write a self-contained HTML page")
+    ap.add_argument("--ansi", action="store_true", help="print coloured text (default without --html)")
+    ap.add_argument("--no-color", action="store_true", help="with --ansi: plain text")
+    ap.add_argument("--request", metavar="SUBSTR", help="only requests whose key contains SUBSTR")
+    ap.add_argument("--decoder", action="append", help="only these decoders (repeatable)")
+    ap.add_argument("--limit", type=int, default=50, help="at most this many requests (default 50; 0 = all)")
+    ap.add_argument("--tokenizer", help="tokenizer (pretrained name/folder) for records without pieces")
+    args = ap.parse_args(argv)
+    try:
+        records = load_records(args.traces)
+    except (OSError, ValueError) as exc:
+        print(f"pvf-trace: {exc}", file=sys.stderr)
+        return 2
+    if args.request:
+        records = [r for r in records if args.request in str(r.get("request"))]
+    if args.decoder:
+        records = [r for r in records if r.get("decoder") in args.decoder]
+    groups = group_records(records)
+    if 0 < args.limit < len(groups):
+        print(f"pvf-trace: showing the first {args.limit} of {len(groups)} requests (--limit)",
+              file=sys.stderr)
+        groups = groups[: args.limit]
+    if not groups:
+        print("pvf-trace: no matching records", file=sys.stderr)
+        return 1
+    if args.html:
+        Path(args.html).write_text(render_html(groups, args.tokenizer), encoding="utf-8")
+        n = sum(len(g) for g in groups)
+        print(f"pvf-trace: wrote {args.html} ({len(groups)} requests, {n} traces)")
+    if args.ansi or not args.html:
+        sys.stdout.write(render_ansi(groups, args.tokenizer, color=not args.no_color))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

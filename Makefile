@@ -34,3 +34,20 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# Planning vocabularies: calibrate both tiny fixtures on the arith calibration split (resumable:
+# an interrupted run continues from vocab_artifacts/*.partial) and rewrite the uncalibrated
+# heuristic artifacts of LLaDA-8B-Instruct / Dream-7B-Instruct.
+CALIBRATE := $(OFFLINE) $(VENV)/bin/pvf-calibrate --data arith --family math-word \
+	--gen-length 96 --block-length 32 --threads 1
+.PHONY: vocab
+vocab: venv
+	$(CALIBRATE) --model tiny-llada --out vocab_artifacts/tiny-llada.math-word.calibrated.json
+	$(CALIBRATE) --model tiny-dream --out vocab_artifacts/tiny-dream.math-word.calibrated.json
+	$(PY) scripts/make_heuristic_vocab.py
+
+# Decoders x thresholds on tiny-llada / arith through the lm_eval CLI, then pvf-report: the
+# leaderboard and the accuracy-NFE Pareto plot in out/sweep/ (SWEEP_ARGS="--limit 50 ...").
+.PHONY: sweep
+sweep: venv
+	$(OFFLINE) $(PY) bench/sweep.py --out out/sweep $(SWEEP_ARGS)

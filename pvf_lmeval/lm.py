@@ -15,6 +15,7 @@ import logging
 import os
 import zlib
 from collections import defaultdict
+from contextlib import contextmanager
 
 import lm_eval.models  # noqa: F401  (fills the registry with the built-ins before we register)
 from lm_eval.api.model import LM
@@ -22,17 +23,21 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from .decoding import PARAM_NAMES, STAT_KEYS, decode, make_params
+from .decoding import PARAM_NAMES, STAT_KEYS, decode_batch, make_params
 from .decoding.params import override
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .stats import StatTotals
+from .trace import trace_record
 
 log = logging.getLogger("pvf_lmeval")
 
 #: the ``--model_args`` keys that are not decoder parameters
 LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
-           "vocab", "trace")
+           "vocab", "trace", "mc_num", "mc_batch", "compile")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
+#: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
+VOCAB_KEYS = ("vocab_force", "rho_ver", "gamma_vig", "online_level", "online_explore",
+              "online_explore_max", "online_seed", "online_save", "online_frozen", "online_merge")
 #: decoders that read the planning vocabulary
 PLANNING_DECODERS = ("pvf", "explore")
 #: what the CLI passes as ``--device`` when the user said nothing
@@ -41,6 +46,23 @@ CLI_DEFAULT_DEVICE = "cuda:0"
 
 def _notice(msg: str) -> None:
     log.warning(msg)
+
+
+class PVFOutOfMemoryError(RuntimeError):
+    """Out of (GPU) memory, with what to lower in the message."""
+
+
+def oom_message(*, what: str, device, rows: int, tokens: int, dtype, batch_size: int,
+                mc_batch: int) -> str:
+    """One line: where memory ran out and the model args that lower it."""
+    dt = str(dtype).replace("torch.", "")
+    use_dtype = ("dtype=bfloat16 (now float32)" if dt == "float32"
+                 else f"fewer branches (width); dtype={dt} is already half precision")
+    cache = ("cache=prefix or cache=dual" if "cache" in DECODER_KEYS
+             else "a KV cache (cache=prefix|dual; not in this version yet)")
+    return (f"pvf-dlm: out of memory on {device} while {what} ({rows} rows x {tokens} tokens, "
+            f"{dt}): lower batch_size (now {batch_size}), mc_batch (now {mc_batch}, likelihood "
+            f"tasks) or gen_length; use {use_dtype}; or {cache}")
 
 
 @register_model("pvf-dlm")
@@ -57,17 +79,25 @@ class PVFDiffusionLM(LM):
     def __init__(self, pretrained: str = "tiny-llada", dtype: str = "auto", device: str | None = None,
                  batch_size: int | str = 1, max_batch_size: int | None = None,
                  trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
-                 _device_is_cli_default: bool = False, **decoder_args):
+                 mc_num: int | str = 128, mc_batch: int | str = 32,
+                 compile: bool | str = False, _device_is_cli_default: bool = False,
+                 **decoder_args):
         super().__init__()
+        self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
         unknown = sorted(set(decoder_args) - set(DECODER_KEYS))
         if unknown:
             raise ValueError(f"pvf-dlm: unknown model arg {unknown[0]!r}; allowed: "
-                             f"{', '.join(LM_KEYS + DECODER_KEYS)}")
+                             f"{', '.join(LM_KEYS + VOCAB_KEYS + DECODER_KEYS)}")
         # Validate every decoder argument before touching the model: bad input fails fast.
         self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
         self.params = make_params(self._explicit.pop("decoder", "threshold"),
                                   preset=self._explicit.pop("preset", None), **self._explicit)
         self.batch_size = self._batch_size(batch_size)
+        from .decoding.params import _bool
+
+        self._compile = _bool("compile", compile)
+        self.mc_num = self._positive_int("mc_num", mc_num)
+        self.mc_batch = self._positive_int("mc_batch", mc_batch)
         if trust_remote_code is not None:
             _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
                     "no remote code runs")
@@ -81,7 +111,10 @@ class PVFDiffusionLM(LM):
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from accelerate import Accelerator
 
-            self.accelerator = Accelerator()
+            # Without cpu=True accelerate ignores torchrun on a CPU-only machine (DistributedType.NO,
+            # every process rank 0 of 1) and each process evaluates every document.
+            on_cpu = not torch.cuda.is_available() or str(device or "").startswith("cpu")
+            self.accelerator = Accelerator(cpu=on_cpu)
             self._rank = self.accelerator.process_index
             self._world_size = self.accelerator.num_processes
             dev = self.accelerator.device
@@ -91,12 +124,16 @@ class PVFDiffusionLM(LM):
         else:
             dev = resolve_device(device)
         self.model = load_model(pretrained, device=dev, dtype=dtype)
+        if self._compile:
+            self.model.compile()   # torch.compile of the model call (off by default)
         self._device = self.model.device
         self.tokenizer = self.model.tokenizer
         self.pretrained = str(pretrained)
 
         self._vocab_spec = vocab
         self.plan_vocab, self.vocab_source = None, "unused"
+        self.online = None           # OnlineVocab when vocab=online
+        self._online_cfg = self._online_settings(vocab, self._vocab_args)
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
         self.trace_path = trace
@@ -108,15 +145,108 @@ class PVFDiffusionLM(LM):
 
     def _with_vocab(self, params):
         """``params`` carrying the planning vocabulary, resolved once on first need."""
+        if self.vocab_source == "unused" and self._vocab_spec == "online":
+            self.online, self.vocab_source = self._make_online(params), "online"
+            return params
         if self.vocab_source == "unused":
             from .vocab import resolve_vocab
 
             self.plan_vocab, self.vocab_source = resolve_vocab(
                 self._vocab_spec, tokenizer=self.tokenizer, model_family=self.model.family,
-                model_name=self.pretrained, task_family=params.family)
+                model_name=self.pretrained, task_family=params.family,
+                force=self._online_cfg["force"])
             log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.vocab_source,
                      len(self.plan_vocab or ()))
         return override(params, plan_vocab=self.plan_vocab) if self.plan_vocab else params
+
+    @staticmethod
+    def _positive_int(name: str, value) -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+        return number
+
+    # ------------------------------------------------------------------ vocab=online
+
+    @staticmethod
+    def _online_settings(spec, args: dict) -> dict:
+        """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
+        from .decoding.params import _bool, _float, _int
+
+        if spec != "online":
+            stray = sorted(k for k in args if k != "vocab_force")
+            if stray:
+                raise ValueError(f"pvf-dlm: {stray[0]} applies only to vocab=online (vocab={spec!r})")
+        cfg = {"force": _bool("vocab_force", args.get("vocab_force", False)),
+               "rho_ver": _float("rho_ver", args.get("rho_ver", 0.9)),
+               "gamma_vig": _float("gamma_vig", args.get("gamma_vig", 0.03)),
+               "level": _float("online_level", args.get("online_level", 0.2)),
+               "explore": _int("online_explore", args.get("online_explore", 1)),
+               "explore_max": _int("online_explore_max", args.get("online_explore_max", 30)),
+               "frozen": _bool("online_frozen", args.get("online_frozen", False)),
+               "merge": _bool("online_merge", args.get("online_merge", False)),
+               "seed": args.get("online_seed") or None, "save": args.get("online_save") or None}
+        if spec == "online":
+            from .decoding.online import OnlineVocab
+
+            OnlineVocab(1, **{k: cfg[k] for k in ("rho_ver", "gamma_vig", "level", "explore",
+                                                   "explore_max", "frozen")})   # validates
+        return cfg
+
+    def _make_online(self, params):
+        """The run's OnlineVocab, seeded from ``online_seed`` (artifact path, bundled name, auto)."""
+        from .decoding.online import OnlineVocab
+        from .vocab import artifact_statistics, find_artifact, load_artifact, pick_artifact
+
+        cfg = self._online_cfg
+        size = int(getattr(self.model, "vocab_size", 0) or len(self.tokenizer))
+        online = OnlineVocab(size, device=self.device, **{k: cfg[k] for k in (
+            "rho_ver", "gamma_vig", "level", "explore", "explore_max", "frozen")})
+        self._online_requests = 0
+        self._online_family = params.family or "math-word"
+        if cfg["seed"]:
+            if cfg["seed"] == "auto":
+                art = pick_artifact(self.model.family, self._online_family, self.pretrained,
+                                    self.tokenizer)
+                if art is None or art["kind"] not in ("calibrated", "online"):
+                    raise ValueError("online_seed=auto: no bundled calibrated artifact for model "
+                                     f"family {self.model.family!r} and task family {self._online_family!r}")
+            else:
+                art = load_artifact(find_artifact(cfg["seed"]))
+            used = online.seed(artifact_statistics(art, self.tokenizer, self.model.family,
+                                                   force=cfg["force"]))
+            _notice(f"pvf-dlm: vocab=online seeded from {art['_path']} ({used} tokens, "
+                    f"{len(online.eligible_ids())} eligible)")
+        mode = "frozen" if cfg["frozen"] else "learning"
+        log.info("pvf-dlm: vocab=online (%s; %s)", mode, online.settings())
+        return online
+
+    def _online_update(self) -> None:
+        """Fold the pending outcomes in; with online_merge, every rank's, in rank order."""
+        if self.online is None:
+            return
+        if self.world_size > 1 and self._online_cfg["merge"]:
+            self.online.apply(self.gather_object(self.online.take_pending()))
+        else:
+            self.online.update()
+
+    def _online_save(self) -> None:
+        path = self._online_cfg["save"]
+        if not path or self.online is None:
+            return
+        from .vocab import online_artifact, save_artifact
+
+        if self.world_size > 1 and not self._online_cfg["merge"]:
+            path = f"{path}.rank{self.rank}"
+        elif self.rank != 0:
+            return
+        art = online_artifact(self.online, self.tokenizer, model_family=self.model.family,
+                              task_family=self._online_family, model_name=self.pretrained,
+                              requests=self._online_requests)
+        save_artifact(art, path)
 
     @staticmethod
     def _batch_size(value) -> int:
@@ -158,12 +288,21 @@ class PVFDiffusionLM(LM):
     def tokenizer_name(self) -> str:
         return self.pretrained.replace("/", "__")
 
+    def _no_chat_template(self) -> ValueError:
+        return ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no chat "
+                          "template (a base checkpoint?); drop --apply_chat_template or use an "
+                          "instruct checkpoint")
+
     def chat_template(self, chat_template=False) -> str | None:
-        return getattr(self.tokenizer, "chat_template", None)
+        template = getattr(self.tokenizer, "chat_template", None)
+        if chat_template and not template:
+            # lm-eval asks for the template before any request when --apply_chat_template is on
+            raise self._no_chat_template()
+        return template
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no chat template")
+            raise self._no_chat_template()
         return self.tokenizer.apply_chat_template(
             chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
             continue_final_message=not add_generation_prompt)
@@ -171,7 +310,8 @@ class PVFDiffusionLM(LM):
     def all_gather(self, tensor):
         return self.accelerator.gather(tensor)
 
-    def gather_object(self, obj) -> list:
+    def gather_object(self, obj, dst: int = 0) -> list:
+        # lm-eval 0.4.13's evaluator calls gather_object(obj, dst=0); every rank gets the list.
         import torch.distributed as dist
 
         out = [None] * self.world_size
@@ -190,7 +330,11 @@ class PVFDiffusionLM(LM):
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
             "vocab": self.vocab_source,
-            "vocab_size": len(self.plan_vocab or ()),
+            "vocab_size": len(self.plan_vocab or ()) if self.online is None
+            else len(self.online.eligible_ids()),
+            **({"online": dict(self.online.settings(), updates=self.online.updates)}
+               if self.online is not None else {}),
+            "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
         }}
 
@@ -204,13 +348,93 @@ class PVFDiffusionLM(LM):
 
     # ------------------------------------------------------------------ requests
 
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("pvf-dlm: loglikelihood requests (multiple-choice tasks) are not "
-                                  "supported yet; use generation tasks (generate_until)")
+    @contextmanager
+    def _oom_guard(self, what: str, rows: int, tokens: int):
+        """Re-raise an out-of-memory error as one line saying what to lower."""
+        import torch
 
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("pvf-dlm: loglikelihood_rolling requests (perplexity tasks) are "
-                                  "not supported yet; use generation tasks (generate_until)")
+        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+        try:
+            yield
+        except oom:
+            raise PVFOutOfMemoryError(oom_message(
+                what=what, device=self.device, rows=rows, tokens=tokens, dtype=self.model.dtype,
+                batch_size=self.batch_size, mc_batch=self.mc_batch)) from None
+
+    def _check_context(self, n_tokens: int, what: str) -> None:
+        limit = self.model.max_length
+        if n_tokens > limit:
+            raise ValueError(f"pvf-dlm: {what} is {n_tokens} tokens, longer than the model's context "
+                             f"of {limit} tokens; shorten the prompt (fewer few-shot examples) or "
+                             "lower gen_length")
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: trailing context whitespace moves to the continuation; the
+        continuation ids are the tail of the joint encoding."""
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self.tokenizer.encode(context + continuation, add_special_tokens=False)
+        ctx = self.tokenizer.encode(context, add_special_tokens=False) if context else []
+        return whole[:len(ctx)], whole[len(ctx):]
+
+    @staticmethod
+    def _likelihood_key(req, i: int) -> int:
+        """Seed key of a likelihood request: task and document, so that every choice of one
+        question is scored under the same random masks (common random numbers)."""
+        task = getattr(req, "task_name", None) or "unknown"
+        doc = getattr(req, "doc_id", None)
+        return zlib.crc32(f"{task}/{doc if doc is not None else i}".encode())
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws, ``mc_batch`` per
+        call, seeded by ``seed`` and the request's task/document) and the one-step greedy check."""
+        from .decoding.likelihood import loglikelihood as elbo_loglikelihood
+
+        out = []
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+                                     desc="pvf-dlm loglikelihood")):
+            context, continuation = req.args[0], req.args[1]
+            ctx_ids, cont_ids = self._encode_pair(context, continuation)
+            if not cont_ids:
+                out.append((0.0, True))
+                continue
+            n = len(ctx_ids) + len(cont_ids)
+            self._check_context(n, "context + continuation")
+            with self._oom_guard("scoring a continuation", min(self.mc_batch, self.mc_num), n):
+                r = elbo_loglikelihood(self.model, ctx_ids, cont_ids, mc_num=self.mc_num,
+                                       mc_batch=self.mc_batch, seed=self.params.seed,
+                                       request_index=self._likelihood_key(req, i))
+            out.append((r.logprob, bool(r.is_greedy)))
+            self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Sum of ELBO estimates over lm-eval's disjoint rolling windows of the model's context
+        (each window conditioned on one token before it, as lm-eval does for causal models)."""
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+        from .decoding.likelihood import rolling_loglikelihood
+
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        prefix = bos if bos is not None else self.model.eos_ids[0]
+        out = []
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+                                     desc="pvf-dlm loglikelihood_rolling")):
+            (string,) = req.args[:1]
+            ids = self.tokenizer.encode(string, add_special_tokens=False)
+            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+                token_list=ids, prefix_token=prefix, max_seq_len=self.model.max_length - 1,
+                context_len=1)]
+            with self._oom_guard("scoring a rolling window", min(self.mc_batch, self.mc_num),
+                                 self.model.max_length):
+                r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
+                                          mc_batch=self.mc_batch, seed=self.params.seed,
+                                          request_index=self._likelihood_key(req, i))
+            out.append(r.logprob)
+            self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
+        return out
 
     def _request_params(self, gen_kwargs: dict):
         """Decoder parameters for one request: model args, then the request's own overrides."""
@@ -227,6 +451,9 @@ class PVFDiffusionLM(LM):
         if do_sample is False:
             overrides["temperature"] = 0.0
         ignored = sorted(kwargs)
+        if ignored and tuple(ignored) not in self._length_notices:
+            self._length_notices.add(tuple(ignored))
+            _notice(f"pvf-dlm: generation kwargs {ignored} do not apply to diffusion decoding and are ignored")
         params = override(self.params, **overrides) if overrides else self.params
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
@@ -253,6 +480,39 @@ class PVFDiffusionLM(LM):
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
         nfe_sum = 0
         done = 0
+        chunk: list[dict] = []      # consecutive requests with identical decoding parameters
+        copies: list[tuple[int, int]] = []
+
+        def flush() -> None:
+            """Decode the chunk as one batch (``batch_size``) and finish its requests."""
+            nonlocal nfe_sum, done
+            if not chunk:
+                return
+            if self.online is not None and done:
+                self._online_update()   # between batches of requests, never inside one
+            params = chunk[0]["params"]
+            rows = {"pvf": 1 + params.width, "freedave": params.draft_steps}.get(params.decoder, 1)
+            longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
+            with self._oom_guard("decoding", rows * len(chunk), longest):
+                outs = decode_batch(
+                    self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
+                    request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
+                    repeat_indices=[c["repeat_index"] for c in chunk],
+                    trace=trace_file is not None, online=self.online)
+            for c, out in zip(chunk, outs):
+                text, stats = self._finish(out, c["until"])
+                results[c["i"]] = GenerationText(text, meta=stats)
+                self.local_totals.add(c["task"], stats)
+                if trace_file is not None:
+                    trace_file.write(json.dumps(trace_record(
+                        out, request=c["key"], prompt_ids=c["prompt_ids"], tokenizer=self.tokenizer,
+                        model=self.pretrained, block_length=params.block_length)) + "\n")
+                nfe_sum += out.nfe
+                done += 1
+            bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
+            bar.update(len(chunk))
+            chunk.clear()
+
         try:
             for i, req in enumerate(requests):
                 occurrences = seen[id(req)]
@@ -260,7 +520,7 @@ class PVFDiffusionLM(LM):
                 if len(occurrences) >= repeats:
                     # The evaluator pads the last rank with copies of its last request: answer
                     # them without decoding again and without counting them.
-                    results[i] = results[occurrences[len(occurrences) % repeats]]
+                    copies.append((i, occurrences[len(occurrences) % repeats]))
                     occurrences.append(i)
                     bar.update(1)
                     continue
@@ -269,31 +529,25 @@ class PVFDiffusionLM(LM):
                 context, gen_kwargs = req.args
                 params, until, _ = self._request_params(copy.deepcopy(gen_kwargs))
                 prompt_ids = self.tokenizer.encode(context, add_special_tokens=False)
-                limit = self.model.max_length
-                if len(prompt_ids) + params.gen_length > limit:
-                    raise ValueError(f"prompt of {len(prompt_ids)} tokens + gen_length={params.gen_length} "
-                                     f"exceeds the model's context of {limit} tokens")
+                self._check_context(len(prompt_ids) + params.gen_length,
+                                    f"the prompt ({len(prompt_ids)} tokens) + gen_length={params.gen_length}")
                 task = getattr(req, "task_name", None) or "unknown"
                 key = f"{task}/{getattr(req, 'doc_id', i)}/{getattr(req, 'idx', 0)}"
-                out = decode(self.model, torch.tensor(prompt_ids), params=params,
-                             request_index=zlib.crc32(key.encode()), repeat_index=repeat_index,
-                             trace=trace_file is not None)
-                text, stats = self._finish(out, until)
-                results[i] = GenerationText(text, meta=stats)
-                self.local_totals.add(task, stats)
-                if trace_file is not None:
-                    trace_file.write(json.dumps({"request": key, "decoder": params.decoder,
-                                                 "prompt_ids": prompt_ids, "tokens": out.tokens,
-                                                 "routes": out.routes, "nfe": out.nfe,
-                                                 "steps": out.steps}) + "\n")
-                nfe_sum += out.nfe
-                done += 1
-                bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
-                bar.update(1)
+                if chunk and (params != chunk[0]["params"] or len(chunk) >= self.batch_size):
+                    flush()
+                chunk.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
+                                  task=task, key=key, repeat_index=repeat_index))
+            flush()
+            for i, src in copies:
+                results[i] = results[src]
         finally:
             bar.close()
             if trace_file is not None:
                 trace_file.close()
+        if self.online is not None:
+            self._online_update()
+            self._online_requests += done
+            self._online_save()
         if self.world_size > 1:
             self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results

@@ -2,10 +2,16 @@
 
 An artifact is a JSON file under ``vocab_artifacts/`` (SPEC "Planning vocabulary")::
 
-    {"format_version": 1, "kind": "calibrated" | "hand-written" | "heuristic",
+    {"format_version": 1, "kind": "calibrated" | "hand-written" | "heuristic" | "online",
      "model_family": "llada" | "dream", "task_family": "math-word" | "knowledge" | "code" | "math",
-     "model": "...", "tokenizer": {"name": "...", "vocab_hash": "sha256:..."},
-     "tokens": [{"id": 17, "string": "ĠStep", ...statistics...}, ...], ...}
+     "model": "...", "tokenizer": {"name": "...", "vocab_hash": "sha256:..." | null},
+     "tokens": [{"id": 17, "string": "ĠStep", ...statistics...}, ...],
+     "rejected_near": [...], "observed": [...], ...}
+
+``tokens`` is the planning vocabulary; ``rejected_near`` (calibrated) and ``observed`` (online)
+hold statistics of tokens that are not in it, for audit and for seeding ``vocab=online``.
+Heuristic artifacts (uncalibrated, built from token classes for models we cannot run here) have
+no tokenizer hash and ``id: null``: they always resolve by string.
 
 Resolution against the running tokenizer: by id when the tokenizer's vocabulary hash matches,
 else by token string (with a warning listing what did not resolve). An artifact for another model
@@ -25,7 +31,7 @@ from .paths import vocab_artifacts_dir
 log = logging.getLogger("pvf_lmeval")
 
 FORMAT_VERSION = 1
-KINDS = ("calibrated", "hand-written", "heuristic")
+KINDS = ("calibrated", "hand-written", "heuristic", "online")
 TASK_FAMILIES = ("math-word", "knowledge", "code", "math")
 MODEL_FAMILIES = ("llada", "dream")
 #: better kinds first: ``vocab=auto`` prefers a calibrated artifact over a hand-written one.
@@ -51,7 +57,12 @@ def load_artifact(path: str | Path) -> dict:
     for key, allowed in (("kind", KINDS), ("model_family", MODEL_FAMILIES), ("task_family", TASK_FAMILIES)):
         if data.get(key) not in allowed:
             raise ValueError(f"vocab artifact {path}: {key}={data.get(key)!r} is not one of {', '.join(allowed)}")
-    if not isinstance(data.get("tokens"), list) or not all(isinstance(t, dict) and "string" in t for t in data["tokens"]):
+    for key in ("tokens", "rejected_near", "observed"):
+        recs = data.get(key, [])
+        if not isinstance(recs, list) or not all(isinstance(t, dict) and isinstance(t.get("string"), str)
+                                                 for t in recs):
+            raise ValueError(f"vocab artifact {path}: {key!r} must be a list of {{id, string, ...}} records")
+    if "tokens" not in data:
         raise ValueError(f"vocab artifact {path}: 'tokens' must be a list of {{id, string, ...}} records")
     data["_path"] = str(path)
     return data
@@ -61,14 +72,38 @@ def bundled_artifacts() -> list[dict]:
     return [load_artifact(p) for p in sorted(vocab_artifacts_dir().glob("*.json"))]
 
 
-def pick_artifact(model_family: str, task_family: str, model_name: str = "") -> dict | None:
-    """The best bundled artifact for a model family and task family: calibrated before
-    hand-written before heuristic, an artifact built on this very model first."""
+def model_stem(name: str) -> str:
+    """'GSAI-ML/LLaDA-8B-Instruct', '/models/LLaDA-8B-Instruct/' -> 'llada-8b-instruct'."""
+    return Path(str(name).rstrip("/")).name.lower()
+
+
+def _match(artifact: dict, model_name: str, tok_hash: str | None) -> tuple[int, str]:
+    if tok_hash is not None and artifact.get("tokenizer", {}).get("vocab_hash") == tok_hash:
+        return 0, "built with this tokenizer"
+    if model_name and model_stem(artifact.get("model", "")) == model_stem(model_name):
+        return 1, "built for this model"
+    if artifact["kind"] == "heuristic":
+        return 2, "generic for the model family"
+    return 3, f"built for {artifact.get('model')!r} (another tokenizer), the family's only one"
+
+
+def pick_artifact(model_family: str, task_family: str, model_name: str = "", tokenizer=None
+                  ) -> dict | None:
+    """The best bundled artifact for a model family and task family, or None.
+
+    Order: built with the running tokenizer (same vocabulary hash), then built for a model of
+    the same name, then the family's generic heuristic artifact, then any other of the family;
+    within each, calibrated before hand-written before heuristic (online artifacts last).
+    The pick's ``_why`` says which rule chose it."""
     fits = [a for a in bundled_artifacts()
-            if a["model_family"] == model_family and a["task_family"] == task_family]
+            if a["model_family"] == model_family and a["task_family"] == task_family
+            and a["kind"] != "online"]
     if not fits:
         return None
-    return min(fits, key=lambda a: (a.get("model") != model_name, KIND_RANK[a["kind"]], a["_path"]))
+    tok_hash = tokenizer_hash(tokenizer) if tokenizer is not None else None
+    best = min(fits, key=lambda a: (_match(a, model_name, tok_hash)[0], KIND_RANK[a["kind"]], a["_path"]))
+    best["_why"] = _match(best, model_name, tok_hash)[1]
+    return best
 
 
 def resolve_artifact(artifact: dict, tokenizer, model_family: str, *, force: bool = False) -> tuple[int, ...]:
@@ -77,10 +112,52 @@ def resolve_artifact(artifact: dict, tokenizer, model_family: str, *, force: boo
     if artifact["model_family"] != model_family and not force:
         raise ValueError(f"vocab artifact {where} is for model family {artifact['model_family']!r}, "
                          f"the loaded model is {model_family!r} (pass force to use it anyway)")
-    same = artifact.get("tokenizer", {}).get("vocab_hash") == tokenizer_hash(tokenizer)
-    if same:
+    if _same_tokenizer(artifact, tokenizer, artifact["tokens"]):
         return tuple(sorted({int(t["id"]) for t in artifact["tokens"]}))
     return resolve_strings([t["string"] for t in artifact["tokens"]], tokenizer, where=where)
+
+
+def _same_tokenizer(artifact: dict, tokenizer, records: list[dict]) -> bool:
+    h = artifact.get("tokenizer", {}).get("vocab_hash")
+    return bool(h) and h == tokenizer_hash(tokenizer) and all(t.get("id") is not None for t in records)
+
+
+def artifact_statistics(artifact: dict, tokenizer, model_family: str, *, force: bool = False
+                        ) -> list[dict]:
+    """Every per-token statistics record of an artifact (kept, rejected near the thresholds,
+    observed online), each with ``id`` resolved against ``tokenizer`` (by id when the tokenizer
+    hash matches, else by string; unresolved strings are skipped with a warning). Used to seed
+    ``vocab=online``; an artifact without statistics (hand-written, heuristic) is an error."""
+    where = artifact.get("_path", "artifact")
+    if artifact["model_family"] != model_family and not force:
+        raise ValueError(f"vocab artifact {where} is for model family {artifact['model_family']!r}, "
+                         f"the loaded model is {model_family!r} (pass force to use it anyway)")
+    recs = [r for key in ("tokens", "rejected_near", "observed") for r in artifact.get(key, [])]
+    recs = [r for r in recs if "n" in r]
+    if not recs:
+        raise ValueError(f"vocab artifact {where}: kind {artifact['kind']!r} has no per-token "
+                         "statistics to seed the online vocabulary from")
+    if _same_tokenizer(artifact, tokenizer, recs):
+        return [dict(r, id=int(r["id"])) for r in recs]
+    vocab = tokenizer.get_vocab()
+    missing = [r["string"] for r in recs if r["string"] not in vocab]
+    if missing:
+        log.warning("%s: %d of %d tokens are not in this tokenizer and were skipped: %s",
+                    where, len(missing), len(recs), missing[:20])
+    return [dict(r, id=vocab[r["string"]]) for r in recs if r["string"] in vocab]
+
+
+def find_artifact(spec: str) -> Path:
+    """Path of ``spec``: an existing file, or the stem of a bundled artifact."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    stem = vocab_artifacts_dir() / f"{spec}.json"
+    if stem.exists():
+        return stem
+    names = sorted(p.stem for p in vocab_artifacts_dir().glob("*.json"))
+    raise ValueError(f"vocab={spec!r} is not auto, none, online, an artifact path, or a bundled "
+                     f"artifact ({', '.join(names) or 'none bundled'})")
 
 
 def resolve_strings(strings: Iterable[str], tokenizer, *, where: str = "vocab") -> tuple[int, ...]:
@@ -112,19 +189,18 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
     if isinstance(spec, str):
         if spec == "auto":
             family = task_family or "math-word"
-            art = pick_artifact(model_family, family, model_name)
+            art = pick_artifact(model_family, family, model_name, tokenizer)
             if art is None:
                 raise ValueError(f"vocab=auto: no bundled planning vocabulary for model family "
                                  f"{model_family!r} and task family {family!r}; pass vocab=PATH or vocab=none")
-            return resolve_artifact(art, tokenizer, model_family, force=force), f"auto:{art['_path']}"
-        path = Path(spec).expanduser()
-        if not path.exists():
-            stem = vocab_artifacts_dir() / f"{spec}.json"
-            if not stem.exists():
-                names = sorted(p.stem for p in vocab_artifacts_dir().glob("*.json"))
-                raise ValueError(f"vocab={spec!r} is not auto, none, an artifact path, or a bundled "
-                                 f"artifact ({', '.join(names) or 'none bundled'})")
-            path = stem
+            ids = resolve_artifact(art, tokenizer, model_family, force=force)
+            flag = " — UNCALIBRATED" if art["kind"] == "heuristic" else ""
+            log.warning("vocab=auto: picked %s (%s, %s%s; %d tokens)", Path(art["_path"]).name,
+                        art["kind"], art["_why"], flag, len(ids))
+            return ids, f"auto:{art['_path']}"
+        if spec == "online":
+            raise ValueError("vocab=online is handled by the adapter (pvf_lmeval.lm), not resolve_vocab")
+        path = find_artifact(spec)
         return resolve_artifact(load_artifact(path), tokenizer, model_family, force=force), str(path)
     items = list(spec)
     if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
@@ -140,3 +216,40 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
                              "(give the tokenizer's own spelling, e.g. 'ĠStep')")
         return resolve_strings(items, tokenizer, where="vocab"), "strings"
     raise ValueError("vocab: a collection must hold only token ids (int) or only token strings (str)")
+
+
+def online_artifact(online, tokenizer, *, model_family: str, task_family: str, model_name: str,
+                    requests: int = 0) -> dict:
+    """An artifact (kind ``online``) of an :class:`~pvf_lmeval.decoding.online.OnlineVocab`:
+    ``tokens`` = the currently eligible ids, ``observed`` = every other token with events."""
+    recs = online.token_stats()
+    ids = [r["id"] for r in recs]
+    size = len(tokenizer)
+    strings = tokenizer.convert_ids_to_tokens([i for i in ids if i < size])
+    by_id = dict(zip([i for i in ids if i < size], strings))
+    for r in recs:
+        r["string"] = by_id.get(r["id"]) or f"<id {r['id']}>"
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "online",
+        "model_family": model_family,
+        "task_family": task_family,
+        "model": model_name,
+        "tokenizer": {"name": getattr(tokenizer, "name_or_path", "") or model_name,
+                      "vocab_hash": tokenizer_hash(tokenizer), "size": size},
+        "online": dict(online.settings(), requests=requests, updates=online.updates),
+        "note": ("online: statistics learned while decoding (vocab=online); 'tokens' were eligible "
+                 "when saved, 'observed' holds every other token tried"),
+        "tokens": [r for r in recs if r["eligible"]],
+        "observed": [r for r in recs if not r["eligible"]],
+    }
+
+
+def save_artifact(data: dict, path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean = {k: v for k, v in data.items() if not k.startswith("_")}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path

@@ -39,16 +39,63 @@ def artifact(tok, family="llada", tokens=("ĠStep", "Ġ="), **kw):
 def test_auto_picks_the_fixture_artifact(llada_tok):
     ids, source = resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
                                 model_name="tiny-llada", task_family="math-word")
-    assert "tiny-llada.math-word.hand-written.json" in source
+    # the calibrated artifact (pvf-calibrate, `make vocab`) wins over the hand-written one
+    assert source.endswith("tiny-llada.math-word.calibrated.json")
+    art = load_artifact(source.split(":", 1)[1])
+    assert art["kind"] == "calibrated" and ids == tuple(sorted(t["id"] for t in art["tokens"]))
+    assert art["tokenizer"]["vocab_hash"] == tokenizer_hash(llada_tok)
+    hand, _ = resolve_vocab("tiny-llada.math-word.hand-written", tokenizer=llada_tok,
+                            model_family="llada")
     vocab = llada_tok.get_vocab()
-    assert vocab["ĠStep"] in ids and vocab["Ġ="] in ids and vocab["####"] in ids
+    assert vocab["ĠStep"] in hand and vocab["Ġ="] in hand and vocab["####"] in hand
     assert pick_artifact("dream", "math-word", "tiny-dream")["model"] == "tiny-dream"
-    assert pick_artifact("llada", "code") is None
+    assert pick_artifact("llada", "code")["kind"] == "heuristic"     # the 8B family heuristic
 
 
-def test_auto_without_artifact_is_an_error(llada_tok):
+def test_auto_without_artifact_is_an_error(llada_tok, tmp_path, monkeypatch):
+    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="vocab=auto: no bundled planning vocabulary.*'code'"):
         resolve_vocab("auto", tokenizer=llada_tok, model_family="llada", task_family="code")
+
+
+def test_auto_pick_order(llada_tok, tmp_path, monkeypatch, caplog):
+    """Same tokenizer first, then same model name, then the family's heuristic, then the rest;
+    within a rule calibrated > hand-written > heuristic; online artifacts are never picked."""
+    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
+    other = {"name": "o", "vocab_hash": "sha256:other"}
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="tiny-llada", tokenizer=other), "1.json")
+    write(tmp_path, artifact(llada_tok, kind="heuristic", model="GSAI-ML/LLaDA-8B-Instruct",
+                             tokenizer={"name": "x", "vocab_hash": None}), "2.json")
+    write(tmp_path, artifact(llada_tok, kind="online", model="mine"), "3.json")
+    assert pick_artifact("llada", "math-word", "mine", llada_tok)["_path"].endswith("2.json")
+    assert pick_artifact("llada", "math-word", "/models/llada-8b-instruct/", llada_tok)["_why"] == \
+        "built for this model"
+    write(tmp_path, artifact(llada_tok, kind="hand-written", model="h"), "4.json")   # same hash
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        _, source = resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
+                                  model_name="GSAI-ML/LLaDA-8B-Instruct", task_family="math-word")
+    assert source.endswith("4.json") and "picked 4.json (hand-written, built with this tokenizer" \
+        in caplog.text
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c"), "5.json")     # same hash
+    assert pick_artifact("llada", "math-word", "x", llada_tok)["_path"].endswith("5.json")
+
+
+def test_shipped_heuristic_artifacts_resolve_by_string(llada_tok, dream_tok, caplog):
+    from pvf_lmeval.paths import vocab_artifacts_dir
+
+    for fam, stem, tok in (("llada", "llada-8b-instruct", llada_tok),
+                           ("dream", "dream-v0-instruct-7b", dream_tok)):
+        for task in ("math-word", "knowledge", "code", "math"):
+            art = load_artifact(vocab_artifacts_dir() / f"{stem}.{task}.heuristic.json")
+            assert art["kind"] == "heuristic" and art["calibrated"] is False
+            assert "UNCALIBRATED" in art["note"] and art["calibrate_command"].startswith("pvf-calibrate ")
+            assert all(t["id"] is None for t in art["tokens"])
+            with caplog.at_level("WARNING", logger="pvf_lmeval"):
+                ids = resolve_artifact(art, tok, fam)       # by string, misses warned about
+            assert tok.get_vocab()["Ġ="] in ids or task in ("knowledge", "code")
+        _, source = resolve_vocab("auto", tokenizer=tok, model_family=fam,
+                                  model_name=f"/ckpt/{stem}", task_family="code")
+        assert source.endswith(f"{stem}.code.heuristic.json")
 
 
 def test_resolution_by_id_when_hash_matches_else_by_string(tmp_path, llada_tok):

@@ -4,12 +4,13 @@ Pure torch and device-agnostic; sees only the model protocol described in :mod:`
 """
 
 from .api import DECODERS, decode
+from .batch import decode_batch
 from .loop import STAT_KEYS, DecodeResult
 from .params import (DECODER_NAMES, PARAM_NAMES, PRESETS, DecodeParams, make_params,
                      override, preset_defaults, task_family, validate_params)
 
 __all__ = [
-    "decode", "DecodeResult", "DecodeParams", "DECODERS", "DECODER_NAMES", "PARAM_NAMES",
+    "decode", "decode_batch", "DecodeResult", "DecodeParams", "DECODERS", "DECODER_NAMES", "PARAM_NAMES",
     "PRESETS", "STAT_KEYS", "make_params", "override", "validate_params", "preset_defaults",
     "task_family",
 ]

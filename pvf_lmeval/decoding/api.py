@@ -53,7 +53,8 @@ def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None 
            plan_hi: float | None = None, ar_lo: float | None = None, width: int | None = None,
            reveal_next: int | None = None, routes: str | None = None,
            plan_vocab: Any = None, plan_self_check: bool | None = None,
-           pick: str | None = None, band: Any = None) -> DecodeResult:
+           pick: str | None = None, band: Any = None, cache: str | None = None,
+           online=None) -> DecodeResult:
     """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor).
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
@@ -62,13 +63,15 @@ def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None 
     given (e.g. built once by the adapter), ``decoder`` and the keyword arguments that are not
     None override its fields and the result is re-validated.
     ``request_index``/``repeat_index`` join ``seed`` in seeding every random draw.
+    ``online``: an ``OnlineVocab`` (``vocab=online``) that replaces ``plan_vocab``; it records
+    planning outcomes but changes only when its owner calls ``update()`` between requests.
     """
     kw = dict(gen_length=gen_length, block_length=block_length, threshold=threshold,
               factor=factor, steps=steps, temperature=temperature, early_stop=early_stop,
               seed=seed, draft_steps=draft_steps, base_rule=base_rule, plan_lo=plan_lo,
               plan_hi=plan_hi, ar_lo=ar_lo, width=width, reveal_next=reveal_next,
               routes=routes, plan_vocab=plan_vocab, plan_self_check=plan_self_check,
-              pick=pick, band=band)
+              pick=pick, band=band, cache=cache)
     if params is None:
         params = make_params(decoder, preset=preset, **kw)
     else:
@@ -79,4 +82,4 @@ def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None 
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long).to(dev).reshape(-1)
     step = DECODERS[params.decoder](params)
     return run_loop(model, prompt, params, step, request_index=request_index,
-                    repeat_index=repeat_index, trace=trace)
+                    repeat_index=repeat_index, trace=trace, online=online)

@@ -30,6 +30,9 @@ class Stats:
                           (0 where it holds the mask); used by ``plan_self_check``.
     lo, hi: the generation positions [lo, hi) the call requested (active + next block of every
             row's state).
+    ent:  [..., L] float  entropy (nats) of the softmax over the raw logits (mask excluded); 0
+                          outside the range. Only computed when the call asked for it
+                          (calibration, online vocabulary), else None.
     """
 
     tok: Tensor
@@ -38,9 +41,11 @@ class Stats:
     pcur: Tensor
     lo: int
     hi: int
+    ent: Tensor | None = None
 
     def row(self, i: int) -> "Stats":
-        return Stats(self.tok[i], self.conf[i], self.pmax[i], self.pcur[i], self.lo, self.hi)
+        return Stats(self.tok[i], self.conf[i], self.pmax[i], self.pcur[i], self.lo, self.hi,
+                     None if self.ent is None else self.ent[i])
 
 
 @dataclass
@@ -92,6 +97,19 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
         conf = pmax
     pcur = torch.exp(lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1) - lse)
     return tok, conf, pmax, pcur
+
+
+def entropy_from_logits(logits: Tensor, mask_id: int) -> Tensor:
+    """Entropy [N, P] (nats) of softmax(logits) [N, P, V] with the mask token excluded.
+
+    Ids whose logit is -inf (the mask, undecodable ids) contribute 0. Only the calibration and
+    the online vocabulary ask for it, so the default decoding path never pays for it.
+    """
+    lg = logits.float()
+    lg[..., mask_id] = float("-inf")
+    logp = torch.log_softmax(lg, dim=-1)
+    p = logp.exp()
+    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
 
 
 def first_true(mask: Tensor) -> Tensor:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import Stats, StepResult, first_true, gumbel_like, mix_seed, stats_from_logits
+from .common import (Stats, StepResult, entropy_from_logits, first_true, gumbel_like, mix_seed,
+                     stats_from_logits)
+from .cache import KVCache
 from .params import DecodeParams
 
 
@@ -22,7 +24,7 @@ class Ctx:
     """
 
     def __init__(self, model, prompt: Tensor, params: DecodeParams, *, request_index: int = 0,
-                 repeat_index: int = 0, trace: bool = False):
+                 repeat_index: int = 0, trace: bool = False, online=None, batch=None):
         self.model = model
         self.p = params
         self.device = prompt.device
@@ -40,9 +42,24 @@ class Ctx:
         self.blk = self.idx // self.B
         vocab = params.plan_vocab or ()
         self.vocab = torch.tensor(vocab, dtype=torch.long, device=self.device)
+        # Online planning vocabulary (``decoding.online.OnlineVocab``) or None: when set, it
+        # replaces ``plan_vocab`` (eligible ids + exploration) and records planning outcomes.
+        self.online = online
+        self.plan_tried = 0      # planning candidates verified (non-vacuous impact set or not)
+        self.plan_passed = 0     # ... of which passed the impact-set check (A_j = 1)
         self._seed = mix_seed(params.seed, request_index, repeat_index)
         self._gen: torch.Generator | None = None
-        self.cache = None  # KV cache object (cache modes come later); passed to every call
+        # KV cache of this request (``cache=prefix|dual``, see ``cache.py``), passed to every
+        # call; created here, per request, so nothing leaks between requests.
+        self.cache = None
+        if params.cache != "none":
+            reveal = params.reveal_next if params.decoder in ("pvf", "explore") else 0
+            self.cache = KVCache(params.cache, prompt_len=self.P0, gen_length=self.L,
+                                 block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
+                                 device=self.device)
+        # Batched decoding (``batch.py``): the handle that pools this request's calls with the
+        # other requests' (its prompt is left-padded there); None = a call of its own.
+        self.batch = batch
         self.nfe = 0
         self.rows = 0
 
@@ -76,7 +93,11 @@ class Ctx:
         return z
 
     def in_vocab(self, tok: Tensor) -> Tensor:
-        """Bool mask: ``tok`` is in the planning vocabulary (all False for an empty vocabulary)."""
+        """Bool mask: ``tok`` is in the planning vocabulary (all False for an empty vocabulary).
+
+        With an online vocabulary: its currently eligible ids."""
+        if self.online is not None:
+            return self.online.eligible_mask(tok)
         if self.vocab.numel() == 0:
             return torch.zeros_like(tok, dtype=torch.bool)
         return torch.isin(tok, self.vocab)
@@ -113,8 +134,10 @@ class Ctx:
 
     # ------------------------------------------------------------ the model call
 
-    def forward(self, rows: Tensor) -> Stats:
+    def forward(self, rows: Tensor, entropy: bool = False) -> Stats:
         """One model call on branch rows [N, T]; counts 1 NFE and N rows.
+
+        ``entropy``: also compute the per-position entropy (``Stats.ent``); off by default.
 
         Requests only generation positions [lo, hi): from the earliest active block of the rows
         to the end of the block after the latest one (the next step's stats need active + next
@@ -124,12 +147,19 @@ class Ctx:
         a = first_true(rg == self.mask_id) // self.B      # nb for rows without a mask
         lo_b = a.min()
         hi_b = torch.where(a < self.nb, a, torch.full_like(a, -1)).max()
-        lo_b, hi_b = torch.stack([lo_b, hi_b]).tolist()
+        flags = self.cache.flags(rg, a) if self.cache is not None else []
+        lo_b, hi_b, *flags = torch.stack([lo_b, hi_b, *flags]).tolist()
         if hi_b < 0:
             raise RuntimeError("forward called on rows without any mask")
         lo, hi = lo_b * self.B, min(self.L, (hi_b + 2) * self.B)
+        if self.cache is not None:
+            lo, hi = self.cache.plan(flags, rg, lo, hi)
         positions = torch.arange(self.P0 + lo, self.P0 + hi, device=self.device)
-        logits = self.model.logits(rows, positions, attention_mask=None, cache=self.cache)
+        if self.batch is not None:
+            logits = self.batch.call(self, rows, positions)
+        else:
+            logits = self.model.logits(rows, positions, attention_mask=None, cache=self.cache)
+        ent = entropy_from_logits(logits, self.mask_id) if entropy else None
         self.nfe += 1
         self.rows += int(rows.shape[0])
         noise = None
@@ -143,7 +173,17 @@ class Ctx:
         full_tok[:, lo:hi] = tok.to(self.device)
         full = torch.zeros((3, N, self.L), dtype=torch.float32, device=self.device)
         full[:, :, lo:hi] = torch.stack([conf, pmax, pcur]).to(self.device)
-        return Stats(full_tok, full[0], full[1], full[2], lo, hi)
+        full_ent = None
+        if ent is not None:
+            full_ent = torch.zeros((N, self.L), dtype=torch.float32, device=self.device)
+            full_ent[:, lo:hi] = ent.to(self.device)
+        return Stats(full_tok, full[0], full[1], full[2], lo, hi, full_ent)
+
+    def committed(self, y: Tensor) -> None:
+        """The loop calls this after every step with the committed canvas ``y`` [T] (the KV
+        cache keeps that row's keys/values when the step's call was full)."""
+        if self.cache is not None:
+            self.cache.commit(self.gen(y))
 
     def commit_single(self, y: Tensor, zg: Tensor, labels: Tensor, info: dict | None = None
                       ) -> StepResult:

@@ -56,6 +56,9 @@ class DecodeResult:
     tokens_explore: int = 0
     decoder: str = ""
     steps: list[dict] | None = field(default=None, repr=False)
+    #: planning candidates verified / passing the impact-set check (pvf); not in ``stats()``
+    plan_tried: int = 0
+    plan_passed: int = 0
 
     @property
     def tpf(self) -> float:
@@ -81,10 +84,14 @@ def _committed_positions(labels: Tensor) -> list[list]:
 
 
 def run_loop(model, prompt: Tensor, params, decoder, *, request_index: int = 0,
-             repeat_index: int = 0, trace: bool = False) -> DecodeResult:
-    """Decode one request: ``prompt`` [P0] long on the model device, ``decoder`` a step object."""
+             repeat_index: int = 0, trace: bool = False, online=None, batch=None) -> DecodeResult:
+    """Decode one request: ``prompt`` [P0] long on the model device, ``decoder`` a step object.
+
+    ``online``: an ``OnlineVocab`` the planning route consults and records into (its statistics
+    only change when its owner calls ``update()`` between requests).
+    ``batch``: the request's handle in a batched run (``batch.run_batch``), else None."""
     ctx = Ctx(model, prompt, params, request_index=request_index, repeat_index=repeat_index,
-              trace=trace)
+              trace=trace, online=online, batch=batch)
     _sync(ctx.device)
     t0 = time.perf_counter()
     y = torch.cat([prompt, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long,
@@ -92,10 +99,12 @@ def run_loop(model, prompt: Tensor, params, decoder, *, request_index: int = 0,
     routes = torch.zeros(ctx.L, dtype=torch.int8, device=ctx.device)
     records: list[dict] | None = [] if trace else None
     st = ctx.forward(y.unsqueeze(0)).row(0)
+    ctx.committed(y)
     t = 0
     while True:
         res = decoder.step(ctx, y, st)
         y = res.y
+        ctx.committed(y)
         routes = torch.where(res.labels != NONE, res.labels, routes)
         yg = ctx.gen(y)
         e, has_mask = torch.stack([ctx.stop_index(yg),
@@ -129,4 +138,5 @@ def run_loop(model, prompt: Tensor, params, decoder, *, request_index: int = 0,
         committed=ctx.L - counts[NONE], gen_tokens=gen_tokens, gen_length=ctx.L, wall_s=wall,
         early_stop=ctx.early_stop, tokens_base=counts[BASE], tokens_plan=counts[PLAN],
         tokens_ar=counts[AR], tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE],
-        decoder=decoder.name, steps=records)
+        decoder=decoder.name, steps=records, plan_tried=ctx.plan_tried,
+        plan_passed=ctx.plan_passed)

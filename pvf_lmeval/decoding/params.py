@@ -17,6 +17,8 @@ DECODER_NAMES = ("static", "threshold", "freedave", "pvf", "explore")
 ROUTES = ("plan+ar", "plan", "ar", "none")
 PICKS = ("random", "planning")
 BASE_RULES = ("static", "threshold")
+#: KV cache modes (SPEC "Cache modes"): none = whole canvas every call (the paper's setting)
+CACHES = ("none", "prefix", "dual")
 
 #: preset name -> task family (used by ``vocab=auto`` elsewhere).
 PRESETS = {
@@ -99,6 +101,7 @@ class DecodeParams:
     plan_self_check: bool = False
     pick: str = "random"
     band: tuple[float, float] = (0.2, 0.6)
+    cache: str = "none"
     preset: str | None = None
 
     @property
@@ -265,6 +268,7 @@ def validate_params(p: DecodeParams) -> DecodeParams:
         raise ValueError(f"reveal_next={p.reveal_next} must be >= 0")
     _choice("routes", p.routes, ROUTES)
     _choice("pick", p.pick, PICKS)
+    _choice("cache", p.cache, CACHES)
     lo, hi = p.band
     if not (0.0 <= lo <= hi <= 1.0):
         raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
@@ -275,7 +279,8 @@ def validate_params(p: DecodeParams) -> DecodeParams:
 _INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", "reveal_next")
 _FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo")
 _BOOLS = ("early_stop", "plan_self_check")
-_CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS}
+_CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS,
+            "cache": CACHES}
 
 
 def coerce(name: str, v: Any) -> Any:

@@ -19,6 +19,11 @@ Per step, from the stats of ``y`` on the working set W_t:
 
 Routes switched off by ``routes``: ``plan`` (never AR), ``ar`` (never planning), ``none``.
 Labels: base / forced / plan / ar.
+
+Online vocabulary (``ctx.online``, see :mod:`.online`): candidates are the eligible in-band
+positions plus up to ``explore`` slots of explorable ones (which also fill slots the eligible
+ones leave unused); every tried candidate's outcome (non-vacuous, A, VIG from the entropies of the
+same call) is recorded for the vocabulary's next update, never applied inside the request.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .common import (AR, PLAN, Stats, StepResult, first_true, leftmost_positions,
-                     threshold_select, top_positions)
+                     static_select, threshold_select, top_positions)
 from .params import DecodeParams
 from .threshold import base_labels
 
@@ -53,10 +58,22 @@ class PVFDecoder:
 
         rest = W & ~sel
         none = torch.zeros_like(rest)
-        cand = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) & ctx.in_vocab(st.tok) \
-            if self.use_plan else none
+        band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
-        n_cand, n_ar = torch.stack([cand.sum(), elig.sum()]).tolist()
+        online = ctx.online
+        if online is not None and self.use_plan and online.explore_slots > 0:
+            cand = band & online.eligible_mask(st.tok)
+            expl = band & online.explorable_mask(st.tok)
+            n_cand, n_ar, n_x = torch.stack([cand.sum(), elig.sum(), expl.sum()]).tolist()
+            k_x = min(n_x, online.explore_slots)              # reserved exploration slots
+            k_e = min(n_cand, p.width - k_x)
+            k_x = min(n_x, p.width - k_e)                     # ... which also fill unused ones
+            if k_x > 0:
+                cand = static_select(st.conf, cand, k_e) | static_select(st.conf, expl, k_x)
+                n_cand = k_e + k_x
+        else:
+            cand = band & ctx.in_vocab(st.tok)
+            n_cand, n_ar = torch.stack([cand.sum(), elig.sum()]).tolist()
         k_plan, k_ar = min(p.width, n_cand), min(p.width, n_ar)
         if k_plan > 0:
             return self._plan(ctx, st, W, zb, z_base, labels, cand, k_plan)
@@ -72,20 +89,30 @@ class PVFDecoder:
         rows = z_base.unsqueeze(0).repeat(k + 1, 1)                     # [z_base, z_plan_1..k]
         j = torch.arange(1, k + 1, device=rows.device)
         rows[j, ctx.P0 + pos] = st.tok[pos]
-        s = ctx.forward(rows)
+        learn = ctx.online is not None and ctx.online.learning
+        s = ctx.forward(rows, entropy=learn)
         own = torch.zeros((k, ctx.L), dtype=torch.bool, device=rows.device)
         own[j - 1, pos] = True
-        imp = W & (zb == ctx.mask_id) & (s.pmax[0] >= p.threshold)     # S_imp [L]
+        masked_b = W & (zb == ctx.mask_id)
+        imp = masked_b & (s.pmax[0] >= p.threshold)                     # S_imp [L]
         imp_j = imp.unsqueeze(0) & ~own                                 # [k, L]
         agree = ((s.tok[1:] == s.tok[0].unsqueeze(0)) | ~imp_j).all(-1)
-        ok = imp_j.any(-1) & agree                                      # A_j [k]
+        nonvac = imp_j.any(-1)
+        ok = nonvac & agree                                             # A_j [k]
+        if learn:
+            R = masked_b.unsqueeze(0) & ~own                            # [k, L]
+            dH = torch.where(R, s.ent[0].unsqueeze(0) - s.ent[1:], torch.zeros_like(s.ent[1:]))
+            vig = ok * dH.sum(-1) / R.sum(-1).clamp(min=1)
+            ctx.online.record(st.tok[pos], nonvac, ok, vig)
         if p.plan_self_check:
             ok &= s.pcur[j, pos] >= p.plan_lo
         live = W.unsqueeze(0) & (ctx.gen(rows) == ctx.mask_id)           # [k+1, L]
         c_total = torch.where(live, s.pmax, torch.zeros_like(s.pmax)).sum(-1)
         score = torch.where(ok, c_total[1:], torch.full_like(c_total[1:], float("-inf")))
         best = first_true(score == score.max())                         # tie: earlier branch
-        any_ok, b = torch.stack([ok.any().long(), best]).tolist()
+        any_ok, b, n_ok = torch.stack([ok.any().long(), best, ok.sum()]).tolist()
+        ctx.plan_tried += k
+        ctx.plan_passed += n_ok
         info = {"route": "plan" if any_ok else "base"}
         if ctx.trace:
             info.update(candidates=pos.tolist(), verified=ok.tolist(),

@@ -81,18 +81,36 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
 
-    def forward(self, x, cos, sin, attn_bias):
+    def _qkv(self, x, cos, sin):
         n, t, _ = x.shape
         q = self.q_proj(x).view(n, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None):
+        n, t, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        if kv_out is not None:      # keys after rotary: cached keys carry their positions
+            kv_out.append((k, v))
         if self.n_kv_heads != self.n_heads:
             rep = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False)
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+
+    def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
+        """Queries ``x`` [R, Q, d] against cached keys/values ``ck``/``cv`` [R, Hkv, T, D] (one
+        per request, shared by its branch rows, never copied per row) followed by the queries'
+        own fresh keys; ``attn_bias`` [R, 1, Q, T + Q] says which of those each query sees."""
+        r, t, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        k = torch.cat([ck, k], dim=2)
+        v = torch.cat([cv, v], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,
+                                             enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(r, t, -1))
 
 
 class MLP(nn.Module):
@@ -114,8 +132,12 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, attn_bias):
-        x = x + self.attn(self.attn_norm(x), cos, sin, attn_bias)
+    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, attn_bias, kv_out)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
+        x = x + self.attn.forward_cached(self.attn_norm(x), cos, sin, ck, cv, attn_bias)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -148,12 +170,13 @@ class BidirectionalTransformer(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
     def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+               position_ids: torch.Tensor | None = None, kv_out: list | None = None) -> torch.Tensor:
         """Final-norm hidden states [N, T, d_model].
 
         ``attention_mask`` [N, T] (1 = real token, 0 = padding) hides padded keys from every query;
         ``position_ids`` [N, T] default to the count of real tokens before each position, so left
-        padding does not shift rotary positions.
+        padding does not shift rotary positions. ``kv_out``: a list that receives, per layer, the
+        (keys after rotary, values) [N, Hkv, T, D] of this call (to build a KV cache).
         """
         n, t = tokens.shape
         x = self.embed(tokens)
@@ -170,7 +193,18 @@ class BidirectionalTransformer(nn.Module):
             position_ids = torch.arange(t, device=tokens.device).expand(n, t)
         cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         for block in self.blocks:
-            x = block(x, cos, sin, attn_bias)
+            x = block(x, cos, sin, attn_bias, kv_out)
+        return self.norm(x)
+
+    def hidden_cached(self, tokens: torch.Tensor, position_ids: torch.Tensor, kv: list,
+                      attn_bias: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states [R, Q, d_model] of query tokens [R, Q] at ``position_ids``
+        [R, Q], attending per layer to cached (keys, values) ``kv[layer]`` [R, Hkv, T, D] and to
+        the queries' own fresh keys, as ``attn_bias`` [R, 1, Q, T + Q] (additive) allows."""
+        x = self.embed(tokens)
+        cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for block, (ck, cv) in zip(self.blocks, kv):
+            x = block.forward_cached(x, cos, sin, ck, cv, attn_bias)
         return self.norm(x)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:

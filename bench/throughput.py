@@ -1,0 +1,444 @@
+"""Decoding throughput per decoder x cache mode, and the cost of one call vs branch width.
+
+Tiny fixtures (default; CPU, where calls are dispatch-bound): on held-out `arith` prompts, for
+each decoder (`static`, `threshold`, `freedave`, `pvf` with the `arith` preset) and cache mode
+(`none`, `prefix`, `dual`): tokens per second (answer tokens / wall, ratio of sums), mean NFE,
+mean branch rows, tokens per forward, accuracy, peak memory, and tokens/s ratios against
+`threshold`+`none` and `static`+`none` measured in the same run. The schedule of every run
+(calls per block, branch widths, full vs cached calls) is recorded.
+
+Real shapes (`--shape llada-8b` / `--shape dream-7b`; bf16, CUDA): a randomly initialised model of
+the real shape. Random weights decide nothing, so each decoder x cache mode *replays* a decoding
+schedule: by default the one recorded from the tiny-fixture runs (`--schedule tiny`: calls per
+block and branch widths, cycled over the blocks of `--shape-gen-length`; written to / read from
+`--schedule-file`), or the paper's averages (`--schedule paper`: `pvf` ~31 calls for 512 tokens
+on GSM8K, spread evenly over the blocks, with the tiny runs' branch widths; `static` one call per
+token; the others from the tiny runs). Every replayed request is taken to produce
+`--shape-gen-length` tokens. The script says which schedule it used.
+
+Both parts also print the cost of one model call at branch widths 1, 2, 4, 8 against width 1,
+without a cache and with the dual cache (a cached call recomputing one block), prompt length
+stated: the paper's "free lunch" claim, measured.
+
+    python bench/throughput.py                                 # tiny fixtures, CPU
+    python bench/throughput.py --limit 16 --fixtures tiny-llada --json out.json
+    python bench/throughput.py --shape llada-8b --schedule-file sched.json   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
+from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
+from pvf_lmeval.models import load_model  # noqa: E402
+from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
+from pvf_lmeval.models.kv import CacheDriftProbe, cache_segments, is_cached_call  # noqa: E402
+from pvf_lmeval.models.loader import FIXTURES_DIR  # noqa: E402
+from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
+
+DECODERS = ("static", "threshold", "freedave", "pvf")
+CACHES = ("none", "prefix", "dual")
+WIDTHS = (1, 2, 4, 8)
+#: real shapes (SPEC/references.md): config, logit shift
+SHAPES = {
+    "llada-8b": (TransformerConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32,
+                                   n_kv_heads=32, ffn_hidden=12288, norm_eps=1e-5,
+                                   rope_theta=500000.0, max_seq_len=4096), 0),
+    "dream-7b": (TransformerConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28,
+                                   n_kv_heads=4, ffn_hidden=18944, norm_eps=1e-6,
+                                   rope_theta=1e6, qkv_bias=True, max_seq_len=4096), 1),
+    # a small random model to smoke-test the replay path on a CPU
+    "tiny-random": (TransformerConfig(vocab_size=640, d_model=128, n_layers=4, n_heads=4,
+                                      n_kv_heads=2, ffn_hidden=384, qkv_bias=True), 1),
+}
+#: the paper's average for PVF on GSM8K: about 31 calls for 512 tokens
+PAPER_PVF_CALLS_PER_512 = 31
+
+
+def arith_utils():
+    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_mib(device) -> float:
+    """Peak memory: CUDA peak allocated since the last reset, else the process's max RSS
+    (monotone over the run on a CPU)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class ScheduleRecorder:
+    """Wraps a model; records each call as (request, rows, cached, block). Set ``req`` and
+    ``P0`` before decoding a request (batch size 1)."""
+
+    def __init__(self, model, block_length: int):
+        self.model, self.B = model, block_length
+        self.req, self.P0 = 0, 0
+        self.calls: list[tuple[int, int, bool, int]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        cached = is_cached_call(cache_segments(cache, tokens.shape[0]))
+        first = int(positions.reshape(-1)[0])
+        self.calls.append((self.req, int(tokens.shape[0]), cached, (first - self.P0) // self.B))
+        return self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
+
+
+# ---------------------------------------------------------------- tiny fixtures
+
+
+def run_tiny(name, args, extract, docs):
+    model = load_model(name, device=args.device)
+    prompts = [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
+               for d in docs]
+    out, schedules = {}, {}
+    vocab = None
+    for dec in args.decoders:
+        for cache in args.caches:
+            extra = {"preset": "arith"} if dec in ("pvf", "explore") else {}
+            params = make_params(dec, gen_length=args.gen_length, block_length=args.block_length,
+                                 cache=cache, **extra)
+            if dec in ("pvf", "explore"):
+                if vocab is None:
+                    from pvf_lmeval.vocab import resolve_vocab
+                    vocab, _ = resolve_vocab("auto", tokenizer=model.tokenizer,
+                                             model_family=model.family, model_name=model.name,
+                                             task_family=params.family)
+                params = make_params(dec, gen_length=args.gen_length,
+                                     block_length=args.block_length, cache=cache,
+                                     plan_vocab=vocab, **extra)
+            rec = ScheduleRecorder(model, args.block_length)
+            reset_peak(args.device)
+            results = []
+            sync(args.device)
+            t0 = time.perf_counter()
+            for a in range(0, len(prompts), args.batch_size):
+                rec.req, rec.P0 = a, max(len(p) for p in prompts[a:a + args.batch_size])
+                results += decode_batch(rec, prompts[a:a + args.batch_size], params=params,
+                                        request_indices=list(range(a, a + args.batch_size)))
+            sync(args.device)
+            wall = time.perf_counter() - t0
+            n = len(results)
+            gen = sum(r.gen_tokens for r in results)
+            nfe = sum(r.nfe for r in results)
+            texts = [model.tokenizer.decode(r.tokens[:r.gen_tokens], skip_special_tokens=True)
+                     for r in results]
+            acc = sum(extract(t) == d["target"] for t, d in zip(texts, docs)) / n
+            out[(dec, cache)] = {
+                "tps": gen / wall, "nfe": nfe / n, "rows": sum(r.branch_rows for r in results) / n,
+                "tpf": gen / nfe, "acc": acc, "se": math.sqrt(acc * (1 - acc) / n),
+                "peak_mib": peak_mib(args.device), "wall_s": wall, "gen_tokens": gen / n}
+            schedules[f"{dec}/{cache}"] = schedule_of(rec.calls, args.block_length, len(prompts[0]))
+            if args.drift and cache != "none":      # a separate, untimed pass
+                probe = CacheDriftProbe(model)
+                for a in range(min(args.drift, len(prompts))):
+                    decode_batch(probe, prompts[a:a + 1], params=params, request_indices=[a])
+                out[(dec, cache)]["drift"] = probe.summary()
+            print(f"{name} {dec:9s} {cache:6s} {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out[(dec, cache)].items()})}",
+                  file=sys.stderr, flush=True)
+    return model, prompts, out, schedules
+
+
+def schedule_of(calls, B: int, _p0: int) -> dict:
+    """Calls per (request, block) and branch widths of a recorded run, in call order (exact with
+    batch size 1; with larger batches a pooled call counts once per batch)."""
+    per_block: dict[tuple[int, int], int] = defaultdict(int)
+    for req, _, _, blk in calls:
+        per_block[(req, blk)] += 1
+    return {"calls_per_block": list(per_block.values()), "widths": [c[1] for c in calls],
+            "cached_share": sum(c[2] for c in calls) / max(1, len(calls))}
+
+
+def table(rows: dict, title: str, device_note: str) -> str:
+    lines = [f"\n### {title}\n", device_note + "\n",
+             "| decoder | cache | tokens/s | NFE | branch rows | TPF | acc ± s.e. | peak MiB "
+             "| vs threshold+none | vs static+none |", "|" + "---|" * 10]
+    base_t = rows.get(("threshold", "none"), {}).get("tps")
+    base_s = rows.get(("static", "none"), {}).get("tps")
+    for (dec, cache), r in rows.items():
+        acc = f"{r['acc']:.3f} ± {r['se']:.3f}" if "acc" in r else "—"
+        vt = f"{r['tps'] / base_t:.2f}x" if base_t else "—"
+        vs = f"{r['tps'] / base_s:.2f}x" if base_s else "—"
+        lines.append(
+            f"| {dec} | {cache} | {r['tps']:.1f} | {r['nfe']:.2f} | {r['rows']:.2f} | {r['tpf']:.2f} "
+            f"| {acc} | {r['peak_mib']:.0f} | {vt} | {vs} |")
+    return "\n".join(lines)
+
+
+def drift_table(rows: dict, n: int) -> str:
+    lines = [f"\n### Cache drift (cached vs uncached logits of the same rows, every cached call, "
+             f"first {n} prompts)\n",
+             "| decoder | cache | cached calls | full calls | max abs | mean abs | argmax agree |",
+             "|---|---|---|---|---|---|---|"]
+    for (dec, cache), r in rows.items():
+        d = r.get("drift")
+        if d:
+            lines.append(f"| {dec} | {cache} | {d['cached_calls']} | {d['full_calls']} "
+                         f"| {d['max_abs']:.3f} | {d['mean_abs']:.4f} | {d['argmax_agree']:.4f} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- one call vs width
+
+
+def time_call(model, prompt_len: int, L: int, B: int, width: int, cache: str, reps: int,
+              device) -> float:
+    """Median seconds of one model call on ``width`` rows (block 0 active; block 0 half filled).
+    ``cache=dual``: a cached call recomputing block 0 (the cache built once, not timed)."""
+    g = torch.Generator().manual_seed(0)
+    V = min(model.decodable, model.vocab_size) - 2
+    y = torch.cat([torch.randint(4, V, (prompt_len,), generator=g),
+                   torch.full((L,), model.mask_id)]).to(device)
+    y[prompt_len:prompt_len + B // 2] = torch.randint(4, V, (B // 2,), generator=g).to(device)
+    rows = y.unsqueeze(0).repeat(width, 1)
+    for i in range(1, width):
+        rows[i, prompt_len + B // 2 + (i - 1) % (B // 2)] = 5
+    c = None
+    if cache == "dual":
+        c = KVCache("dual", prompt_len=prompt_len, gen_length=L, block_length=B,
+                    mask_id=model.mask_id, reveal_next=0, device=device)
+        c.span, c._rows = None, y[prompt_len:].unsqueeze(0)
+        model.logits(y.unsqueeze(0), torch.arange(prompt_len, prompt_len + 2 * B, device=device),
+                     cache=c)
+        c.commit(y[prompt_len:])
+        c.span = (prompt_len, prompt_len + B)
+        positions = torch.arange(prompt_len, prompt_len + B, device=device)
+    else:
+        positions = torch.arange(prompt_len, prompt_len + 2 * B, device=device)
+    times = []
+    for _ in range(reps + 1):
+        sync(device)
+        t0 = time.perf_counter()
+        model.logits(rows, positions, cache=c)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def width_table(model, prompt_len: int, L: int, B: int, reps: int, device, label: str) -> str:
+    t = {(w, c): time_call(model, prompt_len, L, B, w, c, reps, device)
+         for c in ("none", "dual") for w in WIDTHS}
+    lines = [f"\n### One call vs branch width: {label}\n",
+             f"prompt length {prompt_len}, gen_length {L}, block {B} (canvas {prompt_len + L} "
+             f"tokens); dual = a cached call recomputing one block; median of {reps}\n",
+             "| width | none ms | none vs width 1 | dual ms | dual vs width 1 | dual vs none |",
+             "|---|---|---|---|---|---|"]
+    for w in WIDTHS:
+        lines.append(f"| {w} | {t[w, 'none'] * 1e3:.2f} | {t[w, 'none'] / t[1, 'none']:.2f}x "
+                     f"| {t[w, 'dual'] * 1e3:.2f} | {t[w, 'dual'] / t[1, 'dual']:.2f}x "
+                     f"| {t[w, 'dual'] / t[w, 'none']:.2f}x |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- real shapes (replay)
+
+
+def random_model(shape: str, device, dtype) -> DiffusionLM:
+    cfg, shift = SHAPES[shape]
+    with torch.device("meta"):
+        net = BidirectionalTransformer(cfg)
+    net = net.to(dtype).to_empty(device=device)      # allocate in the target dtype directly
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    V = cfg.vocab_size
+    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=shift,
+                       decodable=V, family=shape.split("-")[0], name=f"random {shape}")
+
+
+def replay_schedule(sched: dict, dec: str, mode: str, L: int, B: int) -> list[list[int]]:
+    """Per block, the branch widths of its calls, cycling the recorded calls-per-block and
+    widths; ``paper`` mode overrides pvf's and static's call counts."""
+    nb = L // B
+    cpb, widths = sched["calls_per_block"], sched["widths"]
+    out, w = [], 0
+    for b in range(nb):
+        if mode == "paper" and dec == "pvf":
+            total = round(PAPER_PVF_CALLS_PER_512 * L / 512)
+            k = total // nb + (1 if b < total % nb else 0)
+        elif mode == "paper" and dec == "static":
+            k = B
+        else:
+            k = cpb[b % len(cpb)]
+        out.append([widths[(w + i) % len(widths)] for i in range(max(1, k))])
+        w += k
+    return out
+
+
+def replay(model, blocks: list[list[int]], cache: str, prompt_len: int, L: int, B: int, device,
+           reveal: bool = False) -> float:
+    """Seconds to run one request's replayed calls (random canvases, the real call shapes)."""
+    g = torch.Generator().manual_seed(1)
+    V = model.vocab_size - 3
+    y = torch.cat([torch.randint(4, V, (prompt_len,), generator=g),
+                   torch.full((L,), model.mask_id)]).to(device)
+    c = None
+    if cache != "none":
+        c = KVCache(cache, prompt_len=prompt_len, gen_length=L, block_length=B,
+                    mask_id=model.mask_id, reveal_next=0, device=device)
+    sync(device)
+    t0 = time.perf_counter()
+    for b, widths in enumerate(blocks):
+        s0 = prompt_len + b * B
+        for i, w in enumerate(widths):
+            rows = y.unsqueeze(0).expand(w, -1)
+            full = c is None or i == 0
+            hi = min(prompt_len + L, s0 + 2 * B)
+            if c is not None:
+                if full:
+                    c.span, c._rows = None, y[prompt_len:].unsqueeze(0).expand(w, -1)
+                else:
+                    c.span = (s0, prompt_len + L if cache == "prefix" else s0 + B)
+                    hi = s0 + 2 * B if cache == "prefix" else s0 + B
+                    hi = min(hi, prompt_len + L)
+            model.logits(rows, torch.arange(s0, hi, device=device), cache=c)
+            if c is not None and full:
+                c.commit(y[prompt_len:])
+            # commit a share of the block so that later canvases differ
+            k = max(1, B // len(widths))
+            y[s0 + i * k: s0 + min(B, (i + 1) * k)] = 7
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def run_shape(args, schedules: dict, schedule_label: str) -> str:
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = random_model(args.shape, device, dtype)
+    L, B, P = args.shape_gen_length, args.shape_block_length, args.prompt_len
+    rows = {}
+    for dec in args.decoders:
+        for cache in args.caches:
+            key = f"{dec}/{cache}"
+            sched = schedules.get(key) or schedules.get(f"{dec}/none")
+            if sched is None:
+                print(f"no schedule for {key}; skipped", file=sys.stderr)
+                continue
+            blocks = replay_schedule(sched, dec, args.schedule, L, B)
+            replay(model, blocks[:1], cache, P, L, B, device)         # warm-up
+            reset_peak(device)
+            secs = [replay(model, blocks, cache, P, L, B, device) for _ in range(args.shape_reps)]
+            wall = statistics.median(secs)
+            nfe = sum(len(b) for b in blocks)
+            rows[(dec, cache)] = {"tps": L / wall, "nfe": nfe,
+                                  "rows": sum(sum(b) for b in blocks), "tpf": L / nfe,
+                                  "peak_mib": peak_mib(device), "wall_s": wall}
+            print(f"{args.shape} {key}: {rows[(dec, cache)]}", file=sys.stderr, flush=True)
+    note = (f"random {args.shape} ({dtype}, {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}); "
+            f"prompt {P}, gen_length {L}, block {B}; schedule: {schedule_label}; every request "
+            f"taken to produce {L} tokens; median of {args.shape_reps}")
+    out = table(rows, f"Replayed schedules on the {args.shape} shape", note)
+    out += "\n" + width_table(model, P, L, B, args.width_reps, device, f"random {args.shape}")
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fixtures", nargs="+", default=None,
+                    help="default: tiny-llada and tiny-dream (those with weights)")
+    ap.add_argument("--limit", type=int, default=32, help="held-out arith items")
+    ap.add_argument("--gen-length", type=int, default=96)
+    ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--decoders", nargs="+", default=list(DECODERS),
+                    choices=DECODERS + ("explore",))
+    ap.add_argument("--caches", nargs="+", default=list(CACHES), choices=CACHES)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default=None, help="default: cuda with --shape, else cpu")
+    ap.add_argument("--width-reps", type=int, default=20)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None)
+    ap.add_argument("--schedule", choices=("tiny", "paper"), default="tiny")
+    ap.add_argument("--schedule-file", type=Path, default=None,
+                    help="schedules recorded by a tiny run (written by a tiny run, read with --shape)")
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--shape-gen-length", type=int, default=512)
+    ap.add_argument("--shape-block-length", type=int, default=64)
+    ap.add_argument("--shape-reps", type=int, default=3)
+    ap.add_argument("--drift", type=int, default=0, metavar="N",
+                    help="also measure the cache's logit drift on the first N prompts (untimed)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.device is None:
+        args.device = "cuda" if args.shape and args.shape != "tiny-random" else "cpu"
+    if args.shape and args.shape != "tiny-random" and not torch.cuda.is_available():
+        sys.exit(f"--shape {args.shape} needs a CUDA GPU (bf16); none is visible here")
+    raw: dict = {}
+    schedules: dict = {}
+    if args.shape and args.schedule_file and args.schedule_file.exists():
+        schedules = json.loads(args.schedule_file.read_text())
+        label = f"{args.schedule} (recorded tiny-fixture schedules from {args.schedule_file})"
+    else:
+        fixtures = args.fixtures or [f for f in ("tiny-llada", "tiny-dream")
+                                     if (FIXTURES_DIR / f / "model.safetensors").exists()]
+        docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
+        docs = docs[:args.limit]
+        extract = arith_utils().extract_answer
+        tiny_device = "cpu" if args.shape else args.device
+        saved, args.device = args.device, tiny_device
+        print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block "
+              f"{args.block_length}; batch size {args.batch_size}; torch threads "
+              f"{torch.get_num_threads()}; device {tiny_device}", flush=True)
+        for name in fixtures:
+            model, prompts, rows, sched = run_tiny(name, args, extract, docs)
+            raw[name] = {f"{d}/{c}": r for (d, c), r in rows.items()}
+            schedules = schedules or sched
+            raw[f"{name}/schedules"] = sched
+            note = (f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block "
+                    f"{args.block_length}, batch size {args.batch_size}, {tiny_device}, "
+                    f"{torch.get_num_threads()} thread(s); peak = process max RSS on a CPU")
+            print(table(rows, f"{name}: decoder x cache", note), flush=True)
+            if args.drift:
+                print(drift_table(rows, args.drift), flush=True)
+            P = round(statistics.mean(len(p) for p in prompts))
+            print(width_table(model, P, args.gen_length, args.block_length, args.width_reps,
+                              tiny_device, name), flush=True)
+        args.device = saved
+        label = f"{args.schedule} (recorded from this run's tiny-fixture decoding)"
+        if args.schedule_file and not args.shape:
+            args.schedule_file.write_text(json.dumps(schedules) + "\n")
+            print(f"\nschedules written to {args.schedule_file}")
+    if args.shape:
+        print(run_shape(args, schedules, label), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

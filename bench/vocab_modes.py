@@ -1,0 +1,211 @@
+"""Planning vocabularies side by side: none, heuristic, hand-written, calibrated, online.
+
+On the held-out `arith` set of each tiny fixture, PVF (`arith` preset: the paper's math-word
+defaults) with the planning vocabulary from:
+
+    none               planning off (the AR fallback still runs)
+    heuristic          the family's uncalibrated 8B heuristic artifact, resolved by string
+    hand-written       the fixture's hand-written artifact
+    calibrated         the fixture's pvf-calibrate artifact
+    online cold p1/p2  vocab=online from empty statistics: first pass over the set (learning as
+                       it goes), then a second pass continuing from the first pass's statistics
+    online seeded      vocab=online seeded from the calibrated artifact, one pass
+
+Online statistics are updated between requests (batch size 1; --batch to change), in the set's
+order. Per row: accuracy, mean NFE, mean branch rows, share of committed tokens from the planning
+route, planning verification pass rate (verified candidates passing / tried), eligible vocabulary
+size at the end, wall ms per request. Also measures the extra cost of the entropies the online
+mode computes in its planning calls (same rows, with and without them).
+
+    python bench/vocab_modes.py                        # both fixtures, all 1,000 items
+    python bench/vocab_modes.py --limit 200 --fixtures tiny-llada
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoding import decode, make_params  # noqa: E402
+from pvf_lmeval.decoding.online import OnlineVocab  # noqa: E402
+from pvf_lmeval.models import load_model  # noqa: E402
+from pvf_lmeval.paths import vocab_artifacts_dir  # noqa: E402
+from pvf_lmeval.vocab import artifact_statistics, load_artifact, resolve_artifact  # noqa: E402
+
+HEURISTIC = {"llada": "llada-8b-instruct", "dream": "dream-v0-instruct-7b"}
+
+
+def arith_utils():
+    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_pass(model, prompts, targets, extract, params, online=None, batch=1):
+    eos = set(model.eos_ids)
+    tot = dict(correct=0, nfe=0, rows=0, committed=0, plan=0, ar=0, tried=0, passed=0, wall=0.0)
+    for i, (p, target) in enumerate(zip(prompts, targets)):
+        if online is not None and i and i % batch == 0:
+            online.update()
+        t0 = time.perf_counter()
+        out = decode(model, p, params=params, request_index=i, online=online)
+        tot["wall"] += time.perf_counter() - t0
+        ids = out.tokens
+        cut = next((k for k, t in enumerate(ids) if t in eos), len(ids))
+        tot["correct"] += extract(model.tokenizer.decode(ids[:cut], skip_special_tokens=True)) == target
+        tot["nfe"] += out.nfe
+        tot["rows"] += out.branch_rows
+        tot["committed"] += out.committed
+        tot["plan"] += out.tokens_plan
+        tot["ar"] += out.tokens_ar
+        tot["tried"] += out.plan_tried
+        tot["passed"] += out.plan_passed
+    if online is not None:
+        online.update()
+    n = len(prompts)
+    acc = tot["correct"] / n
+    return {"acc": acc, "se": math.sqrt(acc * (1 - acc) / n), "nfe": tot["nfe"] / n,
+            "rows": tot["rows"] / n, "plan_share": tot["plan"] / max(tot["committed"], 1),
+            "ar_share": tot["ar"] / max(tot["committed"], 1),
+            "pass_rate": tot["passed"] / tot["tried"] if tot["tried"] else float("nan"),
+            "tried": tot["tried"] / n, "wall_ms": 1000 * tot["wall"] / n}
+
+
+def entropy_cost(model, prompts, params, reps=30):
+    """ms per planning-shaped call (1 + width rows) with and without the entropies."""
+    from pvf_lmeval.decoding.context import Ctx
+
+    p = torch.tensor(prompts[0], device=model.device)
+    ctx = Ctx(model, p, params)
+    y = torch.cat([p, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long, device=p.device)])
+    rows = y.unsqueeze(0).repeat(1 + params.width, 1)
+    out = {}
+    for flag in (False, True, False, True):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            ctx.forward(rows, entropy=flag)
+        out[flag] = 1000 * (time.perf_counter() - t0) / reps
+    return {"call_ms": out[False], "call_ms_with_entropy": out[True],
+            "overhead": out[True] / out[False] - 1}
+
+
+def save_online(args, online, tok, model, name, label) -> None:
+    if args.save_online is None:
+        return
+    from pvf_lmeval.vocab import online_artifact, save_artifact
+
+    art = online_artifact(online, tok, model_family=model.family, task_family="math-word",
+                          model_name=name)
+    save_artifact(art, args.save_online / f"{name}.math-word.online-{label}.json")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fixtures", nargs="+", default=["tiny-llada", "tiny-dream"])
+    ap.add_argument("--limit", type=int, default=None, help="first N held-out items (default: all)")
+    ap.add_argument("--gen-length", type=int, default=96)
+    ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=1, help="online: requests between updates")
+    ap.add_argument("--level", type=float, default=0.2, help="online: Beta lower-bound quantile")
+    ap.add_argument("--explore", type=int, default=1, help="online: reserved exploration slots")
+    ap.add_argument("--explore-max", type=int, default=30, help="online: events before exploration stops")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", nargs="+", default=None, help="row labels to run")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    ap.add_argument("--save-online", type=Path, default=None,
+                    help="folder: write the learned online statistics as artifacts (for audit)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    utils = arith_utils()
+    docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
+    docs = docs[: args.limit] if args.limit else docs
+    print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
+          f"{args.block_length}; online: batch {args.batch}, level {args.level}, explore "
+          f"{args.explore}, explore_max {args.explore_max}; torch threads "
+          f"{torch.get_num_threads()}; device cpu\n", flush=True)
+    header = ("| fixture | vocabulary | accuracy | ± s.e. | NFE | branch rows | plan share "
+              "| plan pass rate | tried/request | eligible | ms/request |")
+    lines = [header, "|" + "---|" * 11]
+    raw = {}
+    online_kw = dict(level=args.level, explore=args.explore, explore_max=args.explore_max)
+    for name in args.fixtures:
+        model = load_model(name)
+        tok = model.tokenizer
+        prompts = [tok.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
+                   for d in docs]
+        targets = [d["target"] for d in docs]
+        base = make_params("pvf", preset="arith", gen_length=args.gen_length,
+                           block_length=args.block_length)
+        arts = vocab_artifacts_dir()
+        art = {
+            "heuristic": load_artifact(arts / f"{HEURISTIC[model.family]}.math-word.heuristic.json"),
+            "hand-written": load_artifact(arts / f"{name}.math-word.hand-written.json"),
+            "calibrated": load_artifact(arts / f"{name}.math-word.calibrated.json"),
+        }
+        ids = {k: resolve_artifact(a, tok, model.family) for k, a in art.items()}
+        size = model.vocab_size
+        results = {}
+
+        def want(label):
+            return args.only is None or label in args.only
+
+        def row(label, params, online=None, eligible=None):
+            r = run_pass(model, prompts, targets, utils.extract_answer, params, online, args.batch)
+            r["eligible"] = len(online.eligible_ids()) if online is not None else eligible
+            results[label] = r
+            print(f"{name} {label}: {r}", file=sys.stderr, flush=True)
+
+        if want("none"):
+            row("none", base, eligible=0)
+        for k in ("heuristic", "hand-written", "calibrated"):
+            if want(k):
+                row(k, make_params("pvf", preset="arith", gen_length=args.gen_length,
+                                   block_length=args.block_length, plan_vocab=ids[k]),
+                    eligible=len(ids[k]))
+        if want("online cold p1") or want("online cold p2"):
+            ov = OnlineVocab(size, **online_kw)
+            row("online cold p1", base, ov)
+            save_online(args, ov, tok, model, name, "cold-p1")
+            row("online cold p2", base, ov)
+            save_online(args, ov, tok, model, name, "cold-p2")
+        if want("online seeded"):
+            ov = OnlineVocab(size, **online_kw)
+            ov.seed(artifact_statistics(art["calibrated"], tok, model.family))
+            results_seed_eligible = len(ov.eligible_ids())
+            row("online seeded", base, ov)
+            save_online(args, ov, tok, model, name, "seeded")
+            results["online seeded"]["eligible_at_start"] = results_seed_eligible
+        results["_entropy_cost"] = entropy_cost(model, prompts, base)
+        print(f"{name} entropy cost: {results['_entropy_cost']}", file=sys.stderr, flush=True)
+        for label, r in results.items():
+            if label.startswith("_"):
+                continue
+            pr = "—" if math.isnan(r["pass_rate"]) else f"{r['pass_rate']:.3f}"
+            lines.append(
+                f"| {name} | {label} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} "
+                f"| {r['rows']:.2f} | {r['plan_share']:.3f} | {pr} | {r['tried']:.2f} "
+                f"| {r['eligible']} | {r['wall_ms']:.1f} |")
+        raw[name] = results
+    print("\n".join(lines))
+    for name, results in raw.items():
+        c = results["_entropy_cost"]
+        print(f"\n{name}: a planning call of {1 + base.width} rows takes {c['call_ms']:.2f} ms, "
+              f"{c['call_ms_with_entropy']:.2f} ms with the online mode's entropies "
+              f"(+{100 * c['overhead']:.1f}%)")
+    if args.json:
+        args.json.write_text(json.dumps(raw, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

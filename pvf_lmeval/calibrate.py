@@ -1,0 +1,621 @@
+"""``pvf-calibrate``: build a calibrated planning vocabulary (SPEC "Planning vocabulary").
+
+    pvf-calibrate --model tiny-llada --data arith --family math-word \\
+        --gen-length 96 --block-length 32 --out vocab_artifacts/tiny-llada.math-word.calibrated.json
+
+Runs threshold decoding (the base rule) on unlabeled calibration prompts. At every step, for every
+position i of W_t \\ S_base whose confidence lies in the calibration band [0.15, 0.25), it builds
+z_plan = z_base + ŷ_i (never committed) and measures, from the same batched call that yields the
+stats of z_base (further calls of at most ``--width`` rows when there are more candidates):
+
+    A   = 1 iff S_imp \\ {i} is non-empty and argmax(z_plan) = argmax(z_base) on it, where
+          S_imp = positions of W_t masked in z_base with max prob under z_base >= tau_high
+    VIG = A * mean over R of (H_r(z_base) - H_r(z_plan)), R = W_t masked in z_base minus i
+
+and aggregates per token v = ŷ_i: n_v events, m_v events with a non-empty S_imp \\ {i},
+r_v = sum A / m_v (0 if m_v = 0), VIG_v = sum VIG / n_v. Tokens with n_v >= 50, m_v >= 20,
+r_v >= 0.9 and VIG_v >= 0.03 (all options) are kept.
+
+Resumable: the running totals are written to ``OUT.partial`` every ``--save-every`` prompts and
+on Ctrl-C; the same command continues from there (prompts are independent and processed in
+order, so a resumed run gives exactly the result of an uninterrupted one). ``--restart``
+discards a partial state.
+
+Data: ``--data FILE.jsonl`` (field ``prompt``, or ``question`` formatted as
+``Question: {question}\\nAnswer:``, or ``--template``/``--prompt-field``) or ``--data TASK``: a task
+folder of this package with ``data/calibration.jsonl`` (prompts via the task's ``doc_to_text``),
+else an lm-eval task's training (or validation) split, never its test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .vocab import FORMAT_VERSION, TASK_FAMILIES, tokenizer_hash
+
+DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
+
+
+class CalibrationError(ValueError):
+    """Bad input to the calibration; the message is one line naming the file and the problem."""
+
+
+@dataclass(frozen=True)
+class CalibConfig:
+    """What a calibration measures (part of the resume fingerprint) and how it filters (not)."""
+
+    gen_length: int = 256
+    block_length: int = 32
+    threshold: float = 0.9
+    band: tuple[float, float] = (0.15, 0.25)
+    reveal_next: int = 0
+    early_stop: bool = True
+    width: int = 16              # rows per model call (z_base + candidates)
+    min_n: int = 50
+    min_m: int = 20
+    rho_ver: float = 0.9
+    gamma_vig: float = 0.03
+
+    def measurement(self) -> dict:
+        d = asdict(self)
+        for k in ("min_n", "min_m", "rho_ver", "gamma_vig"):
+            d.pop(k)
+        d["band"] = list(self.band)
+        return d
+
+    def filters(self) -> dict:
+        return {"min_n": self.min_n, "min_m": self.min_m, "rho_ver": self.rho_ver,
+                "gamma_vig": self.gamma_vig}
+
+
+# ---------------------------------------------------------------- tallies
+
+
+@dataclass
+class Tally:
+    """Per-token sums: ``stats[id] = [n, m, sum A, sum VIG]`` plus run counters."""
+
+    stats: dict[int, list[float]] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=lambda: {
+        "prompts": 0, "steps": 0, "calls": 0, "rows": 0, "events": 0, "nonvacuous": 0,
+        "passed": 0})
+
+    def add(self, other: "Tally") -> None:
+        for tok, vals in other.stats.items():
+            cur = self.stats.setdefault(tok, [0.0, 0.0, 0.0, 0.0])
+            for i in range(4):
+                cur[i] += vals[i]
+        for k, v in other.counters.items():
+            self.counters[k] = self.counters.get(k, 0) + v
+
+    def to_json(self) -> dict:
+        return {"stats": {str(k): v for k, v in sorted(self.stats.items())},
+                "counters": self.counters}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Tally":
+        return cls({int(k): [float(x) for x in v] for k, v in d["stats"].items()},
+                   dict(d["counters"]))
+
+
+def calibrate_prompt(model, prompt_ids, cfg: CalibConfig) -> Tally:
+    """Threshold-decode one prompt and measure every in-band candidate of every step."""
+    from .decoding.common import threshold_select
+    from .decoding.context import Ctx
+    from .decoding.params import make_params
+
+    params = make_params("threshold", gen_length=cfg.gen_length, block_length=cfg.block_length,
+                         threshold=cfg.threshold, early_stop=cfg.early_stop)
+    dev = torch.device(getattr(model, "device", None) or "cpu")
+    prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=dev).reshape(-1)
+    ctx = Ctx(model, prompt, params)
+    lo, hi = cfg.band
+    y = torch.cat([prompt, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long, device=dev)])
+    st = ctx.forward(y.unsqueeze(0)).row(0)
+    toks, nonvacs, passes, vigs = [], [], [], []
+    steps = 0
+    while True:
+        steps += 1
+        yg = ctx.gen(y)
+        W = ctx.working_set(yg, cfg.reveal_next)
+        sel, _ = threshold_select(st.conf, W, cfg.threshold)
+        zb = torch.where(sel, st.tok, yg)
+        z_base = ctx.with_gen(y, zb)
+        if ctx.finished(zb):
+            break
+        cand = W & ~sel & (st.conf >= lo) & (st.conf < hi)
+        pos = torch.nonzero(cand).flatten()                          # all candidates, by position
+        k = int(pos.numel())
+        rows = z_base.unsqueeze(0).repeat(k + 1, 1)
+        j = torch.arange(1, k + 1, device=dev)
+        rows[j, ctx.P0 + pos] = st.tok[pos]
+        chunks = [ctx.forward(rows[a:a + cfg.width], entropy=True)
+                  for a in range(0, k + 1, cfg.width)]
+        base = chunks[0].row(0)
+        if k:
+            cand_tok = torch.cat([c.tok for c in chunks])[1:]          # [k, L]
+            cand_ent = torch.cat([c.ent for c in chunks])[1:]
+            own = torch.zeros((k, ctx.L), dtype=torch.bool, device=dev)
+            own[j - 1, pos] = True
+            masked_b = W & (zb == ctx.mask_id)
+            imp_j = (masked_b & (base.pmax >= cfg.threshold)).unsqueeze(0) & ~own
+            nonvac = imp_j.any(-1)
+            A = nonvac & ((cand_tok == base.tok.unsqueeze(0)) | ~imp_j).all(-1)
+            R = masked_b.unsqueeze(0) & ~own
+            dH = torch.where(R, base.ent.unsqueeze(0) - cand_ent, torch.zeros_like(cand_ent))
+            vig = A * dH.sum(-1) / R.sum(-1).clamp(min=1)
+            toks.append(st.tok[pos])
+            nonvacs.append(nonvac)
+            passes.append(A)
+            vigs.append(vig)
+        y, st = z_base, base
+    out = Tally()
+    out.counters.update(prompts=1, steps=steps, calls=ctx.nfe, rows=ctx.rows)
+    if toks:
+        tok = torch.cat(toks).cpu()
+        vals = torch.stack([torch.ones(tok.numel(), dtype=torch.float64),
+                            torch.cat(nonvacs).cpu().double(), torch.cat(passes).cpu().double(),
+                            torch.cat(vigs).cpu().double()], dim=1)        # [E, 4]
+        uniq, inv = torch.unique(tok, return_inverse=True)
+        sums = torch.zeros((uniq.numel(), 4), dtype=torch.float64).index_add_(0, inv, vals)
+        out.stats = {int(t): s for t, s in zip(uniq.tolist(), sums.tolist())}
+        tot = vals.sum(0).tolist()
+        out.counters.update(events=tot[0], nonvacuous=tot[1], passed=tot[2])
+    return out
+
+
+def token_records(tally: Tally, tokenizer) -> list[dict]:
+    """Every measured token with its statistics, by id."""
+    ids = sorted(tally.stats)
+    strings = tokenizer.convert_ids_to_tokens(ids) if ids else []
+    out = []
+    for i, s in zip(ids, strings):
+        n, m, a, g = tally.stats[i]
+        out.append({"id": i, "string": s, "n": int(n), "m": int(m), "r": a / m if m else 0.0,
+                    "vig": g / n if n else 0.0, "a_sum": a, "vig_sum": g})
+    return out
+
+
+def apply_filters(records: list[dict], cfg: CalibConfig, near: float = 0.5
+                  ) -> tuple[list[dict], list[dict]]:
+    """(kept, rejected near the thresholds). A rejected token is "near" when it fails at least one
+    filter but reaches ``near`` of every count/gain threshold and ``rho_ver - (1 - near) / 5`` of
+    the pass-rate one; its record lists the filters it failed."""
+    kept, close = [], []
+    for r in records:
+        failed = [name for name, ok in (("n", r["n"] >= cfg.min_n), ("m", r["m"] >= cfg.min_m),
+                                        ("r", r["r"] >= cfg.rho_ver),
+                                        ("vig", r["vig"] >= cfg.gamma_vig)) if not ok]
+        if not failed:
+            kept.append(r)
+        elif (r["n"] >= near * cfg.min_n and r["m"] >= near * cfg.min_m
+              and r["r"] >= cfg.rho_ver - (1 - near) / 5 and r["vig"] >= near * cfg.gamma_vig):
+            close.append(dict(r, failed=failed))
+    return kept, close
+
+
+# ---------------------------------------------------------------- data
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise CalibrationError(f"calibration data {path}: unreadable ({exc.strerror or exc})") from None
+    docs = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"calibration data {path}: line {n} is not JSON ({exc.msg})") from None
+        if not isinstance(doc, dict):
+            raise CalibrationError(f"calibration data {path}: line {n} is not a JSON object")
+        docs.append(doc)
+    if not docs:
+        raise CalibrationError(f"calibration data {path}: no records")
+    return docs
+
+
+def prompts_from_docs(docs: list[dict], where: str, *, template: str | None = None,
+                      prompt_field: str | None = None) -> tuple[list[str], str]:
+    """Prompt strings of JSONL records and the description of how they were made."""
+    if prompt_field is None and template is None:
+        if "prompt" in docs[0]:
+            prompt_field = "prompt"
+        elif "question" in docs[0]:
+            template = DEFAULT_TEMPLATE
+        else:
+            raise CalibrationError(f"calibration data {where}: records have no prompts (no 'prompt' "
+                                   f"or 'question' field; pass --prompt-field or --template)")
+    out = []
+    for n, doc in enumerate(docs, 1):
+        try:
+            text = doc[prompt_field] if prompt_field else template.format(**doc)
+        except KeyError as exc:
+            raise CalibrationError(f"calibration data {where}: record {n} has no {exc.args[0]!r} "
+                                   "field (no prompt)") from None
+        if not isinstance(text, str) or not text.strip():
+            raise CalibrationError(f"calibration data {where}: record {n} has an empty prompt")
+        out.append(text)
+    how = f"field {prompt_field!r}" if prompt_field else f"template {template!r}"
+    return out, how
+
+
+def _sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_prompts(data: str, *, template: str | None = None, prompt_field: str | None = None
+                 ) -> tuple[list[str], dict]:
+    """Calibration prompts and a description of the data (for the artifact and the fingerprint)."""
+    path = Path(data).expanduser()
+    if data.endswith(".jsonl") or path.is_file():
+        if not path.is_file():
+            raise CalibrationError(f"calibration data {path}: no such file")
+        prompts, how = prompts_from_docs(_read_jsonl(path), str(path), template=template,
+                                         prompt_field=prompt_field)
+        return prompts, {"source": "file", "path": str(path), "sha256": _sha256(path),
+                         "prompt": how}
+    from .paths import tasks_dir
+
+    folder = tasks_dir() / data
+    cal = folder / "data" / "calibration.jsonl"
+    if cal.is_file():
+        docs = _read_jsonl(cal)
+        if template is None and prompt_field is None:
+            prompts, how = _task_prompts(folder, docs, str(cal))
+        else:
+            prompts, how = prompts_from_docs(docs, str(cal), template=template,
+                                             prompt_field=prompt_field)
+        rel = f"tasks/{data}/data/calibration.jsonl"
+        return prompts, {"source": f"task:{data}", "path": rel, "sha256": _sha256(cal),
+                         "prompt": how}
+    return _lm_eval_prompts(data)
+
+
+def _task_prompts(folder: Path, docs: list[dict], where: str) -> tuple[list[str], str]:
+    import jinja2
+    import yaml
+
+    text = None
+    for y in sorted(folder.glob("*.yaml")):
+        for line in y.read_text().splitlines():
+            if line.startswith("doc_to_text:"):
+                text = yaml.safe_load(line.split(":", 1)[1])
+    if not text:
+        return prompts_from_docs(docs, where)
+    tpl = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(text)
+    out = []
+    for n, doc in enumerate(docs, 1):
+        try:
+            out.append(tpl.render(**doc))
+        except jinja2.UndefinedError as exc:
+            raise CalibrationError(f"calibration data {where}: record {n}: {exc.message} "
+                                   "(no prompt)") from None
+    return out, f"task doc_to_text {text!r}"
+
+
+def _tasks_of(obj) -> list:
+    """Task objects of an lm-eval task or (nested) group, in order."""
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tasks_of(v)]
+    return [obj]
+
+
+def _lm_eval_prompts(spec: str) -> tuple[list[str], dict]:
+    """Prompts of an lm-eval task or group ``TASK`` or ``TASK:SPLIT``: its training split, else its
+    validation split, or SPLIT; never the split the task evaluates on (its test split)."""
+    task, _, split = spec.partition(":")
+    try:
+        from lm_eval.tasks import TaskManager
+
+        tm = TaskManager()
+        if task not in tm.all_subtasks and task not in tm.all_groups:
+            raise CalibrationError(f"--data {spec!r}: neither a .jsonl file, a task folder of "
+                                   "pvf-lmeval with data/calibration.jsonl, nor an lm-eval task")
+        tasks = _tasks_of(tm.load_task_or_group([task]))
+    except CalibrationError:
+        raise
+    except Exception as exc:  # network, dataset scripts: one line
+        raise CalibrationError(f"--data {spec!r}: could not load the lm-eval task "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                               ) from None
+    prompts, used = [], []
+    for t in tasks:
+        cfg = t.config
+        # lm-eval evaluates on the test split, or on the validation split when there is none
+        test = getattr(cfg, "test_split", None) or getattr(cfg, "validation_split", None)
+        if split:
+            if split == test:
+                raise CalibrationError(f"--data {spec!r}: {split!r} is the split {t.config.task} is "
+                                       "evaluated on; calibration never uses evaluation data")
+            if split not in t.dataset:
+                raise CalibrationError(f"--data {spec!r}: {t.config.task} has no split {split!r} "
+                                       f"(has {', '.join(t.dataset)})")
+            name, docs = split, t.dataset[split]
+        elif t.has_training_docs():
+            name, docs = "train", t.training_docs()
+        elif t.has_validation_docs() and getattr(cfg, "validation_split", None) != test:
+            name, docs = "validation", t.validation_docs()
+        else:
+            raise CalibrationError(f"--data {spec!r}: {t.config.task} has no training split and no "
+                                   "validation split apart from its evaluation split; pass TASK:SPLIT "
+                                   "or a .jsonl file (calibration never uses evaluation data)")
+        prompts += [t.doc_to_text(d) for d in docs]
+        used.append(f"{t.config.task}:{name}")
+    if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise CalibrationError(f"--data {spec!r}: the chosen split yields no prompts")
+    return prompts, {"source": f"lm-eval:{spec}", "splits": used, "prompt": "task doc_to_text"}
+
+
+# ---------------------------------------------------------------- the run
+
+
+def config_hash(model) -> str:
+    cfg = getattr(model, "config", None) or {}
+    return "sha256:" + hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint(model_desc: dict, data_desc: dict, n_prompts: int, cfg: CalibConfig,
+                chat: bool) -> str:
+    blob = json.dumps([model_desc, data_desc, n_prompts, cfg.measurement(), chat], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def load_state(state_path: Path, fp: str) -> tuple[int, Tally, float]:
+    """(prompts done, totals, seconds spent) from a partial state, or a fresh start."""
+    if not state_path.exists():
+        return 0, Tally(), 0.0
+    try:
+        st = json.loads(state_path.read_text())
+        done, tally, spent = int(st["done"]), Tally.from_json(st["tally"]), float(st["elapsed_s"])
+        stored = st["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CalibrationError(f"partial state {state_path}: unreadable ({type(exc).__name__}); "
+                               "delete it or pass --restart") from None
+    if stored != fp:
+        raise CalibrationError(f"partial state {state_path}: written for another model, data or "
+                               "measurement settings; delete it or pass --restart")
+    return done, tally, spent
+
+
+def run_calibration(model, prompts_ids: list[list[int]], cfg: CalibConfig, *,
+                    state_path: Path | None = None, fp: str = "", save_every: int = 20,
+                    stop_after: int | None = None, progress: bool = True
+                    ) -> tuple[Tally, bool, float]:
+    """Calibrate over ``prompts_ids`` in order, resuming from ``state_path`` if it holds a state.
+
+    Returns (totals, finished, seconds spent in total). ``stop_after``: stop (as if interrupted)
+    once that many prompts are done in this call; the state is saved.
+    """
+    from tqdm import tqdm
+
+    done, tally, spent = (load_state(state_path, fp) if state_path else (0, Tally(), 0.0))
+    t0 = time.perf_counter()
+
+    def save():
+        if state_path is not None:
+            _write_json(state_path, {"fingerprint": fp, "done": done, "tally": tally.to_json(),
+                                     "elapsed_s": spent + time.perf_counter() - t0})
+
+    bar = tqdm(total=len(prompts_ids), initial=done, disable=not progress, desc="pvf-calibrate",
+               unit="prompt", dynamic_ncols=True)
+    this_call = 0
+    try:
+        with torch.no_grad():
+            while done < len(prompts_ids):
+                if stop_after is not None and this_call >= stop_after:
+                    save()
+                    return tally, False, spent + time.perf_counter() - t0
+                tally.add(calibrate_prompt(model, prompts_ids[done], cfg))
+                done += 1
+                this_call += 1
+                bar.update(1)
+                c = tally.counters
+                bar.set_postfix(events=int(c["events"]), tokens=len(tally.stats),
+                                pass_rate=f"{c['passed'] / max(c['nonvacuous'], 1):.2f}")
+                if done % save_every == 0:
+                    save()
+    except KeyboardInterrupt:
+        save()
+        bar.close()
+        raise
+    bar.close()
+    return tally, True, spent + time.perf_counter() - t0
+
+
+def build_artifact(tally: Tally, cfg: CalibConfig, *, tokenizer, model_family: str,
+                   task_family: str, model_name: str, model_config_hash: str,
+                   data_desc: dict, n_prompts: int, chat: bool, runtime_s: float,
+                   command: str = "") -> dict:
+    records = token_records(tally, tokenizer)
+    kept, near = apply_filters(records, cfg)
+    c = tally.counters
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "calibrated",
+        "model_family": model_family,
+        "task_family": task_family,
+        "model": model_name,
+        "model_config_hash": model_config_hash,
+        "tokenizer": {"name": getattr(tokenizer, "name_or_path", "") or model_name,
+                      "vocab_hash": tokenizer_hash(tokenizer), "size": len(tokenizer)},
+        "calibration": {"data": data_desc, "prompts": n_prompts, "chat_template": chat,
+                        "decoding": dict(cfg.measurement(), rule="threshold"),
+                        "steps": int(c["steps"]), "model_calls": int(c["calls"]),
+                        "branch_rows": int(c["rows"]), "events": int(c["events"]),
+                        "nonvacuous_events": int(c["nonvacuous"]), "passed": int(c["passed"]),
+                        "tokens_seen": len(records), "runtime_s": round(runtime_s, 1)},
+        "thresholds": dict(cfg.filters(), band=list(cfg.band), tau_high=cfg.threshold),
+        "built_by": command or "pvf-calibrate",
+        "note": ("calibrated: per-token statistics measured by pvf-calibrate; 'tokens' passed every "
+                 "filter, 'rejected_near' failed at least one ('failed') but came close"),
+        "tokens": kept,
+        "rejected_near": near,
+    }
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _band(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--band {text!r} must be lo:hi") from None
+    if not 0 <= lo < hi <= 1:
+        raise argparse.ArgumentTypeError(f"--band {text!r} must satisfy 0 <= lo < hi <= 1")
+    return lo, hi
+
+
+def default_out(model: str, family: str) -> Path:
+    from .paths import vocab_artifacts_dir
+
+    stem = Path(model.rstrip("/")).name.lower()
+    return vocab_artifacts_dir() / f"{stem}.{family}.calibrated.json"
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="pvf-calibrate", description="Calibrate a PVF planning vocabulary on unlabeled prompts "
+        "(threshold decoding; A and VIG of every in-band candidate; per-token filters).")
+    ap.add_argument("--model", required=True, help="checkpoint folder, hub id, tiny-llada or tiny-dream")
+    ap.add_argument("--data", required=True,
+                    help="FILE.jsonl or TASK (a pvf-lmeval task with data/calibration.jsonl, or an "
+                         "lm-eval task: its train/validation split)")
+    ap.add_argument("--family", required=True, help=f"task family: {', '.join(TASK_FAMILIES)}")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="artifact path (default vocab_artifacts/<model>.<family>.calibrated.json)")
+    ap.add_argument("--limit", type=int, default=None, help="first N prompts only")
+    ap.add_argument("--template", default=None, help="Python format string over a record's fields")
+    ap.add_argument("--prompt-field", default=None, help="record field holding the prompt")
+    ap.add_argument("--apply-chat-template", action="store_true",
+                    help="wrap each prompt as a user turn of the tokenizer's chat template")
+    ap.add_argument("--gen-length", type=int, default=256)
+    ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--threshold", type=float, default=0.9, help="tau_high of the base rule")
+    ap.add_argument("--band", type=_band, default=(0.15, 0.25), help="calibration band lo:hi")
+    ap.add_argument("--reveal-next", type=int, default=0, help="N_s for the working set")
+    ap.add_argument("--no-early-stop", action="store_true")
+    ap.add_argument("--width", type=int, default=16, help="rows per batched model call")
+    ap.add_argument("--min-n", type=int, default=50)
+    ap.add_argument("--min-m", type=int, default=20)
+    ap.add_argument("--rho-ver", type=float, default=0.9, help="minimum pass rate r_v")
+    ap.add_argument("--gamma-vig", type=float, default=0.03, help="minimum mean VIG_v")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--save-every", type=int, default=20, help="prompts between partial saves")
+    ap.add_argument("--restart", action="store_true", help="ignore an existing partial state")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):     # a batch scheduler's preemption: save, like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return _main(args, argv)
+    except (CalibrationError, ValueError) as exc:
+        print(f"pvf-calibrate: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pvf-calibrate: interrupted; partial statistics saved, run the same command to "
+              "continue", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args, argv) -> int:
+    if args.family not in TASK_FAMILIES:
+        raise CalibrationError(f"--family {args.family!r} is not one of {', '.join(TASK_FAMILIES)}")
+    for name in ("width", "save_every", "gen_length", "block_length", "min_n", "min_m"):
+        if getattr(args, name) < (0 if name.startswith("min") else 1):
+            raise CalibrationError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range")
+    if args.gen_length % args.block_length:
+        raise CalibrationError(f"--gen-length={args.gen_length} must be a multiple of "
+                               f"--block-length={args.block_length}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts, data_desc = load_prompts(args.data, template=args.template,
+                                      prompt_field=args.prompt_field)
+    if args.limit is not None:
+        prompts = prompts[: args.limit]
+        data_desc["limit"] = args.limit
+    out = args.out or default_out(args.model, args.family)
+    cfg = CalibConfig(gen_length=args.gen_length, block_length=args.block_length,
+                      threshold=args.threshold, band=tuple(args.band),
+                      reveal_next=args.reveal_next, early_stop=not args.no_early_stop,
+                      width=args.width, min_n=args.min_n, min_m=args.min_m,
+                      rho_ver=args.rho_ver, gamma_vig=args.gamma_vig)
+
+    from .models import load_model
+
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    tok = model.tokenizer
+    if args.apply_chat_template:
+        if not getattr(tok, "chat_template", None):
+            raise CalibrationError(f"--apply-chat-template: the tokenizer of {args.model!r} has none")
+        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True) for p in prompts]
+    ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    too_long = [i for i, p in enumerate(ids) if len(p) + cfg.gen_length > model.max_length]
+    if too_long:
+        raise CalibrationError(f"calibration data {data_desc.get('path', args.data)}: prompt "
+                               f"{too_long[0] + 1} + gen_length={cfg.gen_length} exceeds the "
+                               f"model's context of {model.max_length} tokens")
+    model_desc = {"name": args.model, "config_hash": config_hash(model),
+                  "tokenizer": tokenizer_hash(tok)}
+    fp = fingerprint(model_desc, data_desc, len(ids), cfg, args.apply_chat_template)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = out.with_name(out.name + ".partial")
+    if args.restart and state.exists():
+        state.unlink()
+    elif state.exists():
+        print(f"pvf-calibrate: resuming from {state}", file=sys.stderr)
+    tally, finished, spent = run_calibration(model, ids, cfg, state_path=state, fp=fp,
+                                             save_every=args.save_every,
+                                             progress=not args.no_progress)
+    command = "pvf-calibrate " + " ".join(shlex.quote(a) for a in argv)
+    art = build_artifact(tally, cfg, tokenizer=tok, model_family=model.family,
+                         task_family=args.family, model_name=args.model,
+                         model_config_hash=model_desc["config_hash"], data_desc=data_desc,
+                         n_prompts=len(ids), chat=args.apply_chat_template, runtime_s=spent,
+                         command=command)
+    _write_json(out, art)
+    if state.exists():
+        state.unlink()
+    print(f"pvf-calibrate: {out}: kept {len(art['tokens'])} of {art['calibration']['tokens_seen']} "
+          f"tokens ({int(tally.counters['events'])} events, {len(ids)} prompts, {spent:.0f} s)",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

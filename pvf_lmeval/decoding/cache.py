@@ -1,0 +1,99 @@
+"""Per-request KV cache state for ``cache=prefix|dual`` (SPEC "Cache modes"), decoding side.
+
+The decoding side decides, before every model call, whether the call is *full* (the whole
+canvas; it (re)builds the cache) or *cached* (only a span of positions is recomputed, every
+other key/value comes from the cache), and after every step which row of a full call was
+committed. The model fills ``pending`` (per-layer keys/values of every row of a full call, rows
+along dim 0) and reads ``kv`` (the committed row's, [1, ...]) and ``span``; see
+``pvf_lmeval.models.kv``. One object per request: nothing is shared between requests or ranks.
+
+Rules (with bidirectional attention every cached key depends on the whole canvas, so caching
+is an approximation that is exact only right after a refresh):
+
+- the first call of a request is full;
+- a call is full when any of its rows that still holds a mask has its active block beyond the
+  cached canvas's (it enters a new block), or reveals the next block (``reveal_next``) while the
+  cached canvas did not, or when the committed row of the last full call could not be matched;
+- otherwise the call is cached: ``dual`` recomputes the cached canvas's active block (plus the
+  next block when it was revealed), ``prefix`` the active block and everything after it. A dual
+  call's logits then cover only the recomputed blocks (the only ones a working set can hold).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .common import first_true
+
+
+class KVCache:
+    """Cache state of one request (see the module docstring)."""
+
+    def __init__(self, mode: str, *, prompt_len: int, gen_length: int, block_length: int,
+                 mask_id: int, reveal_next: int, device):
+        if mode not in ("prefix", "dual"):
+            raise ValueError(f"cache={mode!r} must be one of none, prefix, dual")
+        self.mode = mode
+        self.P0, self.L, self.B = prompt_len, gen_length, block_length
+        self.nb = gen_length // block_length
+        self.mask_id = mask_id
+        self.reveal = reveal_next
+        self.blk = torch.arange(gen_length, device=device) // block_length
+        self.kv: list | None = None        # model-owned: committed canvas's keys/values per layer
+        self.pending: list | None = None   # model-owned: every row's, after a full call
+        self.span: tuple[int, int] | None = None   # this call: None = full, else canvas [s0, s1)
+        self._rows: Tensor | None = None   # generation regions of the last full call's rows
+        self._ref: Tensor | None = None    # generation region of the cached canvas
+        self._ok: Tensor | None = None     # the committed canvas matched a row of the full call
+        self.full_calls = 0
+        self.cached_calls = 0
+
+    def _revealed(self, zg: Tensor, a: Tensor) -> Tensor:
+        """Whether the working set of state(s) ``zg`` [..., L] (active block ``a``) holds the next block."""
+        if self.reveal <= 0:
+            return torch.zeros_like(a, dtype=torch.bool)
+        act = (zg == self.mask_id) & (self.blk == a.unsqueeze(-1))
+        return (act.sum(-1) <= self.reveal) & (a + 1 < self.nb)
+
+    def flags(self, rg: Tensor, a: Tensor) -> list[Tensor]:
+        """0-d tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
+        active blocks ``a`` [N]; the caller reads them back with its own scalars (one sync)."""
+        one = torch.ones((), dtype=torch.long, device=rg.device)
+        if self.kv is None:
+            return [one, 0 * one, 0 * one]
+        a_ref = first_true(self._ref == self.mask_id) // self.B
+        rev_ref = self._revealed(self._ref, a_ref)
+        live = a < self.nb
+        new = live & (a != a_ref)
+        newly = live & self._revealed(rg, a) & ~rev_ref
+        need = new.any() | newly.any() | ~self._ok
+        return [need.long(), a_ref, rev_ref.long()]
+
+    def plan(self, flags: list[int], rg: Tensor, lo: int, hi: int) -> tuple[int, int]:
+        """Set ``span`` for this call from the read-back ``flags``; returns the generation
+        positions [lo, hi) the call's logits cover."""
+        need, a_ref, rev = flags
+        if need:
+            self.span = None
+            self._rows = rg
+            self.full_calls += 1
+            return lo, hi
+        s0 = a_ref * self.B
+        s1 = self.L if self.mode == "prefix" else min(self.L, (a_ref + 1 + rev) * self.B)
+        self.span = (self.P0 + s0, self.P0 + s1)
+        self.cached_calls += 1
+        return lo, min(hi, s1)
+
+    def commit(self, yg: Tensor) -> None:
+        """After a step committed generation region ``yg`` [L]: if the step's call was full, the
+        cache keeps the committed row's keys/values (no host read-back)."""
+        if self.pending is None:
+            return
+        match = (self._rows == yg).all(-1)
+        idx = first_true(match).clamp(max=self._rows.shape[0] - 1).reshape(1)
+        self._ok = match.any()
+        self.kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.pending]
+        self._ref = yg.clone()
+        self.pending = None
+        self._rows = None

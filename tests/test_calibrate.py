@@ -1,0 +1,196 @@
+"""pvf-calibrate: A/VIG/n/m/r on hand-built tables, batching width, resumability, filters,
+artifact round trip, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from decoding_tables import MASK, PROMPT, RandomModel, TableModel, dist_logits, filled
+from pvf_lmeval.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
+                                  build_artifact, calibrate_prompt, fingerprint, load_prompts,
+                                  main, run_calibration)
+from pvf_lmeval.decoding.common import entropy_from_logits
+
+
+def H(d) -> float:
+    """Entropy (nats) of a table distribution spec."""
+    return float(entropy_from_logits(dist_logits(d).view(1, 1, -1), MASK))
+
+
+CFG = CalibConfig(gen_length=4, block_length=4)
+
+# Prompt 1: z_base = {0}; candidates 1 (token 30, p .2) and 2 (token 31, p .18); position 3 is
+# confident under z_base (S_imp = {1, 2, 3}). Branch 30 agrees on {2, 3}: A = 1; branch 31
+# disagrees at 3: A = 0.
+EMPTY = {0: (10, .95), 1: (30, .2), 2: (31, .18), 3: (11, .5)}
+BASE = {1: (13, .95), 2: (14, .92), 3: (11, .95)}
+PLAN30 = {2: (14, .97), 3: (11, .99)}
+PLAN31 = {1: (13, .95), 3: (12, .95)}
+
+
+def table1(g):
+    f = filled(g)
+    return {frozenset(): EMPTY, frozenset({0}): BASE, frozenset({0, 1}): PLAN30,
+            frozenset({0, 2}): PLAN31}.get(f, {i: (12, .95) for i in range(4)})
+
+
+# Prompt 2: the only confident position under z_base is the candidate itself: vacuous (m += 0).
+def table2(g):
+    f = filled(g)
+    if not f:
+        return {0: (10, .95), 1: (30, .2), 2: (5, .6), 3: (5, .6)}
+    if f == {0}:
+        return {1: (30, .95), 2: (5, .6), 3: (5, .6)}
+    return {i: (12, .95) for i in range(4)}
+
+
+def test_a_vig_n_m_r_on_a_table():
+    m1 = TableModel(table1)
+    t = calibrate_prompt(m1, PROMPT, CFG)
+    # initial call + one batched call [z_base, z_plan_30, z_plan_31]; then z_base = all
+    # confident, commit with no call
+    assert m1.calls == [(1, (0, 4)), (3, (0, 4))]
+    vig30 = ((H(BASE[2]) - H(PLAN30[2])) + (H(BASE[3]) - H(PLAN30[3]))) / 2
+    n, m, a, vig = t.stats[30]
+    assert (n, m, a) == (1, 1, 1) and vig == pytest.approx(vig30, abs=1e-5)
+    assert t.stats[31] == [1, 1, 0, 0]          # failed: A = 0 and VIG = 0
+    assert t.counters["events"] == 2 and t.counters["nonvacuous"] == 2 and t.counters["passed"] == 1
+
+    t2 = calibrate_prompt(TableModel(table2), PROMPT, CFG)
+    assert t2.stats == {30: [1, 0, 0, 0]}       # vacuous: counted in n only
+    total = Tally()
+    total.add(t)
+    total.add(t2)
+    recs = {r["id"]: r for r in _records(total)}
+    assert (recs[30]["n"], recs[30]["m"], recs[30]["r"]) == (2, 1, 1.0)
+    assert recs[30]["vig"] == pytest.approx(vig30 / 2, abs=1e-5)     # VIG_v = sum VIG / n_v
+    assert (recs[31]["n"], recs[31]["m"], recs[31]["r"], recs[31]["vig"]) == (1, 1, 0.0, 0.0)
+
+
+def test_only_the_band_is_measured():
+    # only p in [.15, .25) is measured; the base set is never a candidate
+    def table(g):
+        if not filled(g):
+            return {0: (10, .95), 1: (30, .26), 2: (31, .16), 3: (11, .14)}
+        return {i: (12, .95) for i in range(4)}
+    t = calibrate_prompt(TableModel(table), PROMPT, CFG)
+    assert set(t.stats) == {31}
+
+
+def test_width_splits_calls_without_changing_statistics():
+    m = TableModel(table1)
+    t = calibrate_prompt(m, PROMPT, CalibConfig(gen_length=4, block_length=4, width=2))
+    assert m.calls == [(1, (0, 4)), (2, (0, 4)), (1, (0, 4))]
+    ref = calibrate_prompt(TableModel(table1), PROMPT, CFG)
+    assert t.stats == ref.stats
+
+
+def _records(tally):
+    class Tok:
+        def convert_ids_to_tokens(self, ids):
+            return [f"t{i}" for i in ids]
+    from pvf_lmeval.calibrate import token_records
+    return token_records(tally, Tok())
+
+
+def test_filters_and_near_rejections():
+    cfg = CalibConfig(min_n=50, min_m=20, rho_ver=0.9, gamma_vig=0.03)
+    recs = [
+        {"id": 1, "string": "a", "n": 60, "m": 30, "r": 0.95, "vig": 0.05},   # kept
+        {"id": 2, "string": "b", "n": 50, "m": 20, "r": 0.9, "vig": 0.03},    # kept (inclusive)
+        {"id": 3, "string": "c", "n": 40, "m": 30, "r": 0.95, "vig": 0.05},   # near: n
+        {"id": 4, "string": "d", "n": 60, "m": 30, "r": 0.85, "vig": 0.02},   # near: r, vig
+        {"id": 5, "string": "e", "n": 60, "m": 30, "r": 0.5, "vig": 0.05},    # far
+        {"id": 6, "string": "f", "n": 5, "m": 5, "r": 1.0, "vig": 0.5},       # far (support)
+    ]
+    kept, near = apply_filters(recs, cfg)
+    assert [r["id"] for r in kept] == [1, 2]
+    assert [(r["id"], r["failed"]) for r in near] == [(3, ["n"]), (4, ["r", "vig"])]
+
+
+def _prompts(k=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [[int(x) for x in torch.randint(3, 20, (4,), generator=g)] for _ in range(k)]
+
+
+def test_resume_gives_the_uninterrupted_result(tmp_path):
+    model = RandomModel(3, jitter=0.3, sharp=9.0, eos_bias=-50.0)
+    cfg = CalibConfig(gen_length=8, block_length=4, band=(0.1, 0.5), width=3)
+    prompts = _prompts(6)
+    ref, done, _ = run_calibration(model, prompts, cfg, progress=False)
+    assert done and ref.counters["events"] > 5 and ref.counters["passed"] > 0
+    state = tmp_path / "x.json.partial"
+    part, done, _ = run_calibration(model, prompts, cfg, state_path=state, fp="f", save_every=100,
+                                    stop_after=2, progress=False)
+    assert not done and json.loads(state.read_text())["done"] == 2
+    part, done, _ = run_calibration(model, prompts, cfg, state_path=state, fp="f",
+                                    stop_after=2, progress=False)
+    assert not done and json.loads(state.read_text())["done"] == 4
+    final, done, _ = run_calibration(model, prompts, cfg, state_path=state, fp="f", progress=False)
+    assert done and final.stats == ref.stats and final.counters == ref.counters
+    with pytest.raises(CalibrationError, match="x.json.partial: written for another model"):
+        run_calibration(model, prompts, cfg, state_path=state, fp="other", progress=False)
+
+
+def test_fingerprint_ignores_filters_but_not_measurement():
+    a = fingerprint({"m": 1}, {"d": 1}, 3, CalibConfig(), False)
+    assert a == fingerprint({"m": 1}, {"d": 1}, 3, CalibConfig(min_n=1, gamma_vig=0.5), False)
+    assert a != fingerprint({"m": 1}, {"d": 1}, 3, CalibConfig(band=(0.1, 0.2)), False)
+
+
+def test_artifact_round_trip(tmp_path):
+    from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
+    from pvf_lmeval.vocab import artifact_statistics, load_artifact, resolve_artifact
+
+    tok = load_tokenizer(checkpoint_folder("tiny-llada"))
+    tally = Tally({30: [60, 30, 29, 3.0], 31: [60, 30, 10, 0.5], 40: [45, 30, 29, 3.0]})
+    tally.counters.update(prompts=3, events=165)
+    cfg = CalibConfig()
+    art = build_artifact(tally, cfg, tokenizer=tok, model_family="llada", task_family="math-word",
+                         model_name="tiny-llada", model_config_hash="sha256:x",
+                         data_desc={"source": "file"}, n_prompts=3, chat=False, runtime_s=1.0)
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(art))
+    loaded = load_artifact(path)
+    assert loaded["kind"] == "calibrated" and loaded["thresholds"]["min_n"] == 50
+    assert [t["id"] for t in loaded["tokens"]] == [30]
+    assert loaded["tokens"][0]["string"] == tok.convert_ids_to_tokens(30)
+    assert [(t["id"], t["failed"]) for t in loaded["rejected_near"]] == [(40, ["n"])]
+    assert resolve_artifact(loaded, tok, "llada") == (30,)
+    stats = {r["id"]: r for r in artifact_statistics(loaded, tok, "llada")}
+    assert stats[30]["a_sum"] == 29 and stats[40]["n"] == 45
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"x": 1}\n', "records have no prompts"),
+    ('{"question": "q"}\n{"other": 2}\n', "record 2 has no 'question' field"),
+    ("not json\n", "line 1 is not JSON"),
+    ("", "no records"),
+])
+def test_data_without_prompts(tmp_path, content, message):
+    path = tmp_path / "cal.jsonl"
+    path.write_text(content)
+    with pytest.raises(CalibrationError, match=message) as err:
+        load_prompts(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_task_prompts_use_the_calibration_split():
+    prompts, desc = load_prompts("arith")
+    assert len(prompts) == 400 and desc["path"] == "tasks/arith/data/calibration.jsonl"
+    assert prompts[0].startswith("Question: ") and prompts[0].endswith("\nAnswer:")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--family", "poetry", "--data", "arith"], "--family 'poetry' is not one of"),
+    (["--family", "math", "--data", "/nope/x.jsonl"], "calibration data /nope/x.jsonl: no such file"),
+    (["--family", "math", "--data", "arith", "--gen-length", "30", "--block-length", "8"],
+     "must be a multiple"),
+])
+def test_cli_errors_are_one_line(capsys, argv, message):
+    assert main(["--model", "tiny-llada", "--no-progress"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and err.startswith("pvf-calibrate: ")

@@ -1,0 +1,227 @@
+"""KV cache (``cache=prefix|dual``): exactness right after a refresh, refresh rules, measured
+drift, accuracy on held-out ``arith``, no leaks between requests."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+from cache_models import ARITH, arith_prompts, dream_like
+
+from pvf_lmeval.decoding import decode, decode_batch, make_params
+from pvf_lmeval.decoding.cache import KVCache
+from pvf_lmeval.models import load_model
+from pvf_lmeval.models.kv import CacheDriftProbe
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def llada():
+    return load_model("tiny-llada")
+
+
+@pytest.fixture(scope="module")
+def dream():
+    return dream_like()
+
+
+def _model(request, name):
+    return request.getfixturevalue(name)
+
+
+def test_cache_param_validated():
+    with pytest.raises(ValueError) as ei:
+        make_params("threshold", cache="full")
+    assert str(ei.value) == "cache='full' must be one of none, prefix, dual"
+    assert make_params("pvf", cache="dual").cache == "dual"
+    assert make_params("pvf").cache == "none"
+
+
+def _refresh(m, cache, rows, committed, positions, attention_mask=None):
+    cache.span = None
+    cache._rows = rows[:, cache.P0:]
+    out = m.logits(rows, positions, attention_mask=attention_mask, cache=cache)
+    cache.commit(committed[cache.P0:])
+    return out
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_cached_equals_uncached_right_after_refresh(request, name, mode):
+    m = _model(request, name)
+    dec = m.decodable
+    P0, L, B = 7, 32, 8
+    g = torch.Generator().manual_seed(0)
+    y = torch.cat([torch.randint(4, 40, (P0,), generator=g), torch.full((L,), m.mask_id)])
+    y[P0:P0 + 8] = torch.randint(4, 40, (8,), generator=g)          # block 0 done
+    y[P0 + 9] = 5
+    c = KVCache(mode, prompt_len=P0, gen_length=L, block_length=B, mask_id=m.mask_id,
+                reveal_next=0, device="cpu")
+    # the refresh: a full call on several branch rows; the cache keeps the committed one (row 1)
+    rows = y.unsqueeze(0).repeat(3, 1)
+    rows[0, P0 + 10] = 7
+    rows[2, P0 + 11] = 8
+    pos = torch.arange(P0 + 8, P0 + 24)
+    full = _refresh(m, c, rows, rows[1], pos)
+    assert c.pending is None and len(c.kv) == m.net.cfg.n_layers
+    assert c.kv[0][0].shape[0] == 1                                  # one copy per request
+    ref = m.logits(rows, pos)
+    assert torch.equal(full, ref)                                     # the refresh call is exact
+    c.span = (P0 + 8, P0 + (L if mode == "prefix" else 16))
+    pos2 = torch.arange(P0 + 8, P0 + 16)
+    cached = m.logits(rows[1:2], pos2, cache=c)
+    ref2 = m.logits(rows[1:2], pos2)
+    scale = ref2[..., :dec].abs().max()
+    assert (cached - ref2)[..., :dec].abs().max() <= 1e-4 * scale    # float tolerance
+    assert torch.equal(cached.argmax(-1), ref2.argmax(-1))
+    # branches of the committed row share the cache: exact for the committed row itself,
+    # an approximation for the others (their block differs from the cached canvas)
+    br = rows[1].unsqueeze(0).repeat(3, 1)
+    br[1, P0 + 12] = 9
+    br[2, P0 + 13] = 9
+    out = m.logits(br, pos2, cache=c)
+    assert (out[0] - ref2[0])[..., :dec].abs().max() <= 1e-4 * scale
+    assert torch.isfinite(out[..., :dec]).all()
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
+def test_cached_call_with_left_padding_and_two_requests(request, name):
+    m = _model(request, name)
+    dec = m.decodable
+    P0, L, B = 9, 24, 8
+    g = torch.Generator().manual_seed(1)
+    a = torch.cat([torch.full((3,), m.pad_id), torch.randint(4, 40, (P0 - 3,), generator=g),
+                   torch.full((L,), m.mask_id)])
+    b = torch.cat([torch.randint(4, 40, (P0 + 8,), generator=g), torch.full((L - 8,), m.mask_id)])
+    am = torch.ones(2, P0 + L, dtype=torch.long)
+    am[0, :3] = 0
+    ca, cb = (KVCache("dual", prompt_len=P0, gen_length=L, block_length=B, mask_id=m.mask_id,
+                      reveal_next=0, device="cpu") for _ in range(2))
+    ca.span = cb.span = None
+    ca._rows, cb._rows = a[None, P0:], b[None, P0:]
+    m.logits(torch.stack([a, b]), torch.arange(P0, P0 + L), attention_mask=am,
+             cache=[(ca, 1), (cb, 1)])
+    ca.commit(a[P0:])
+    cb.commit(b[P0:])
+    # padded row == the same request unpadded (the attention mask is really applied)
+    alone = m.logits(a[3:].unsqueeze(0), torch.arange(P0 - 3, P0 - 3 + 8))
+    padded = m.logits(a.unsqueeze(0), torch.arange(P0, P0 + 8), attention_mask=am[:1])
+    assert (alone - padded)[..., :dec].abs().max() <= 1e-4 * alone[..., :dec].abs().max()
+    ca.span, cb.span = (P0, P0 + 8), (P0 + 8, P0 + 16)
+    rows = torch.stack([a, a, b])
+    rows[1, P0 + 2] = 6
+    pos = torch.stack([torch.arange(P0, P0 + 8)] * 2 + [torch.arange(P0 + 8, P0 + 16)])
+    amr = am[[0, 0, 1]]
+    out = m.logits(rows, pos, attention_mask=amr, cache=[(ca, 2), (cb, 1)])
+    ref = m.logits(rows, pos, attention_mask=amr)
+    scale = ref[..., :dec].abs().max()
+    for r in (0, 2):                                                  # the cached canvases
+        assert (out[r] - ref[r])[..., :dec].abs().max() <= 1e-4 * scale
+
+
+class _Recorder:
+    """Records, per model call, whether it was full and the recomputed span."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        self.calls.append((tokens.shape[0], None if cache is None else cache.span,
+                           positions.tolist(), tokens.clone()))
+        return self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
+
+
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+@pytest.mark.parametrize("dec", ["threshold", "pvf"])
+def test_refresh_rules(llada, mode, dec):
+    prompts, _ = arith_prompts(llada.tokenizer, 2)
+    B, L = 16, 48
+    for p in prompts:
+        rec = _Recorder(llada)
+        kw = dict(preset="arith", reveal_next=4, plan_vocab=range(0, 600, 2)) if dec == "pvf" else {}
+        r = decode(rec, p, dec, gen_length=L, block_length=B, cache=mode, early_stop=False, **kw)
+        P0 = len(p)
+        assert r.nfe == len(rec.calls)
+        assert rec.calls[0][1] is None                                # the first call is full
+        prev_full_block = None
+        for n, span, pos, tokens in rec.calls:
+            gen = tokens[:, P0:]
+            masked = gen == llada.mask_id
+            live = masked.any(-1)
+            act = torch.where(masked, torch.arange(L), L).min(-1).values // B
+            if span is None:
+                prev_full_block = act[live].max().item() if live.any() else None
+                continue
+            # a cached call: every live row stays in the cached canvas's block
+            blk = (span[0] - P0) // B
+            assert (act[live] == blk).all() and blk == prev_full_block
+            assert span[1] == (P0 + L if mode == "prefix" else span[1])
+            if mode == "dual":
+                assert span[1] - span[0] in (B, 2 * B)
+                assert pos[0] >= span[0] and pos[-1] < span[1]      # logits: recomputed only
+        n_blocks = L // B
+        full = sum(span is None for _, span, _, _ in rec.calls)
+        assert full >= min(n_blocks, r.nfe) - 0                      # a full call per block
+        assert full < r.nfe                                           # and cached calls
+
+
+def _arith_utils():
+    spec = importlib.util.spec_from_file_location("arith_utils", ARITH.parent.parent / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+N_ARITH = 32
+
+
+def test_drift_and_accuracy_on_arith(llada):
+    """Drift of the cached logits is measured (and printed) and accuracy on held-out arith stays
+    within one standard error of cache=none (s.e. floored at one item)."""
+    extract = _arith_utils().extract_answer
+    prompts, docs = arith_prompts(llada.tokenizer, N_ARITH)
+    acc, drift = {}, {}
+    for mode in ("none", "prefix", "dual"):
+        probe = CacheDriftProbe(llada) if mode == "dual" else llada   # the probe doubles calls
+        rs = []
+        for a in range(0, N_ARITH, 16):
+            rs += decode_batch(probe, prompts[a:a + 16], "threshold", gen_length=96,
+                               block_length=32, cache=mode,
+                               request_indices=list(range(a, a + 16)))
+        texts = [llada.tokenizer.decode(r.tokens[:r.gen_tokens], skip_special_tokens=True)
+                 for r in rs]
+        acc[mode] = sum(extract(t) == d["target"] for t, d in zip(texts, docs)) / N_ARITH
+        if mode == "dual":
+            drift = probe.summary()
+    print("\narith accuracy", acc, "\ndual-cache drift", drift)
+    assert drift["cached_calls"] > 0 and drift["full_calls"] > 0
+    assert 0 < drift["mean_abs"] <= drift["max_abs"] and math.isfinite(drift["max_abs"])
+    assert drift["argmax_agree"] > 0.5
+    se = max(math.sqrt(acc["none"] * (1 - acc["none"]) / N_ARITH), 1 / N_ARITH)
+    for mode in ("prefix", "dual"):
+        assert abs(acc[mode] - acc["none"]) <= se + 1e-9, (mode, acc, se)
+
+
+def test_no_leak_between_requests(llada, dream):
+    for m in (llada, dream):
+        p1, p2 = [5, 6, 7, 8, 9], [11, 12, 13]
+        kw = dict(gen_length=32, block_length=8, cache="dual")
+        alone = decode(m, p2, "threshold", request_index=1, **kw)
+        decode(m, p1, "threshold", request_index=0, **kw)
+        after = decode(m, p2, "threshold", request_index=1, **kw)
+        assert (alone.tokens, alone.nfe) == (after.tokens, after.nfe)
+        # nothing cache-like is left on the model
+        assert not [k for k in vars(m) if "cache" in k or k in ("kv", "pending")]
+        assert not [k for k in vars(m.net) if "cache" in k or k in ("kv", "pending")]

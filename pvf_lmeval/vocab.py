@@ -94,10 +94,11 @@ def pick_artifact(model_family: str, task_family: str, model_name: str = "", tok
     Order: built with the running tokenizer (same vocabulary hash), then built for a model of
     the same name, then the family's generic heuristic artifact, then any other of the family;
     within each, calibrated before hand-written before heuristic (online artifacts last).
+    Artifacts that kept no token are skipped.
     The pick's ``_why`` says which rule chose it."""
     fits = [a for a in bundled_artifacts()
             if a["model_family"] == model_family and a["task_family"] == task_family
-            and a["kind"] != "online"]
+            and a["kind"] != "online" and a["tokens"]]  # a calibration that kept nothing would switch planning off
     if not fits:
         return None
     tok_hash = tokenizer_hash(tokenizer) if tokenizer is not None else None

@@ -90,12 +90,13 @@ def entropy_cost(model, prompts, params, reps=30):
     ctx = Ctx(model, p, params)
     y = torch.cat([p, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long, device=p.device)])
     rows = y.unsqueeze(0).repeat(1 + params.width, 1)
-    out = {}
-    for flag in (False, True, False, True):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            ctx.forward(rows, entropy=flag)
-        out[flag] = 1000 * (time.perf_counter() - t0) / reps
+    out = {False: float("inf"), True: float("inf")}
+    for _ in range(7):               # interleaved rounds; the fastest of each (shared CPUs)
+        for flag in (False, True):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                ctx.forward(rows, entropy=flag)
+            out[flag] = min(out[flag], 1000 * (time.perf_counter() - t0) / reps)
     return {"call_ms": out[False], "call_ms_with_entropy": out[True],
             "overhead": out[True] / out[False] - 1}
 
@@ -181,7 +182,10 @@ def main(argv=None) -> None:
             save_online(args, ov, tok, model, name, "cold-p2")
         if want("online seeded"):
             ov = OnlineVocab(size, **online_kw)
-            ov.seed(artifact_statistics(art["calibrated"], tok, model.family))
+            try:
+                ov.seed(artifact_statistics(art["calibrated"], tok, model.family))
+            except ValueError as exc:     # a calibration that measured (almost) nothing
+                print(f"{name} online seeded: {exc}; starting cold", file=sys.stderr)
             results_seed_eligible = len(ov.eligible_ids())
             row("online seeded", base, ov)
             save_online(args, ov, tok, model, name, "seeded")

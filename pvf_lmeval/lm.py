@@ -215,7 +215,7 @@ class PVFDiffusionLM(LM):
                     raise ValueError("online_seed=auto: no bundled calibrated artifact for model "
                                      f"family {self.model.family!r} and task family {self._online_family!r}")
             else:
-                art = load_artifact(find_artifact(cfg["seed"]))
+                art = load_artifact(find_artifact(cfg["seed"], what="online_seed"))
             used = online.seed(artifact_statistics(art, self.tokenizer, self.model.family,
                                                    force=cfg["force"]))
             _notice(f"pvf-dlm: vocab=online seeded from {art['_path']} ({used} tokens, "

@@ -148,8 +148,9 @@ def artifact_statistics(artifact: dict, tokenizer, model_family: str, *, force: 
     return [dict(r, id=vocab[r["string"]]) for r in recs if r["string"] in vocab]
 
 
-def find_artifact(spec: str) -> Path:
-    """Path of ``spec``: an existing file, or the stem of a bundled artifact."""
+def find_artifact(spec: str, what: str = "vocab") -> Path:
+    """Path of ``spec``: an existing file, or the stem of a bundled artifact (``what`` names the
+    argument in the error)."""
     path = Path(spec).expanduser()
     if path.exists():
         return path
@@ -157,8 +158,9 @@ def find_artifact(spec: str) -> Path:
     if stem.exists():
         return stem
     names = sorted(p.stem for p in vocab_artifacts_dir().glob("*.json"))
-    raise ValueError(f"vocab={spec!r} is not auto, none, online, an artifact path, or a bundled "
-                     f"artifact ({', '.join(names) or 'none bundled'})")
+    kinds = "auto, none, online, " if what == "vocab" else ""
+    raise ValueError(f"{what}={spec!r} is not {kinds}an artifact path or a bundled artifact "
+                     f"({', '.join(names) or 'none bundled'})")
 
 
 def resolve_strings(strings: Iterable[str], tokenizer, *, where: str = "vocab") -> tuple[int, ...]:

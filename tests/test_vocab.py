@@ -39,11 +39,16 @@ def artifact(tok, family="llada", tokens=("ĠStep", "Ġ="), **kw):
 def test_auto_picks_the_fixture_artifact(llada_tok):
     ids, source = resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
                                 model_name="tiny-llada", task_family="math-word")
-    # the calibrated artifact (pvf-calibrate, `make vocab`) wins over the hand-written one
-    assert source.endswith("tiny-llada.math-word.calibrated.json")
+    # the calibrated artifact (pvf-calibrate, `make vocab`) wins over the hand-written one,
+    # unless the calibration kept no token
+    from pvf_lmeval.paths import vocab_artifacts_dir
+
+    cal = load_artifact(vocab_artifacts_dir() / "tiny-llada.math-word.calibrated.json")
+    assert cal["tokenizer"]["vocab_hash"] == tokenizer_hash(llada_tok)
+    want = "calibrated" if cal["tokens"] else "hand-written"
+    assert source.endswith(f"tiny-llada.math-word.{want}.json")
     art = load_artifact(source.split(":", 1)[1])
-    assert art["kind"] == "calibrated" and ids == tuple(sorted(t["id"] for t in art["tokens"]))
-    assert art["tokenizer"]["vocab_hash"] == tokenizer_hash(llada_tok)
+    assert ids == tuple(sorted(t["id"] for t in art["tokens"]))
     hand, _ = resolve_vocab("tiny-llada.math-word.hand-written", tokenizer=llada_tok,
                             model_family="llada")
     vocab = llada_tok.get_vocab()
@@ -76,8 +81,10 @@ def test_auto_pick_order(llada_tok, tmp_path, monkeypatch, caplog):
                                   model_name="GSAI-ML/LLaDA-8B-Instruct", task_family="math-word")
     assert source.endswith("4.json") and "picked 4.json (hand-written, built with this tokenizer" \
         in caplog.text
-    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c"), "5.json")     # same hash
-    assert pick_artifact("llada", "math-word", "x", llada_tok)["_path"].endswith("5.json")
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c", tokens=()), "5.json")
+    assert pick_artifact("llada", "math-word", "x", llada_tok)["_path"].endswith("4.json")  # empty: skipped
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c"), "6.json")     # same hash
+    assert pick_artifact("llada", "math-word", "x", llada_tok)["_path"].endswith("6.json")
 
 
 def test_shipped_heuristic_artifacts_resolve_by_string(llada_tok, dream_tok, caplog):

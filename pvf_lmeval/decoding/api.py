@@ -20,7 +20,7 @@ import torch
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .loop import DecodeResult, run_loop
-from .params import DecodeParams, make_params, override
+from .params import DecodeParams, params_for_call
 from .pvf import PVFDecoder
 from .static import StaticDecoder
 from .threshold import ThresholdDecoder
@@ -72,12 +72,7 @@ def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None 
               plan_hi=plan_hi, ar_lo=ar_lo, width=width, reveal_next=reveal_next,
               routes=routes, plan_vocab=plan_vocab, plan_self_check=plan_self_check,
               pick=pick, band=band, cache=cache)
-    if params is None:
-        params = make_params(decoder, preset=preset, **kw)
-    else:
-        if preset is not None:
-            raise ValueError("preset applies only when building params; pass it to make_params")
-        params = override(params, decoder=decoder, **kw)
+    params = params_for_call(decoder, params, preset, **kw)
     dev = _device(model, prompt_ids)
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long).to(dev).reshape(-1)
     step = DECODERS[params.decoder](params)

@@ -203,15 +203,10 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params=None,
     index (up to floating-point differences of the padded batch shapes).
     """
     from .api import DECODERS, _device
-    from .params import make_params, override
+    from .params import params_for_call
 
-    kw = {k: v for k, v in kwargs.items() if v is not None}
-    if params is None:
-        params = make_params(decoder, preset=preset, **kw)
-    else:
-        if preset is not None:
-            raise ValueError("preset applies only when building params; pass it to make_params")
-        params = override(params, decoder=decoder, **kw)
+    params = params_for_call(decoder, params, preset,
+                             **{k: v for k, v in kwargs.items() if v is not None})
     prompts = list(prompts)
     if not prompts:
         return []

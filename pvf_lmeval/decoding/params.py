@@ -327,3 +327,15 @@ def override(params: DecodeParams, **kwargs: Any) -> DecodeParams:
     """``params`` with some fields replaced (loose values, None = keep), re-validated."""
     kw = {k: coerce(k, v) for k, v in kwargs.items() if v is not None}
     return validate_params(dataclasses.replace(params, **kw))
+
+
+def params_for_call(decoder: str | None, params: DecodeParams | None, preset: str | None,
+                    **kwargs: Any) -> DecodeParams:
+    """Parameters of one ``decode``/``decode_batch`` call: built from ``decoder`` + keyword
+    arguments, or ``params`` with the non-None arguments overriding its fields."""
+    if params is None:
+        return make_params(decoder, preset=preset, **kwargs)
+    if preset is not None:
+        raise ValueError("preset applies only when building params; pass it to make_params")
+    return override(params, decoder=decoder, **kwargs)
+

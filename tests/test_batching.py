@@ -10,23 +10,12 @@ from cache_models import arith_prompts, dream_like, random_prompts
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import pad_id_of
 from pvf_lmeval.decoding.online import OnlineVocab
-from pvf_lmeval.models import load_model
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def llada():
-    return load_model("tiny-llada")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,10 @@ from cache_models import ARITH, arith_prompts, dream_like
 
 from pvf_lmeval.decoding import decode, decode_batch, make_params
 from pvf_lmeval.decoding.cache import KVCache
-from pvf_lmeval.models import load_model
 from pvf_lmeval.models.kv import CacheDriftProbe
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def llada():
-    return load_model("tiny-llada")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 V, MASK = 16, 15
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small CPU forwards: one thread is several times faster than two on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class ConstModel:

@@ -6,17 +6,11 @@ import pytest
 import torch
 
 from pvf_lmeval.decoding import decode, decode_batch
-from pvf_lmeval.models import load_model
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 
 
-@pytest.fixture(scope="module")
-def llada():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model("tiny-llada")
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("dec", ["static", "threshold", "freedave", "pvf", "explore"])

@@ -267,3 +267,57 @@ def test_lm_eval_end_to_end(data_env, problems):
     assert untils.count(["</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"]) == 3
     assert untils.count(["\nclass", "\ndef", "\n#", "\nif", "\nprint"]) == 6
     assert all(kw["max_gen_toks"] == 1024 for kw in lm.seen)
+
+
+def test_sampled_task_scores_pass_at_k_over_all_repeats(data_env, problems):
+    """humaneval_pvf_sampled: 10 sampled repeats per problem reach process_results (keep_all),
+    with their .meta; 3 correct of 10 gives the unbiased pass@1/5/10."""
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
+    from lm_eval.tasks import TaskManager
+
+    class ThreeOfTen(LM):
+        def __init__(self):
+            super().__init__()
+            self.calls: dict[str, int] = {}
+            self.kwargs = []
+
+        def loglikelihood(self, requests, disable_tqdm=False):
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):
+            raise NotImplementedError
+
+        def generate_until(self, requests, disable_tqdm=False):
+            out = []
+            for req in requests:
+                ctx, kwargs = req.args
+                p = next(p for p in problems if p["prompt"] == ctx)
+                n = self.calls[ctx] = self.calls.get(ctx, 0) + 1
+                text = p["canonical_solution"] if n <= 3 else "    return None\n"
+                self.kwargs.append(kwargs)
+                out.append(GenerationText(text, dict(META, nfe=10 * n)))
+            return out
+
+    tm = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
+    lm = ThreeOfTen()
+    out = simple_evaluate(model=lm, tasks=["humaneval_pvf_sampled"], task_manager=tm, limit=2,
+                          confirm_run_unsafe_code=True, bootstrap_iters=0)
+    r = out["results"]["humaneval_pvf_sampled"]
+    assert sorted(lm.calls.values()) == [10, 10]
+    assert r["pass@1,keep_all"] == pytest.approx(0.3)
+    assert r["pass@5,keep_all"] == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))
+    assert r["pass@10,keep_all"] == pytest.approx(1.0)
+    assert r["nfe,keep_all"] == pytest.approx(55.0)        # mean of 10..100: every sample's .meta
+    assert all(kw["do_sample"] is True and kw["temperature"] == 0.8 for kw in lm.kwargs)
+    a = _yaml(TASK_DIR / "humaneval_pvf_sampled.yaml")
+    b = _yaml(TASK_DIR / "humaneval_pvf.yaml")
+    assert a["doc_to_text"] == b["doc_to_text"]
+    assert a["generation_kwargs"]["until"] == b["generation_kwargs"]["until"]
+    assert a["repeats"] >= max(a["metadata"]["pass_at_k"])
+
+
+def test_keep_all_keeps_every_sample_and_its_meta():
+    g = [GenerationText("a", META), GenerationText("b", META)]
+    kept = U.keep_all([g, ("c",)], [{}, {}])
+    assert kept == [g, ["c"]] and kept[0][1].meta == META

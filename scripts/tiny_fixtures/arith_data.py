@@ -1,7 +1,8 @@
 """Synthetic GSM8K-style word problems for the tiny fixtures (the offline `arith` task).
 
-Each item: a multi-step story about one person's collection (1-3 additions/subtractions with
-small numbers) and a structured step-by-step solution ending ``#### <number>``, the GSM8K
+Each item: a multi-step story about one person's collection (2-3 additions/subtractions; every
+quantity stays within 1..MAX_VALUE and every amount within 1..MAX_AMOUNT, so the sums are facts a
+0.9M-parameter model can learn on a CPU) and a structured step-by-step solution ending ``#### <number>``, the GSM8K
 answer format. Answers run about 40-80 tokens under the fixtures' tokenizer, so that blocks and
 multi-step decoding matter. Seeds keep the train / test / calibration splits disjoint by
 construction: an item's question text is its key, and later splits drop keys already used.
@@ -33,6 +34,8 @@ LOSSES = [
     ("uses {n} {item}", "uses {n}", -1),
 ]
 LINKS = ["Then", "Next", "After that", "Later"]
+MAX_VALUE = 20
+MAX_AMOUNT = 6
 
 
 def make_item(rng: random.Random) -> dict:
@@ -40,17 +43,18 @@ def make_item(rng: random.Random) -> dict:
     other = rng.choice([n for n in NAMES if n != name])
     item = rng.choice(ITEMS)
     pronoun = "She" if name in {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"} else "He"
-    value = rng.randint(2, 20)
+    value = rng.randint(2, 12)
     n_ops = rng.choice([2, 2, 3, 3])
     sentences = [f"{name} has {value} {item}."]
     steps = [f"Step 1: {name} starts with {value} {item}."]
     for k in range(n_ops):
-        if value <= 2 or (value < 30 and rng.random() < 0.5):
+        can_gain, can_lose = value < MAX_VALUE, value > 1
+        if can_gain and (not can_lose or rng.random() < 0.5):
             q, s, sign = rng.choice(GAINS)
-            amount = rng.randint(1, 9)
+            amount = rng.randint(1, min(MAX_AMOUNT, MAX_VALUE - value))
         else:
             q, s, sign = rng.choice(LOSSES)
-            amount = rng.randint(1, min(9, value - 1))
+            amount = rng.randint(1, min(MAX_AMOUNT, value - 1))
         new = value + sign * amount
         link = "" if k == 0 else rng.choice(LINKS) + " "
         subj = pronoun if k == 0 else pronoun.lower()

@@ -139,6 +139,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-items", type=int, default=200)
+    ap.add_argument("--eval-every", type=int, default=500,
+                    help="steps between held-out checks on 100 items (0 = only at the end)")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="continue from this fixture folder (a second phase with fresh data); "
                          "its tokenizer is kept")
@@ -253,6 +255,13 @@ def main(argv=None):
             el = time.time() - t0
             print(f"step {step} loss {loss.item():.4f} lr {lr_at(step):.2e} {el / 60:.1f} min", flush=True)
             log.append({"step": step, "loss": round(loss.item(), 4), "minutes": round(el / 60, 2)})
+        if args.eval_every and step and step % args.eval_every == 0:
+            net.eval()
+            acc, _ = quick_eval(net, eval_rows[:100], eval_targets[:100], tok, mask_id, eos_ids, pad_id,
+                                shift=fmt.logit_shift)
+            net.train()
+            print(f"step {step} held-out exact match (100 items): {acc:.2f}", flush=True)
+            log[-1]["heldout_100"] = acc
 
     net.eval()
     acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id, shift=fmt.logit_shift)

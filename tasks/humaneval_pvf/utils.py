@@ -190,3 +190,10 @@ def process_results_instruct(doc: dict, results: list) -> dict:
 
 def process_results_chat(doc: dict, results: list) -> dict:
     return score(doc, results, completion_chat)
+
+
+def keep_all(resps, docs):
+    """``filter_list`` function (lm-eval's ``custom`` filter) that keeps every sample of every
+    doc, as the model returned it: ``process_results`` then gets all ``repeats`` generations
+    (with their ``.meta``) and scores pass@k over them. The default ``take_first`` keeps one."""
+    return [list(r) for r in resps]

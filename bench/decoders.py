@@ -95,6 +95,9 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="requests decoded together (outputs and NFE do not depend on it)")
+    ap.add_argument("--device", default=None, help="default: CUDA when present, else the CPU")
+    ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), "
+                    "float32, bfloat16")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     args = ap.parse_args(argv)
     if args.threads:
@@ -104,12 +107,13 @@ def main(argv=None) -> None:
     docs = docs[: args.limit] if args.limit else docs
     rows_out, raw = [], {}
     print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
-          f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}; device cpu\n", flush=True)
+          f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
     header = ("| fixture | decoder | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok | ar tok "
               "| s/request | NFE vs threshold | wall vs threshold |")
     rows_out += [header, "|" + "---|" * 12]
     for name in args.fixtures:
-        model = load_model(name)
+        model = load_model(name, device=args.device, dtype=args.dtype)
+        print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
         prompts = [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
                    for d in docs]
         targets = [d["target"] for d in docs]
@@ -125,7 +129,7 @@ def main(argv=None) -> None:
                 f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['wall'] * 1000:.1f} ms "
                 f"| {r['nfe'] / base['nfe']:.2f}x | {r['wall'] / base['wall']:.2f}x |")
         raw[name] = results
-    print("\n".join(rows_out))
+    print("\n" + "\n".join(rows_out))
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1) + "\n")
 

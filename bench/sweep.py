@@ -49,6 +49,8 @@ def plan(args) -> list[tuple[str, list[str]]]:
                     "--log_samples"]
             if args.device:
                 argv += ["--device", args.device]
+            if args.batch_size:
+                argv += ["--batch_size", str(args.batch_size)]
             runs.append((name, argv))
     return runs
 
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-length", type=int)
     p.add_argument("--model-args", default="", type=lambda s: [a for a in s.split(",") if a],
                    help="extra comma-separated model args for every run")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="lm_eval --batch_size (requests decoded together; outputs do not depend on it)")
     p.add_argument("--device", help="--device for lm_eval (default: lm_eval's, CPU without CUDA)")
     p.add_argument("--threads", type=int, help="torch CPU threads (in-process runs; 1 suits the tiny "
                    "fixtures on a shared machine)")

@@ -34,8 +34,8 @@ LOSSES = [
     ("uses {n} {item}", "uses {n}", -1),
 ]
 LINKS = ["Then", "Next", "After that", "Later"]
-MAX_VALUE = 20
-MAX_AMOUNT = 6
+MAX_VALUE = 9
+MAX_AMOUNT = 5
 
 
 def make_item(rng: random.Random) -> dict:
@@ -43,7 +43,7 @@ def make_item(rng: random.Random) -> dict:
     other = rng.choice([n for n in NAMES if n != name])
     item = rng.choice(ITEMS)
     pronoun = "She" if name in {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"} else "He"
-    value = rng.randint(2, 12)
+    value = rng.randint(2, 8)
     n_ops = rng.choice([2, 2, 3, 3])
     sentences = [f"{name} has {value} {item}."]
     steps = [f"Step 1: {name} starts with {value} {item}."]

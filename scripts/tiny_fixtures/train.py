@@ -262,6 +262,7 @@ def main(argv=None):
             net.train()
             print(f"step {step} held-out exact match (100 items): {acc:.2f}", flush=True)
             log[-1]["heldout_100"] = acc
+            save_checkpoint(net, fmt, args.out, special)    # a usable checkpoint if stopped early
 
     net.eval()
     acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id, shift=fmt.logit_shift)

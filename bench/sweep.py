@@ -2,7 +2,8 @@
 
 Every run is an ordinary ``lm_eval --model pvf-dlm ... --output_path OUT/runs/<run> --log_samples``
 (executed in this process, one after the other, so the imports are paid once; ``--subprocess``
-runs the ``lm_eval`` executable instead). ``static`` ignores the threshold and runs once.
+runs the ``lm_eval`` executable instead). ``static``, and ``freedave`` unless its model args say
+``base_rule=threshold``, ignore the threshold and run once.
 Afterwards: the leaderboard (printed and written to OUT/report.md, OUT/report.csv) and the
 accuracy-NFE Pareto plot OUT/pareto_accuracy-nfe.png. Finished runs are reused unless --force.
 
@@ -31,7 +32,10 @@ def plan(args) -> list[tuple[str, list[str]]]:
     """(run name, lm_eval argv) for every decoder x threshold."""
     runs = []
     for decoder in args.decoders:
-        for thr in ([None] if decoder == "static" else args.thresholds):
+        # static never reads the threshold, nor does freedave with its default static base rule
+        reads_threshold = decoder != "static" and not (
+            decoder == "freedave" and "base_rule=threshold" not in args.model_args)
+        for thr in (args.thresholds if reads_threshold else [None]):
             model_args = [f"pretrained={args.model}", f"decoder={decoder}"]
             if thr is not None:
                 model_args.append(f"threshold={thr:g}")

@@ -230,7 +230,7 @@ def time_call(model, prompt_len: int, L: int, B: int, width: int, cache: str, re
     if cache == "dual":
         c = KVCache("dual", prompt_len=prompt_len, gen_length=L, block_length=B,
                     mask_id=model.mask_id, reveal_next=0, device=device)
-        c.span, c._rows = None, y[prompt_len:].unsqueeze(0)
+        c.start_full(y[prompt_len:].unsqueeze(0))
         model.logits(y.unsqueeze(0), torch.arange(prompt_len, prompt_len + 2 * B, device=device),
                      cache=c)
         c.commit(y[prompt_len:])
@@ -325,7 +325,7 @@ def replay(model, blocks: list[list[int]], cache: str, prompt_len: int, L: int, 
             hi = min(prompt_len + L, s0 + 2 * B)
             if c is not None:
                 if full:
-                    c.span, c._rows = None, y[prompt_len:].unsqueeze(0).expand(w, -1)
+                    c.start_full(y[prompt_len:].unsqueeze(0).expand(w, -1))
                 else:
                     c.span = (s0, prompt_len + L if cache == "prefix" else s0 + B)
                     hi = s0 + 2 * B if cache == "prefix" else s0 + B

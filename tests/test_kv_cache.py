@@ -36,8 +36,7 @@ def test_cache_param_validated():
 
 
 def _refresh(m, cache, rows, committed, positions, attention_mask=None):
-    cache.span = None
-    cache._rows = rows[:, cache.P0:]
+    cache.start_full(rows[:, cache.P0:])
     out = m.logits(rows, positions, attention_mask=attention_mask, cache=cache)
     cache.commit(committed[cache.P0:])
     return out
@@ -220,3 +219,27 @@ def test_no_leak_between_requests(llada, dream):
         # nothing cache-like is left on the model
         assert not [k for k in vars(m) if "cache" in k or k in ("kv", "pending")]
         assert not [k for k in vars(m.net) if "cache" in k or k in ("kv", "pending")]
+
+
+def test_full_call_frees_the_old_cache_and_commit_keeps_one_row(llada):
+    """Memory: a full call never holds the previous block's cache beside its own pending rows,
+    and after the commit only the committed row's keys/values remain (a copy, not a view that
+    would keep every branch row alive)."""
+    m = llada
+    P0, L, B = 5, 16, 8
+    y = torch.cat([torch.arange(10, 10 + P0), torch.full((L,), m.mask_id)])
+    c = KVCache("dual", prompt_len=P0, gen_length=L, block_length=B, mask_id=m.mask_id,
+                reveal_next=0, device="cpu")
+    rows = y.unsqueeze(0).repeat(4, 1)
+    rows[1:, P0] = torch.tensor([20, 21, 22])
+    _refresh(m, c, rows, rows[2], torch.arange(P0, P0 + B))
+    old = c.kv[0][0]
+    assert old.shape[0] == 1 and old.untyped_storage().nbytes() == old.numel() * old.element_size()
+    c.start_full(rows[:, P0:])
+    assert c.kv is None and c.span is None                             # freed before the call
+    m.logits(rows, torch.arange(P0, P0 + B), cache=c)
+    assert c.pending[0][0].shape[0] == 4
+    c.commit(rows[3, P0:])
+    assert c.pending is None and all(k.shape[0] == 1 and v.shape[0] == 1 for k, v in c.kv)
+    k = c.kv[0][0]
+    assert k.untyped_storage().nbytes() == k.numel() * k.element_size()  # not a view of 4 rows

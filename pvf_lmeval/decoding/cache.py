@@ -75,15 +75,22 @@ class KVCache:
         positions [lo, hi) the call's logits cover."""
         need, a_ref, rev = flags
         if need:
-            self.span = None
-            self._rows = rg
-            self.full_calls += 1
+            self.start_full(rg)
             return lo, hi
         s0 = a_ref * self.B
         s1 = self.L if self.mode == "prefix" else min(self.L, (a_ref + 1 + rev) * self.B)
         self.span = (self.P0 + s0, self.P0 + s1)
         self.cached_calls += 1
         return lo, min(hi, s1)
+
+    def start_full(self, rg: Tensor) -> None:
+        """Make the next call a full one over rows whose generation regions are ``rg`` [N, L]."""
+        self.span = None
+        self._rows = rg
+        # A full call reads no cache and its commit replaces it: free the old one now, so that
+        # it does not sit beside the full call's activations and pending rows.
+        self.kv = None
+        self.full_calls += 1
 
     def commit(self, yg: Tensor) -> None:
         """After a step committed generation region ``yg`` [L]: if the step's call was full, the
@@ -93,7 +100,14 @@ class KVCache:
         match = (self._rows == yg).all(-1)
         idx = first_true(match).clamp(max=self._rows.shape[0] - 1).reshape(1)
         self._ok = match.any()
-        self.kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.pending]
+        # Layer by layer, dropping each layer's pending rows once its committed row is copied:
+        # the peak is the pending rows plus one layer, not plus a whole second cache.
+        pending, self.pending, kv = self.pending, None, []
+        for i in range(len(pending)):
+            k, v = pending[i]
+            pending[i] = None
+            kv.append((k.index_select(0, idx), v.index_select(0, idx)))
+            del k, v
+        self.kv = kv
         self._ref = yg.clone()
-        self.pending = None
         self._rows = None

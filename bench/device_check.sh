@@ -28,7 +28,7 @@ for shape in llada-8b dream-7b; do
   [ "$DEV" = cuda ] || break
 done
 for bs in 1 4; do
-  timeout 120 $PY bench/throughput.py --device "$DEV" --limit 32 --batch-size $bs --width-reps 5 \
+  timeout 120 $PY bench/throughput.py --device "$DEV" --limit 12 --batch-size $bs --width-reps 5 \
     > "$OUT/tiny_bs$bs.md" 2> "$OUT/tiny_bs$bs.log" || echo "tiny bs$bs failed: rc $?"
   tail -n 3 "$OUT/tiny_bs$bs.log"
 done

@@ -209,39 +209,43 @@ def test_load_local(data_env):
 
 # ------------------------------------------------------------------ lm-eval end to end
 
-class _FakeLM:
-    """Answers each request with the canonical solution, in each task's format, with stats."""
+def _generation_lm(answer):
+    """An lm-eval LM that answers each generate_until request with ``answer(context, kwargs)``."""
+    from lm_eval.api.model import LM
 
-    def __new__(cls, problems):
-        from lm_eval.api.model import LM
+    class GenerationOnly(LM):
+        def loglikelihood(self, requests, disable_tqdm=False):
+            raise NotImplementedError
 
-        class Fake(LM):
-            def loglikelihood(self, requests, disable_tqdm=False):
-                raise NotImplementedError
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):
+            raise NotImplementedError
 
-            def loglikelihood_rolling(self, requests, disable_tqdm=False):
-                raise NotImplementedError
+        def generate_until(self, requests, disable_tqdm=False):
+            return [answer(*req.args) for req in requests]
 
-            def generate_until(self, requests, disable_tqdm=False):
-                out = []
-                for req in requests:
-                    ctx, kwargs = req.args
-                    p = max((p for p in problems if p["prompt"] in ctx),
-                            key=lambda p: len(p["prompt"]))
-                    sol = p["canonical_solution"]
-                    if ctx.startswith("Write a solution"):
-                        text = sol + "```\nThat is all."
-                    elif ctx.startswith("Complete the following"):
-                        text = f"Sure:\n```python\n{p['prompt']}{sol}```\nDone."
-                    else:
-                        text = sol
-                    self.seen.append(kwargs)
-                    out.append(GenerationText(text, META))
-                return out
+    return GenerationOnly()
 
-        lm = Fake()
-        lm.seen = []
-        return lm
+
+def _canonical_lm(problems):
+    """Answers each request with the canonical solution, in each task's format, with stats;
+    ``.seen`` collects the requests' generation kwargs."""
+    seen = []
+
+    def answer(ctx, kwargs):
+        p = max((p for p in problems if p["prompt"] in ctx), key=lambda p: len(p["prompt"]))
+        sol = p["canonical_solution"]
+        if ctx.startswith("Write a solution"):
+            text = sol + "```\nThat is all."
+        elif ctx.startswith("Complete the following"):
+            text = f"Sure:\n```python\n{p['prompt']}{sol}```\nDone."
+        else:
+            text = sol
+        seen.append(kwargs)
+        return GenerationText(text, META)
+
+    lm = _generation_lm(answer)
+    lm.seen = seen
+    return lm
 
 
 def test_lm_eval_end_to_end(data_env, problems):
@@ -251,9 +255,9 @@ def test_lm_eval_end_to_end(data_env, problems):
     tm = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
     assert set(TASKS) <= set(tm.all_tasks)
     with pytest.raises(ValueError, match="unsafe"):
-        simple_evaluate(model=_FakeLM(problems), tasks=["humaneval_pvf"], task_manager=tm,
+        simple_evaluate(model=_canonical_lm(problems), tasks=["humaneval_pvf"], task_manager=tm,
                         limit=1, bootstrap_iters=0)
-    lm = _FakeLM(problems)
+    lm = _canonical_lm(problems)
     out = simple_evaluate(model=lm, tasks=list(TASKS), task_manager=tm, limit=3,
                           confirm_run_unsafe_code=True, bootstrap_iters=0)
     for task in TASKS:
@@ -273,43 +277,28 @@ def test_sampled_task_scores_pass_at_k_over_all_repeats(data_env, problems):
     """humaneval_pvf_sampled: 10 sampled repeats per problem reach process_results (keep_all),
     with their .meta; 3 correct of 10 gives the unbiased pass@1/5/10."""
     from lm_eval import simple_evaluate
-    from lm_eval.api.model import LM
     from lm_eval.tasks import TaskManager
 
-    class ThreeOfTen(LM):
-        def __init__(self):
-            super().__init__()
-            self.calls: dict[str, int] = {}
-            self.kwargs = []
+    calls: dict[str, int] = {}
+    seen_kwargs = []
 
-        def loglikelihood(self, requests, disable_tqdm=False):
-            raise NotImplementedError
-
-        def loglikelihood_rolling(self, requests, disable_tqdm=False):
-            raise NotImplementedError
-
-        def generate_until(self, requests, disable_tqdm=False):
-            out = []
-            for req in requests:
-                ctx, kwargs = req.args
-                p = next(p for p in problems if p["prompt"] == ctx)
-                n = self.calls[ctx] = self.calls.get(ctx, 0) + 1
-                text = p["canonical_solution"] if n <= 3 else "    return None\n"
-                self.kwargs.append(kwargs)
-                out.append(GenerationText(text, dict(META, nfe=10 * n)))
-            return out
+    def three_of_ten(ctx, kwargs):
+        p = next(p for p in problems if p["prompt"] == ctx)
+        n = calls[ctx] = calls.get(ctx, 0) + 1
+        seen_kwargs.append(kwargs)
+        text = p["canonical_solution"] if n <= 3 else "    return None\n"
+        return GenerationText(text, dict(META, nfe=10 * n))
 
     tm = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
-    lm = ThreeOfTen()
-    out = simple_evaluate(model=lm, tasks=["humaneval_pvf_sampled"], task_manager=tm, limit=2,
+    out = simple_evaluate(model=_generation_lm(three_of_ten), tasks=["humaneval_pvf_sampled"], task_manager=tm, limit=2,
                           confirm_run_unsafe_code=True, bootstrap_iters=0)
     r = out["results"]["humaneval_pvf_sampled"]
-    assert sorted(lm.calls.values()) == [10, 10]
+    assert sorted(calls.values()) == [10, 10]
     assert r["pass@1,keep_all"] == pytest.approx(0.3)
     assert r["pass@5,keep_all"] == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))
     assert r["pass@10,keep_all"] == pytest.approx(1.0)
     assert r["nfe,keep_all"] == pytest.approx(55.0)        # mean of 10..100: every sample's .meta
-    assert all(kw["do_sample"] is True and kw["temperature"] == 0.8 for kw in lm.kwargs)
+    assert all(kw["do_sample"] is True and kw["temperature"] == 0.8 for kw in seen_kwargs)
     a = _yaml(TASK_DIR / "humaneval_pvf_sampled.yaml")
     b = _yaml(TASK_DIR / "humaneval_pvf.yaml")
     assert a["doc_to_text"] == b["doc_to_text"]

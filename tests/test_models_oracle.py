@@ -29,13 +29,8 @@ ATTN_IMPLS = ("sdpa", "eager")
 CASES = ("llada-temp", "dream-temp", "tiny-llada", "tiny-dream")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These nets are tiny: one intra-op thread is faster than two on a shared, busy CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+# These nets are tiny: one intra-op thread is faster than two on a shared, busy CPU.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --- temporary checkpoints ------------------------------------------------------------------------

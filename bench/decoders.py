@@ -11,7 +11,6 @@ tokens per forward (ratio of sums), wall seconds per request, and NFE / wall-tim
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -27,6 +26,8 @@ from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.vocab import resolve_vocab  # noqa: E402
 
+import arith_bench  # noqa: E402  (bench/, beside this script)
+
 #: (label, decoder, extra params); pvf rows use the `arith` preset (SPEC paper defaults of the
 #: math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
 CONFIGS = [
@@ -37,13 +38,6 @@ CONFIGS = [
     ("static", "static", {}),
     ("freedave", "freedave", {}),
 ]
-
-
-def arith_utils():
-    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_config(model, prompts, targets, extract, decoder, extra, gen_length, block_length, batch_size):
@@ -88,10 +82,7 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixtures", nargs="+", default=["tiny-llada", "tiny-dream"])
-    ap.add_argument("--limit", type=int, default=None, help="first N held-out items (default: all)")
-    ap.add_argument("--gen-length", type=int, default=96)
-    ap.add_argument("--block-length", type=int, default=32)
+    arith_bench.add_arguments(ap)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="requests decoded together (outputs and NFE do not depend on it)")
@@ -102,9 +93,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    utils = arith_utils()
-    docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
-    docs = docs[: args.limit] if args.limit else docs
+    extract = arith_bench.extract_answer()
+    docs = arith_bench.held_out(args.limit)
     rows_out, raw = [], {}
     print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
@@ -114,12 +104,11 @@ def main(argv=None) -> None:
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
-        prompts = [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
-                   for d in docs]
+        prompts = arith_bench.prompt_ids(model.tokenizer, docs)
         targets = [d["target"] for d in docs]
         results = {}
         for label, decoder, extra in CONFIGS:
-            results[label] = run_config(model, prompts, targets, utils.extract_answer, decoder, extra,
+            results[label] = run_config(model, prompts, targets, extract, decoder, extra,
                                         args.gen_length, args.block_length, args.batch_size)
             print(f"{name} {label}: {results[label]}", file=sys.stderr, flush=True)
         base = results["threshold"]

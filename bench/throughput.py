@@ -28,7 +28,6 @@ stated: the paper's "free lunch" claim, measured.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import resource
@@ -51,6 +50,8 @@ from pvf_lmeval.models.kv import CacheDriftProbe, cache_segments, is_cached_call
 from pvf_lmeval.models.loader import FIXTURES_DIR  # noqa: E402
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
 
+import arith_bench  # noqa: E402  (bench/, beside this script)
+
 DECODERS = ("static", "threshold", "freedave", "pvf")
 CACHES = ("none", "prefix", "dual")
 WIDTHS = (1, 2, 4, 8)
@@ -68,13 +69,6 @@ SHAPES = {
 }
 #: the paper's Table 1 (LLaDA-8B-Instruct, GSM8K, L=512, B=64): calls per 512 tokens
 PAPER_CALLS_PER_512 = {"static": 512, "threshold": 89.77, "freedave": 135.65, "pvf": 31.34}
-
-
-def arith_utils():
-    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def sync(device) -> None:
@@ -119,8 +113,7 @@ class ScheduleRecorder:
 
 def run_tiny(name, args, extract, docs):
     model = load_model(name, device=args.device)
-    prompts = [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
-               for d in docs]
+    prompts = arith_bench.prompt_ids(model.tokenizer, docs)
     out, schedules = {}, {}
     vocab = None
     for dec in args.decoders:
@@ -373,11 +366,9 @@ def run_shape(args, schedules: dict, schedule_label: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixtures", nargs="+", default=None,
-                    help="default: tiny-llada and tiny-dream (those with weights)")
-    ap.add_argument("--limit", type=int, default=32, help="held-out arith items")
-    ap.add_argument("--gen-length", type=int, default=96)
-    ap.add_argument("--block-length", type=int, default=32)
+    arith_bench.add_arguments(ap, fixtures_default=None, limit_default=32,
+                              fixtures_help="default: tiny-llada and tiny-dream (those with weights)",
+                              limit_help="held-out arith items")
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--decoders", nargs="+", default=list(DECODERS),
                     choices=DECODERS + ("explore",))
@@ -408,11 +399,10 @@ def main(argv=None) -> None:
         schedules = json.loads(args.schedule_file.read_text())
         label = f"{args.schedule} (recorded tiny-fixture schedules from {args.schedule_file})"
     else:
-        fixtures = args.fixtures or [f for f in ("tiny-llada", "tiny-dream")
+        fixtures = args.fixtures or [f for f in arith_bench.FIXTURES
                                      if (FIXTURES_DIR / f / "model.safetensors").exists()]
-        docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
-        docs = docs[:args.limit]
-        extract = arith_utils().extract_answer
+        docs = arith_bench.held_out(args.limit)
+        extract = arith_bench.extract_answer()
         tiny_device = "cpu" if args.shape else args.device
         saved, args.device = args.device, tiny_device
         print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block "

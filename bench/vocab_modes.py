@@ -24,7 +24,6 @@ mode computes in its planning calls (same rows, with and without them).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -42,14 +41,9 @@ from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.paths import vocab_artifacts_dir  # noqa: E402
 from pvf_lmeval.vocab import artifact_statistics, load_artifact, resolve_artifact  # noqa: E402
 
+import arith_bench  # noqa: E402  (bench/, beside this script)
+
 HEURISTIC = {"llada": "llada-8b-instruct", "dream": "dream-v0-instruct-7b"}
-
-
-def arith_utils():
-    spec = importlib.util.spec_from_file_location("arith_utils", REPO / "tasks" / "arith" / "utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_pass(model, prompts, targets, extract, params, online=None, batch=1):
@@ -113,10 +107,7 @@ def save_online(args, online, tok, model, name, label) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixtures", nargs="+", default=["tiny-llada", "tiny-dream"])
-    ap.add_argument("--limit", type=int, default=None, help="first N held-out items (default: all)")
-    ap.add_argument("--gen-length", type=int, default=96)
-    ap.add_argument("--block-length", type=int, default=32)
+    arith_bench.add_arguments(ap)
     ap.add_argument("--batch", type=int, default=1, help="online: requests between updates")
     ap.add_argument("--level", type=float, default=0.2, help="online: Beta lower-bound quantile")
     ap.add_argument("--explore", type=int, default=1, help="online: reserved exploration slots")
@@ -128,9 +119,8 @@ def main(argv=None) -> None:
                     help="folder: write the learned online statistics as artifacts (for audit)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    utils = arith_utils()
-    docs = [json.loads(line) for line in open(REPO / "tasks" / "arith" / "data" / "test.jsonl")]
-    docs = docs[: args.limit] if args.limit else docs
+    extract = arith_bench.extract_answer()
+    docs = arith_bench.held_out(args.limit)
     print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; online: batch {args.batch}, level {args.level}, explore "
           f"{args.explore}, explore_max {args.explore_max}; torch threads "
@@ -143,8 +133,7 @@ def main(argv=None) -> None:
     for name in args.fixtures:
         model = load_model(name)
         tok = model.tokenizer
-        prompts = [tok.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
-                   for d in docs]
+        prompts = arith_bench.prompt_ids(tok, docs)
         targets = [d["target"] for d in docs]
         base = make_params("pvf", preset="arith", gen_length=args.gen_length,
                            block_length=args.block_length)
@@ -162,7 +151,7 @@ def main(argv=None) -> None:
             return args.only is None or label in args.only
 
         def row(label, params, online=None, eligible=None):
-            r = run_pass(model, prompts, targets, utils.extract_answer, params, online, args.batch)
+            r = run_pass(model, prompts, targets, extract, params, online, args.batch)
             r["eligible"] = len(online.eligible_ids()) if online is not None else eligible
             results[label] = r
             print(f"{name} {label}: {r}", file=sys.stderr, flush=True)

@@ -1,0 +1,42 @@
+"""What the tiny-fixture benchmarks share: the held-out `arith` items, their prompts (the task's
+``doc_to_text``), the task's answer extraction, and the arguments that select them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ARITH = REPO / "tasks" / "arith"
+FIXTURES = ("tiny-llada", "tiny-dream")
+
+
+def add_arguments(ap, *, fixtures_default=list(FIXTURES), fixtures_help=None, limit_default=None,
+                  limit_help="first N held-out items (default: all)") -> None:
+    """``--fixtures``, ``--limit``, ``--gen-length`` (96) and ``--block-length`` (32)."""
+    ap.add_argument("--fixtures", nargs="+", default=fixtures_default, help=fixtures_help)
+    ap.add_argument("--limit", type=int, default=limit_default, help=limit_help)
+    ap.add_argument("--gen-length", type=int, default=96)
+    ap.add_argument("--block-length", type=int, default=32)
+
+
+def held_out(limit: int | None = None) -> list[dict]:
+    """The first ``limit`` (all when None) held-out items: question, answer, target."""
+    with open(ARITH / "data" / "test.jsonl") as f:
+        docs = [json.loads(line) for line in f]
+    return docs[:limit] if limit else docs
+
+
+def prompt_ids(tokenizer, docs: list[dict]) -> list[list[int]]:
+    """Token ids of each item's prompt, as the `arith` task renders it (no chat template)."""
+    return [tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
+            for d in docs]
+
+
+def extract_answer():
+    """The `arith` task's answer extraction (``tasks/arith/utils.py``), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("arith_utils", ARITH / "utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.extract_answer

@@ -260,7 +260,11 @@ def main(argv=None):
             acc, _ = quick_eval(net, eval_rows[:100], eval_targets[:100], tok, mask_id, eos_ids, pad_id,
                                 shift=fmt.logit_shift)
             net.train()
-            print(f"step {step} held-out exact match (100 items): {acc:.2f}", flush=True)
+            print(f"step {step} held-out exact match ({len(eval_rows[:100])} items): {acc:.2f}",
+                  flush=True)
+            if log[-1]["step"] != step:      # --eval-every need not be a multiple of 100
+                log.append({"step": step, "loss": round(loss.item(), 4),
+                            "minutes": round((time.time() - t0) / 60, 2)})
             log[-1]["heldout_100"] = acc
             save_checkpoint(net, fmt, args.out, special)    # a usable checkpoint if stopped early
 

@@ -117,7 +117,8 @@ def test_cached_call_with_left_padding_and_two_requests(request, name):
 
 
 class _Recorder:
-    """Records, per model call, whether it was full and the recomputed span."""
+    """Records, per model call, the rows, the recomputed span (None: full) and the working blocks
+    of the cached canvas the call could use (None before the first refresh)."""
 
     def __init__(self, model):
         self.model, self.calls = model, []
@@ -126,17 +127,62 @@ class _Recorder:
         return getattr(self.model, name)
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        ref = None
+        if cache is not None and cache._ref is not None:
+            ref = _working_blocks(cache._ref[None], cache)[0]
         self.calls.append((tokens.shape[0], None if cache is None else cache.span,
-                           positions.tolist(), tokens.clone()))
+                           positions.tolist(), tokens.clone(), ref))
         return self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
+
+
+def _working_blocks(gen, cache):
+    """Per row of generation regions ``gen`` [N, L]: (active block, last working block), the
+    next block counting when at most ``reveal_next`` masks are left in the active one; None for
+    rows without a mask."""
+    B, L, nb = cache.B, cache.L, cache.nb
+    out = []
+    for g in gen:
+        masked = g == cache.mask_id
+        if not masked.any():
+            out.append(None)
+            continue
+        a = int(masked.nonzero()[0]) // B
+        left = int(masked[a * B:(a + 1) * B].sum())
+        out.append((a, a + int(0 < cache.reveal and left <= cache.reveal and a + 1 < nb)))
+    return out
+
+
+def test_working_block_rule_with_reveal():
+    """A block revealed at the last refresh does not cost a second full call when it becomes the
+    active one; revealing a block the cached canvas did not hold does, and so does entering a
+    block without a reveal (threshold)."""
+    L, B, M = 12, 4, 99
+    ref = torch.tensor([1, 1, 1, M, M, M, M, M, M, M, M, M])          # block 0 has 1 mask: reveals 1
+    for reveal, row, full in [
+        (2, [1, 1, 1, 1, 2, M, M, M, M, M, M, M], False),  # active 1, 3 masks left: inside
+        (2, [1, 1, 1, 2, M, M, M, M, M, M, M, M], False),  # still block 0
+        (2, [1, 1, 1, 1, 2, 2, 2, M, M, M, M, M], True),   # active 1 reveals block 2
+        (2, [1, 1, 1, 1, 2, 2, 2, 2, M, M, M, M], True),   # enters block 2
+        (0, [1, 1, 1, 1, 2, M, M, M, M, M, M, M], True),   # no reveal: entering block 1 is new
+    ]:
+        c = KVCache("dual", prompt_len=0, gen_length=L, block_length=B, mask_id=M,
+                    reveal_next=reveal, device="cpu")
+        c.kv, c._ref, c._ok = [], ref.clone(), torch.tensor(True)
+        rg = torch.tensor([row])
+        a = (rg == M).long().argmax(-1) // B
+        flags = [int(f) for f in c.flags(rg, a)]
+        assert bool(flags[0]) == full, (reveal, row)
+        c.plan(flags, rg, 0, L)
+        if not full:
+            assert c.span == (0, 2 * B)       # the cached canvas's working blocks 0 and 1
 
 
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 @pytest.mark.parametrize("dec", ["threshold", "pvf"])
 def test_refresh_rules(llada, mode, dec):
     prompts, _ = arith_prompts(llada.tokenizer, 2)
-    B, L = 16, 48
-    cached_calls = 0
+    B, L = 16, 64
+    cached_calls = entered_revealed = 0
     for p in prompts:
         rec = _Recorder(llada)
         # threshold 0.99: the trained fixture is confident enough to finish a whole block in the
@@ -145,30 +191,32 @@ def test_refresh_rules(llada, mode, dec):
                   threshold=0.99) if dec == "pvf" else {}
         r = decode(rec, p, dec, gen_length=L, block_length=B, cache=mode, early_stop=False, **kw)
         P0 = len(p)
+        cache = KVCache(mode, prompt_len=P0, gen_length=L, block_length=B,
+                        mask_id=llada.mask_id, reveal_next=4 if dec == "pvf" else 0,
+                        device="cpu")
         assert r.nfe == len(rec.calls)
-        assert rec.calls[0][1] is None                                # the first call is full
-        prev_full_blocks: set = set()
-        for n, span, pos, tokens in rec.calls:
-            gen = tokens[:, P0:]
-            masked = gen == llada.mask_id
-            live = masked.any(-1)
-            act = torch.where(masked, torch.arange(L), L).min(-1).values // B
+        assert rec.calls[0][1] is None and rec.calls[0][4] is None    # the first call is full
+        for n, span, pos, tokens, ref in rec.calls[1:]:
+            rows = [w for w in _working_blocks(tokens[:, P0:], cache) if w is not None]
+            inside = all(ref[0] <= a and hi <= ref[1] for a, hi in rows)
+            # full exactly when a live row has a working block the cached canvas did not
+            # (the committed row of a full call is always one of its rows, so always matched)
+            assert (span is None) == (not inside), (span, rows, ref)
             if span is None:
-                # the cache is refreshed from the row the step commits, one of these rows
-                prev_full_blocks = set(act[live].tolist())
                 continue
-            # a cached call: every live row stays in the cached canvas's block
-            blk = (span[0] - P0) // B
-            assert (act[live] == blk).all() and blk in prev_full_blocks
-            assert span[1] == (P0 + L if mode == "prefix" else span[1])
-            if mode == "dual":
-                assert span[1] - span[0] in (B, 2 * B)
+            entered_revealed += any(a > ref[0] for a, _ in rows)
+            assert span[0] == P0 + ref[0] * B
+            if mode == "prefix":
+                assert span[1] == P0 + L
+            else:
+                assert span[1] == P0 + (ref[1] + 1) * B               # the working blocks
                 assert pos[0] >= span[0] and pos[-1] < span[1]      # logits: recomputed only
-        n_blocks = L // B
-        full = sum(span is None for _, span, _, _ in rec.calls)
-        assert full >= min(n_blocks, r.nfe) - 0                      # a full call per block
+        full = sum(c[1] is None for c in rec.calls)
+        assert full >= min(L // B, r.nfe)                             # a full call per block
         cached_calls += r.nfe - full
     assert cached_calls > 0                                           # and cached calls
+    if dec == "pvf":     # a block revealed at a refresh became active without a full call
+        assert entered_revealed > 0
 
 
 def _arith_utils():

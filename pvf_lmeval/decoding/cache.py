@@ -11,12 +11,19 @@ Rules (with bidirectional attention every cached key depends on the whole canvas
 is an approximation that is exact only right after a refresh):
 
 - the first call of a request is full;
-- a call is full when any of its rows that still holds a mask has its active block beyond the
-  cached canvas's (it enters a new block), or reveals the next block (``reveal_next``) while the
-  cached canvas did not, or when the committed row of the last full call could not be matched;
-- otherwise the call is cached: ``dual`` recomputes the cached canvas's active block (plus the
-  next block when it was revealed), ``prefix`` the active block and everything after it. A dual
-  call's logits then cover only the recomputed blocks (the only ones a working set can hold).
+- the cached canvas's *working blocks* are its active block, plus the next block when its
+  working set had revealed it (``reveal_next``); a row's are its own, the same way;
+- a call is full when any of its rows that still holds a mask has a working block outside the
+  cached canvas's: it enters a new block, or reveals a block the cached canvas had not, or when
+  the committed row of the last full call could not be matched. A block revealed at the last
+  refresh is not new when it becomes the active one: the refresh already built its keys from a
+  canvas that held it in the working set, and every cached call recomputes it (SPEC "Cache
+  modes": cached calls recompute "the revealed next block when N_s widens the working set").
+  Without this, every block costs PVF two full calls (one when it is revealed, one when it
+  becomes active);
+- otherwise the call is cached: ``dual`` recomputes the cached canvas's working blocks,
+  ``prefix`` its active block and everything after it. A dual call's logits then cover only the
+  recomputed blocks (the only ones a working set can hold).
 """
 
 from __future__ import annotations
@@ -65,9 +72,9 @@ class KVCache:
         a_ref = first_true(self._ref == self.mask_id) // self.B
         rev_ref = self._revealed(self._ref, a_ref)
         live = a < self.nb
-        new = live & (a != a_ref)
-        newly = live & self._revealed(rg, a) & ~rev_ref
-        need = new.any() | newly.any() | ~self._ok
+        hi_row = a + self._revealed(rg, a).long()     # last working block of each row
+        outside = (a < a_ref) | (hi_row > a_ref + rev_ref.long())
+        need = (live & outside).any() | ~self._ok
         return [need.long(), a_ref, rev_ref.long()]
 
     def plan(self, flags: list[int], rg: Tensor, lo: int, hi: int) -> tuple[int, int]:

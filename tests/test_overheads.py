@@ -36,3 +36,30 @@ def test_readbacks_per_call_bounded(llada, monkeypatch, dec, cache):
     rs = decode_batch(llada, [[5, 6, 7, 8], [9, 10]], dec, gen_length=32, block_length=16,
                       cache=cache, early_stop=False, plan_vocab=range(0, 600, 2))
     assert (count[0] - 8) / sum(r.nfe for r in rs) <= 5.5
+
+
+@pytest.mark.parametrize("name", ["tiny-llada", "tiny-dream"])
+def test_last_layer_runs_only_on_the_requested_rows(name):
+    """``hidden(..., out_index=...)`` equals the full hidden states taken at those rows (the last
+    layer just skips the rest), for shared [P] and per-row [N, P] indices, with left padding."""
+    from pvf_lmeval.models import load_model
+    from pvf_lmeval.models.transformer import take_rows
+    net = load_model(name).net
+    g = torch.Generator().manual_seed(3)
+    tok = torch.randint(4, 500, (3, 40), generator=g)
+    am = torch.ones(3, 40, dtype=torch.long)
+    am[1, :6] = 0
+    shared = torch.arange(20, 36)
+    per_row = torch.stack([shared, shared - 3, shared + 4])
+    for idx in (shared, per_row):
+        for mask in (None, am):
+            full = net.hidden(tok, mask)
+            part = net.hidden(tok, mask, out_index=idx)
+            assert part.shape == (3, 16, net.cfg.d_model)
+            torch.testing.assert_close(part, take_rows(full, idx), rtol=1e-5, atol=1e-5)
+    # the last layer really computes fewer rows: its MLP sees [N, P, d], not [N, T, d]
+    seen = []
+    hook = net.blocks[-1].mlp.register_forward_hook(lambda m, i, o: seen.append(i[0].shape))
+    net.hidden(tok, out_index=shared)
+    hook.remove()
+    assert seen == [torch.Size([3, 16, net.cfg.d_model])]

@@ -76,17 +76,13 @@ class DiffusionLM:
             rows = cached_rows(self.net, tokens, positions, attention_mask, segs, self.logit_shift)
             return self._head(rows)
         kv_out = [] if segs is not None else None
-        hidden = self.net.hidden(tokens, attention_mask, kv_out=kv_out)
-        if segs is not None:
-            keep_pending(segs, kv_out)
         # Shifted checkpoints (Dream) read position i from output i-1; position 0 has no left
         # neighbour and reads output 0, as upstream Dream does (cat([logits[:, :1], logits[:, :-1]])).
         # Without the clamp, [P] positions wrapped to the last row and [N, P] positions raised.
-        src = (positions.to(hidden.device) - self.logit_shift).clamp(min=0)
-        if src.dim() == 1:
-            rows = hidden[:, src]
-        else:
-            rows = torch.gather(hidden, 1, src[..., None].expand(-1, -1, hidden.shape[-1]))
+        src = (positions.to(tokens.device) - self.logit_shift).clamp(min=0)
+        rows = self.net.hidden(tokens, attention_mask, kv_out=kv_out, out_index=src)
+        if segs is not None:
+            keep_pending(segs, kv_out)
         return self._head(rows)
 
     def _head(self, rows: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,17 @@ def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def take_rows(x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """Rows ``index`` of ``x`` [N|1, T, d] along dim 1: ``index`` [P] (the same for every row) or
+    [N, P] (per row); None keeps all of them."""
+    if index is None:
+        return x
+    if index.dim() == 1:
+        return x[:, index]
+    x = x.expand(index.shape[0], *x.shape[1:])
+    return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[-1]))
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
@@ -81,24 +92,29 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
 
-    def _qkv(self, x, cos, sin):
+    def _heads(self, proj, x, n_heads, cos, sin):
         n, t, _ = x.shape
-        q = self.q_proj(x).view(n, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(n, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        h = proj(x).view(n, t, n_heads, self.head_dim).transpose(1, 2)
+        return h if cos is None else apply_rotary(h, cos, sin)
 
-    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None):
-        n, t, _ = x.shape
-        q, k, v = self._qkv(x, cos, sin)
+    def _qkv(self, x, cos, sin):
+        return (self._heads(self.q_proj, x, self.n_heads, cos, sin),
+                self._heads(self.k_proj, x, self.n_kv_heads, cos, sin),
+                self._heads(self.v_proj, x, self.n_kv_heads, None, None))
+
+    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None, out_index=None):
+        """Attention output [N, T, d], or [N, P, d] for the query rows ``out_index`` only (every
+        position still serves as a key)."""
+        q = self._heads(self.q_proj, take_rows(x, out_index), self.n_heads,
+                        take_rows(cos, out_index), take_rows(sin, out_index))
+        k = self._heads(self.k_proj, x, self.n_kv_heads, cos, sin)
+        v = self._heads(self.v_proj, x, self.n_kv_heads, None, None)
         if kv_out is not None:      # keys after rotary: cached keys carry their positions
             kv_out.append((k, v))
-        if self.n_kv_heads != self.n_heads:
-            rep = self.n_heads // self.n_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False)
-        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,
+                                             enable_gqa=self.n_kv_heads != self.n_heads)
+        n, p = q.shape[0], q.shape[2]
+        return self.o_proj(out.transpose(1, 2).reshape(n, p, -1))
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
         """Queries ``x`` [R, Q, d] against cached keys/values ``ck``/``cv`` [R, Hkv, T, D] (one
@@ -132,8 +148,10 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, attn_bias, kv_out)
+    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None, out_index=None):
+        """[N, T, d] -> [N, T, d], or [N, P, d] for the rows ``out_index`` (see ``take_rows``)."""
+        x = take_rows(x, out_index) + self.attn(self.attn_norm(x), cos, sin, attn_bias, kv_out,
+                                                out_index)
         return x + self.mlp(self.mlp_norm(x))
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
@@ -170,8 +188,11 @@ class BidirectionalTransformer(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
     def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               position_ids: torch.Tensor | None = None, kv_out: list | None = None) -> torch.Tensor:
-        """Final-norm hidden states [N, T, d_model].
+               position_ids: torch.Tensor | None = None, kv_out: list | None = None,
+               out_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [N, T, d_model], or [N, P, d_model] at ``out_index`` ([P] or
+        [N, P] canvas indices): the last layer then computes only those query rows (exact: the
+        other rows' outputs feed nothing), which spares the positions no caller reads.
 
         ``attention_mask`` [N, T] (1 = real token, 0 = padding) hides padded keys from every query;
         ``position_ids`` [N, T] default to the count of real tokens before each position, so left
@@ -189,11 +210,12 @@ class BidirectionalTransformer(nn.Module):
             # produce NaNs in SDPA.
             attn_bias = torch.zeros(n, 1, 1, t, dtype=x.dtype, device=x.device)
             attn_bias.masked_fill_(~keep[:, None, None, :], torch.finfo(x.dtype).min)
-        if position_ids is None:
-            position_ids = torch.arange(t, device=tokens.device).expand(n, t)
+        if position_ids is None:     # one table row for all: broadcast, not N copies
+            position_ids = torch.arange(t, device=tokens.device)[None]
         cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
-        for block in self.blocks:
-            x = block(x, cos, sin, attn_bias, kv_out)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, attn_bias, kv_out, out_index if i == last else None)
         return self.norm(x)
 
     def hidden_cached(self, tokens: torch.Tensor, position_ids: torch.Tensor, kv: list,

@@ -112,7 +112,7 @@ class ScheduleRecorder:
 
 
 def run_tiny(name, args, extract, docs):
-    model = load_model(name, device=args.device)
+    model = maybe_compile(load_model(name, device=args.device), args)
     prompts = arith_bench.prompt_ids(model.tokenizer, docs)
     out, schedules = {}, {}
     vocab = None
@@ -132,7 +132,10 @@ def run_tiny(name, args, extract, docs):
                                      plan_vocab=vocab, **extra)
             # One untimed request first: first-call costs (allocator, kernel selection, lazy
             # initialisation) must not land on whichever configuration happens to run first.
-            decode_batch(model, prompts[:1], params=params, request_indices=[0])
+            warm = prompts if args.compile != "off" else prompts[:1]   # compiled: every shape
+            for a in range(0, len(warm), args.batch_size):
+                decode_batch(model, warm[a:a + args.batch_size], params=params,
+                             request_indices=list(range(a, a + len(warm[a:a + args.batch_size]))))
             rec = ScheduleRecorder(model, args.block_length)
             reset_peak(args.device)
             results = []
@@ -333,10 +336,22 @@ def replay(model, blocks: list[list[int]], cache: str, prompt_len: int, L: int, 
     return time.perf_counter() - t0
 
 
+def maybe_compile(model, args):
+    if args.compile != "off":
+        model.compile(scope=args.compile, mode=args.compile_mode)
+    return model
+
+
+def compile_label(args) -> str:
+    if args.compile == "off":
+        return "eager"
+    return f"torch.compile scope={args.compile} mode={args.compile_mode}"
+
+
 def run_shape(args, schedules: dict, schedule_label: str) -> str:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = random_model(args.shape, device, dtype)
+    model = maybe_compile(random_model(args.shape, device, dtype), args)
     L, B, P = args.shape_gen_length, args.shape_block_length, args.prompt_len
     rows = {}
     for dec in args.decoders:
@@ -347,7 +362,9 @@ def run_shape(args, schedules: dict, schedule_label: str) -> str:
                 print(f"no schedule for {key}; skipped", file=sys.stderr)
                 continue
             blocks = replay_schedule(sched, dec, args.schedule, L, B)
-            replay(model, blocks[:1], cache, P, L, B, device)         # warm-up
+            t0 = time.perf_counter()     # warm-up (the whole schedule when compiling)
+            replay(model, blocks if args.compile != "off" else blocks[:1], cache, P, L, B, device)
+            print(f"{args.shape} {key}: warm-up {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             reset_peak(device)
             secs = [replay(model, blocks, cache, P, L, B, device) for _ in range(args.shape_reps)]
             wall = statistics.median(secs)
@@ -358,7 +375,7 @@ def run_shape(args, schedules: dict, schedule_label: str) -> str:
             print(f"{args.shape} {key}: {rows[(dec, cache)]}", file=sys.stderr, flush=True)
     note = (f"random {args.shape} ({dtype}, {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}); "
             f"prompt {P}, gen_length {L}, block {B}; schedule: {schedule_label}; every request "
-            f"taken to produce {L} tokens; median of {args.shape_reps}")
+            f"taken to produce {L} tokens; median of {args.shape_reps}; {compile_label(args)}")
     out = table(rows, f"Replayed schedules on the {args.shape} shape", note)
     out += "\n" + width_table(model, P, L, B, args.width_reps, device, f"random {args.shape}")
     return out
@@ -386,6 +403,11 @@ def main(argv=None) -> None:
     ap.add_argument("--shape-reps", type=int, default=3)
     ap.add_argument("--drift", type=int, default=0, metavar="N",
                     help="also measure the cache's logit drift on the first N prompts (untimed)")
+    ap.add_argument("--compile", choices=("off", "model", "blocks"), default="off",
+                    help="torch.compile the model call (DiffusionLM.compile scope); every "
+                         "configuration then warms up on its whole schedule first (untimed)")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"))
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -415,7 +437,8 @@ def main(argv=None) -> None:
             raw[f"{name}/schedules"] = sched
             note = (f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block "
                     f"{args.block_length}, batch size {args.batch_size}, {tiny_device}, "
-                    f"{torch.get_num_threads()} thread(s); peak = process max RSS on a CPU")
+                    f"{torch.get_num_threads()} thread(s), {compile_label(args)}; peak = process max "
+                    f"RSS on a CPU")
             print(table(rows, f"{name}: decoder x cache", note), flush=True)
             if args.drift:
                 print(drift_table(rows, args.drift), flush=True)

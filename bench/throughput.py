@@ -377,7 +377,8 @@ def run_shape(args, schedules: dict, schedule_label: str) -> str:
             f"prompt {P}, gen_length {L}, block {B}; schedule: {schedule_label}; every request "
             f"taken to produce {L} tokens; median of {args.shape_reps}; {compile_label(args)}")
     out = table(rows, f"Replayed schedules on the {args.shape} shape", note)
-    out += "\n" + width_table(model, P, L, B, args.width_reps, device, f"random {args.shape}")
+    if args.width_reps > 0:
+        out += "\n" + width_table(model, P, L, B, args.width_reps, device, f"random {args.shape}")
     return out
 
 
@@ -392,7 +393,8 @@ def main(argv=None) -> None:
     ap.add_argument("--caches", nargs="+", default=list(CACHES), choices=CACHES)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default=None, help="default: cuda with --shape, else cpu")
-    ap.add_argument("--width-reps", type=int, default=20)
+    ap.add_argument("--width-reps", type=int, default=20,
+                    help="timed calls per width in the one-call table (0: no table)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default=None)
     ap.add_argument("--schedule", choices=("tiny", "paper"), default="tiny")
     ap.add_argument("--schedule-file", type=Path, default=None,
@@ -443,8 +445,9 @@ def main(argv=None) -> None:
             if args.drift:
                 print(drift_table(rows, args.drift), flush=True)
             P = round(statistics.mean(len(p) for p in prompts))
-            print(width_table(model, P, args.gen_length, args.block_length, args.width_reps,
-                              tiny_device, name), flush=True)
+            if args.width_reps > 0:
+                print(width_table(model, P, args.gen_length, args.block_length, args.width_reps,
+                                  tiny_device, name), flush=True)
         args.device = saved
         label = f"{args.schedule} (recorded from this run's tiny-fixture decoding)"
         if args.schedule_file and not args.shape:

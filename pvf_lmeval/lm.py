@@ -24,7 +24,7 @@ from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
 from .decoding import PARAM_NAMES, STAT_KEYS, decode_batch, make_params
-from .decoding.params import override
+from .decoding.params import _bool, override
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .stats import StatTotals
 from .trace import trace_record
@@ -47,6 +47,17 @@ CLI_DEFAULT_DEVICE = "cuda:0"
 def _notice(msg: str) -> None:
     log.warning(msg)
 
+
+
+def _compile_scope(v) -> str | None:
+    """``compile=false|true|model|blocks`` -> None or the ``DiffusionLM.compile`` scope (true =
+    model)."""
+    if isinstance(v, str) and v.strip().lower() in ("model", "blocks"):
+        return v.strip().lower()
+    try:
+        return "model" if _bool("compile", v) else None
+    except ValueError:
+        raise ValueError(f"compile={v!r} must be one of false, true, model, blocks") from None
 
 class PVFOutOfMemoryError(RuntimeError):
     """Out of (GPU) memory, with what to lower in the message."""
@@ -93,9 +104,7 @@ class PVFDiffusionLM(LM):
         self.params = make_params(self._explicit.pop("decoder", "threshold"),
                                   preset=self._explicit.pop("preset", None), **self._explicit)
         self.batch_size = self._batch_size(batch_size)
-        from .decoding.params import _bool
-
-        self._compile = _bool("compile", compile)
+        self._compile = _compile_scope(compile)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
         if trust_remote_code is not None:
@@ -124,8 +133,8 @@ class PVFDiffusionLM(LM):
         else:
             dev = resolve_device(device)
         self.model = load_model(pretrained, device=dev, dtype=dtype)
-        if self._compile:
-            self.model.compile()   # torch.compile of the model call (off by default)
+        if self._compile:          # torch.compile of the model call (off by default)
+            self.model.compile(scope=self._compile)
         self._device = self.model.device
         self.tokenizer = self.model.tokenizer
         self.pretrained = str(pretrained)

@@ -31,6 +31,8 @@ CASES = [
     ("unknown_arg", f"pretrained={MODEL},tresh=0.5", "unknown model arg 'tresh'"),
     ("checkpoint", "pretrained={gpt2}", "model_type='gpt2'"),
     ("device", f"pretrained={MODEL},device=cuda", "device='cuda'"),
+    ("compile", f"pretrained={MODEL},compile=fast",
+     "compile='fast' must be one of false, true, model, blocks"),
 ]
 #: cases also run through the CLI (each costs an interpreter start and a task index, ~10 s)
 CLI_CASES = ("decoder", "device")

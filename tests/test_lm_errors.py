@@ -32,7 +32,7 @@ CASES = [
     ("checkpoint", "pretrained={gpt2}", "model_type='gpt2'"),
     ("device", f"pretrained={MODEL},device=cuda", "device='cuda'"),
     ("compile", f"pretrained={MODEL},compile=fast",
-     "compile='fast' must be one of false, true, model, blocks"),
+     "compile='fast' must be one of false, true, blocks, model"),
 ]
 #: cases also run through the CLI (each costs an interpreter start and a task index, ~10 s)
 CLI_CASES = ("decoder", "device")

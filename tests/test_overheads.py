@@ -68,8 +68,8 @@ def test_last_layer_runs_only_on_the_requested_rows(name):
 def test_compile_scope_parsing():
     from pvf_lmeval.lm import _compile_scope
     assert [_compile_scope(v) for v in (False, "false", "0", True, "true", "model", "Blocks")] == \
-        [None, None, None, "model", "model", "model", "blocks"]
-    with pytest.raises(ValueError, match="compile='fast' must be one of false, true, model, blocks"):
+        [None, None, None, "blocks", "blocks", "model", "blocks"]
+    with pytest.raises(ValueError, match="compile='fast' must be one of false, true, blocks, model"):
         _compile_scope("fast")
     from pvf_lmeval.models import load_model
     with pytest.raises(ValueError, match="compile scope='layers' must be one of model, blocks"):
@@ -78,7 +78,7 @@ def test_compile_scope_parsing():
 
 @pytest.mark.parametrize("scope", ["blocks", "model"])
 def test_compiled_model_decodes_like_eager(scope):
-    """``compile=true|blocks``: the compiled model call (full and cached paths, one and several
+    """``compile=true|blocks|model``: the compiled model call (full and cached paths, one and several
     rows) decodes the same tokens with the same calls as eager (tiny-llada, greedy)."""
     from pvf_lmeval.models import load_model
     eager = load_model("tiny-llada")

@@ -54,7 +54,7 @@ class DiffusionLM:
     def max_length(self) -> int:
         return self.net.cfg.max_seq_len
 
-    def compile(self, scope: str = "model", **options) -> "DiffusionLM":
+    def compile(self, scope: str = "blocks", **options) -> "DiffusionLM":
         """torch.compile the network's forward passes (full and cached), dynamic shapes by default;
         ``options`` go to ``torch.compile`` (e.g. ``mode="reduce-overhead"`` for CUDA graphs).
 

@@ -135,7 +135,7 @@ def run_tiny(name, args, extract, docs):
             warm = prompts if args.compile != "off" else prompts[:1]   # compiled: every shape
             for a in range(0, len(warm), args.batch_size):
                 decode_batch(model, warm[a:a + args.batch_size], params=params,
-                             request_indices=list(range(a, a + len(warm[a:a + args.batch_size]))))
+                             request_indices=list(range(a, a + args.batch_size)))
             rec = ScheduleRecorder(model, args.block_length)
             reset_peak(args.device)
             results = []

@@ -48,7 +48,6 @@ def _notice(msg: str) -> None:
     log.warning(msg)
 
 
-
 def _compile_scope(v) -> str | None:
     """``compile=false|true|blocks|model`` -> None or the ``DiffusionLM.compile`` scope.
 
@@ -61,6 +60,7 @@ def _compile_scope(v) -> str | None:
         return "blocks" if _bool("compile", v) else None
     except ValueError:
         raise ValueError(f"compile={v!r} must be one of false, true, blocks, model") from None
+
 
 class PVFOutOfMemoryError(RuntimeError):
     """Out of (GPU) memory, with what to lower in the message."""

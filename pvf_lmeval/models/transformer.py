@@ -97,18 +97,19 @@ class Attention(nn.Module):
         h = proj(x).view(n, t, n_heads, self.head_dim).transpose(1, 2)
         return h if cos is None else apply_rotary(h, cos, sin)
 
-    def _qkv(self, x, cos, sin):
-        return (self._heads(self.q_proj, x, self.n_heads, cos, sin),
-                self._heads(self.k_proj, x, self.n_kv_heads, cos, sin),
+    def _kv(self, x, cos, sin):
+        return (self._heads(self.k_proj, x, self.n_kv_heads, cos, sin),
                 self._heads(self.v_proj, x, self.n_kv_heads, None, None))
+
+    def _qkv(self, x, cos, sin):
+        return (self._heads(self.q_proj, x, self.n_heads, cos, sin), *self._kv(x, cos, sin))
 
     def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None, out_index=None):
         """Attention output [N, T, d], or [N, P, d] for the query rows ``out_index`` only (every
         position still serves as a key)."""
         q = self._heads(self.q_proj, take_rows(x, out_index), self.n_heads,
                         take_rows(cos, out_index), take_rows(sin, out_index))
-        k = self._heads(self.k_proj, x, self.n_kv_heads, cos, sin)
-        v = self._heads(self.v_proj, x, self.n_kv_heads, None, None)
+        k, v = self._kv(x, cos, sin)
         if kv_out is not None:      # keys after rotary: cached keys carry their positions
             kv_out.append((k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,

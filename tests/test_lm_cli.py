@@ -28,7 +28,9 @@ pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 LLADA = "tiny-llada"
-BASE_ARGS = f"pretrained={LLADA},decoder=threshold,gen_length=96,block_length=32"
+#: the reference run and the data-parallel run decode with the dual KV cache: end to end through
+#: the CLI, and per rank (each rank's requests must come out as in one process: nothing leaks)
+BASE_ARGS = f"pretrained={LLADA},decoder=threshold,gen_length=96,block_length=32,cache=dual"
 #: statistics that must agree exactly between runs (wall_s and tps are timings)
 EXACT_KEYS = ("requests", "nfe", "branch_rows", "gen_length", "gen_tokens", "committed",
               "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore", "tpf",
@@ -94,7 +96,8 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         # max_gen_toks (80, no gen_length in model args: rounded up to 96 = 3 blocks of 32);
         # batch_size inside model_args (4.) must not clash with the CLI's batch_size=1
         "gen_kwargs": lm_eval + _lm_eval_args(
-            f"pretrained={LLADA},decoder=threshold,block_length=32,batch_size=4", root / "gen_kwargs",
+            f"pretrained={LLADA},decoder=threshold,block_length=32,batch_size=4,cache=dual",
+            root / "gen_kwargs",
             4, "--gen_kwargs", f"threshold={LOOSE_THRESHOLD},max_gen_toks=80"),
     }
 
@@ -145,6 +148,7 @@ def test_threshold_run_end_to_end(runs):
     pvf = run.results["config"]["pvf"]
     assert pvf["pretrained"] == LLADA and pvf["decoder"] == "threshold"
     assert pvf["params"]["gen_length"] == 96 and pvf["params"]["threshold"] == 0.9
+    assert pvf["params"]["cache"] == "dual"
     for s in run.samples.values():
         assert "Question:" not in s["filtered_resps"][0]
     assert metrics["nfe,none"] < 96   # the trained fixture commits several tokens per call

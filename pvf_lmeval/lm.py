@@ -107,6 +107,9 @@ class PVFDiffusionLM(LM):
         self.params = make_params(self._explicit.pop("decoder", "threshold"),
                                   preset=self._explicit.pop("preset", None), **self._explicit)
         self.batch_size = self._batch_size(batch_size)
+        if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
+            raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
+                             f"a fixed batch_size (a positive integer; no batch_size=auto)")
         self._compile = _compile_scope(compile)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)

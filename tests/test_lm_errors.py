@@ -31,6 +31,8 @@ CASES = [
     ("unknown_arg", f"pretrained={MODEL},tresh=0.5", "unknown model arg 'tresh'"),
     ("checkpoint", "pretrained={gpt2}", "model_type='gpt2'"),
     ("device", f"pretrained={MODEL},device=cuda", "device='cuda'"),
+    ("max_batch_size", f"pretrained={MODEL},max_batch_size=64",
+     "max_batch_size=64 has no effect: pvf-dlm decodes a fixed batch_size"),
     ("compile", f"pretrained={MODEL},compile=fast",
      "compile='fast' must be one of false, true, blocks, model"),
 ]

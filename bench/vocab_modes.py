@@ -78,18 +78,18 @@ def run_pass(model, prompts, targets, extract, params, online=None, batch=1):
 
 def entropy_cost(model, prompts, params, reps=30):
     """ms per planning-shaped call (1 + width rows) with and without the entropies."""
-    from pvf_lmeval.decoding.context import Ctx
+    from pvf_lmeval.decoding.batch import Batch
 
     p = torch.tensor(prompts[0], device=model.device)
-    ctx = Ctx(model, p, params)
-    y = torch.cat([p, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long, device=p.device)])
-    rows = y.unsqueeze(0).repeat(1 + params.width, 1)
+    b = Batch(model, [p], params, request_indices=[0], repeat_indices=[0])
+    rows = torch.full((1, 1 + params.width, b.L), b.mask_id, dtype=torch.long, device=p.device)
+    n = torch.tensor([1 + params.width], device=p.device)
     out = {False: float("inf"), True: float("inf")}
     for _ in range(7):               # interleaved rounds; the fastest of each (shared CPUs)
         for flag in (False, True):
             t0 = time.perf_counter()
             for _ in range(reps):
-                ctx.forward(rows, entropy=flag)
+                b.call([0], rows, n, entropy=flag)
             out[flag] = min(out[flag], 1000 * (time.perf_counter() - t0) / reps)
     return {"call_ms": out[False], "call_ms_with_entropy": out[True],
             "overhead": out[True] / out[False] - 1}

@@ -110,68 +110,32 @@ class Tally:
 
 
 def calibrate_prompt(model, prompt_ids, cfg: CalibConfig) -> Tally:
-    """Threshold-decode one prompt and measure every in-band candidate of every step."""
-    from .decoding.common import threshold_select
-    from .decoding.context import Ctx
+    """Threshold-decode one prompt and measure every in-band candidate of every step (the
+    calibration step run by the one decode loop)."""
+    from .decoding.calibration import CalibrationStep
+    from .decoding.loop import run
     from .decoding.params import make_params
 
     params = make_params("threshold", gen_length=cfg.gen_length, block_length=cfg.block_length,
                          threshold=cfg.threshold, early_stop=cfg.early_stop)
     dev = torch.device(getattr(model, "device", None) or "cpu")
     prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=dev).reshape(-1)
-    ctx = Ctx(model, prompt, params)
-    lo, hi = cfg.band
-    y = torch.cat([prompt, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long, device=dev)])
-    st = ctx.forward(y.unsqueeze(0)).row(0)
-    toks, nonvacs, passes, vigs = [], [], [], []
-    steps = 0
-    while True:
-        steps += 1
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg, cfg.reveal_next)
-        sel, _ = threshold_select(st.conf, W, cfg.threshold)
-        zb = torch.where(sel, st.tok, yg)
-        z_base = ctx.with_gen(y, zb)
-        if ctx.finished(zb):
-            break
-        cand = W & ~sel & (st.conf >= lo) & (st.conf < hi)
-        pos = torch.nonzero(cand).flatten()                          # all candidates, by position
-        k = int(pos.numel())
-        rows = z_base.unsqueeze(0).repeat(k + 1, 1)
-        j = torch.arange(1, k + 1, device=dev)
-        rows[j, ctx.P0 + pos] = st.tok[pos]
-        chunks = [ctx.forward(rows[a:a + cfg.width], entropy=True)
-                  for a in range(0, k + 1, cfg.width)]
-        base = chunks[0].row(0)
-        if k:
-            cand_tok = torch.cat([c.tok for c in chunks])[1:]          # [k, L]
-            cand_ent = torch.cat([c.ent for c in chunks])[1:]
-            own = torch.zeros((k, ctx.L), dtype=torch.bool, device=dev)
-            own[j - 1, pos] = True
-            masked_b = W & (zb == ctx.mask_id)
-            imp_j = (masked_b & (base.pmax >= cfg.threshold)).unsqueeze(0) & ~own
-            nonvac = imp_j.any(-1)
-            A = nonvac & ((cand_tok == base.tok.unsqueeze(0)) | ~imp_j).all(-1)
-            R = masked_b.unsqueeze(0) & ~own
-            dH = torch.where(R, base.ent.unsqueeze(0) - cand_ent, torch.zeros_like(cand_ent))
-            vig = A * dH.sum(-1) / R.sum(-1).clamp(min=1)
-            toks.append(st.tok[pos])
-            nonvacs.append(nonvac)
-            passes.append(A)
-            vigs.append(vig)
-        y, st = z_base, base
+    step = CalibrationStep(params, cfg.band, cfg.reveal_next, cfg.width)
+    res = run(model, [prompt], params, step)[0]
     out = Tally()
-    out.counters.update(prompts=1, steps=steps, calls=ctx.nfe, rows=ctx.rows)
-    if toks:
-        tok = torch.cat(toks).cpu()
-        vals = torch.stack([torch.ones(tok.numel(), dtype=torch.float64),
-                            torch.cat(nonvacs).cpu().double(), torch.cat(passes).cpu().double(),
-                            torch.cat(vigs).cpu().double()], dim=1)        # [E, 4]
-        uniq, inv = torch.unique(tok, return_inverse=True)
-        sums = torch.zeros((uniq.numel(), 4), dtype=torch.float64).index_add_(0, inv, vals)
-        out.stats = {int(t): s for t, s in zip(uniq.tolist(), sums.tolist())}
-        tot = vals.sum(0).tolist()
-        out.counters.update(events=tot[0], nonvacuous=tot[1], passed=tot[2])
+    out.counters.update(prompts=1, steps=step.rounds[0], calls=res.nfe, rows=res.branch_rows)
+    if step.events:
+        _, tok, nonvac, passed, vig, kept = (torch.cat([e[i].reshape(-1) for e in step.events])
+                                            .cpu() for i in range(6))
+        tok = tok[kept]
+        vals = torch.stack([torch.ones(tok.numel(), dtype=torch.float64), nonvac[kept].double(),
+                            passed[kept].double(), vig[kept].double()], dim=1)      # [E, 4]
+        if tok.numel():
+            uniq, inv = torch.unique(tok, return_inverse=True)
+            sums = torch.zeros((uniq.numel(), 4), dtype=torch.float64).index_add_(0, inv, vals)
+            out.stats = {int(t): s for t, s in zip(uniq.tolist(), sums.tolist())}
+            tot = vals.sum(0).tolist()
+            out.counters.update(events=tot[0], nonvacuous=tot[1], passed=tot[2])
     return out
 
 

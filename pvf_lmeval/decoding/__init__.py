@@ -3,8 +3,7 @@
 Pure torch and device-agnostic; sees only the model protocol described in :mod:`.api`.
 """
 
-from .api import DECODERS, decode
-from .batch import decode_batch
+from .api import DECODERS, decode, decode_batch
 from .loop import STAT_KEYS, DecodeResult
 from .params import (DECODER_NAMES, PARAM_NAMES, PRESETS, DecodeParams, make_params,
                      override, preset_defaults, task_family, validate_params)

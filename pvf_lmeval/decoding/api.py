@@ -1,38 +1,38 @@
-"""Public entry point: ``decode(model, prompt_ids, decoder, **params) -> DecodeResult``.
+"""Public entry points: ``decode(model, prompt_ids, decoder=None, *, params=None, **overrides)``
+and ``decode_batch`` (several prompts decoded together).
 
 Model protocol (the only thing decoders rely on)::
 
     mask_id: int
     eos_ids: tuple[int, ...]
     def logits(self, tokens, positions, *, attention_mask=None, cache=None) -> FloatTensor[N, P, V]
-        # tokens LongTensor[N, T]; positions LongTensor[P]; row p predicts canvas position
-        # positions[p]. The decoder may modify the returned tensor in place.
+        # tokens LongTensor[N, T]; positions LongTensor[P] or [N, P]; row p predicts canvas
+        # position positions[p]. attention_mask [N, T] (1 = real token) hides left padding;
+        # cache: per-request KV caches (see models/kv.py). The decoder may modify the returned
+        # tensor in place.
 
-Optional: ``device`` (tokens are built there; default: the prompt's device).
+Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 import torch
 
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
-from .loop import DecodeResult, run_loop
+from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
+from .plan_vocab import FixedVocab
 from .pvf import PVFDecoder
 from .static import StaticDecoder
 from .threshold import ThresholdDecoder
 
-#: decoder name -> step class (constructed once per request from DecodeParams).
-DECODERS = {
-    "static": StaticDecoder,
-    "threshold": ThresholdDecoder,
-    "freedave": FreeDaveDecoder,
-    "pvf": PVFDecoder,
-    "explore": ExploreDecoder,
-}
+#: decoder name -> step class (constructed once per batch from DecodeParams); each describes
+#: itself (``name``, ``uses_vocab``, ``reveals``, ``rows_per_call``).
+DECODERS = {cls.name: cls for cls in (StaticDecoder, ThresholdDecoder, FreeDaveDecoder,
+                                      PVFDecoder, ExploreDecoder)}
 
 
 def _device(model, prompt_ids) -> torch.device:
@@ -42,39 +42,49 @@ def _device(model, prompt_ids) -> torch.device:
     return torch.device(dev)
 
 
-def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None,
-           *, params: DecodeParams | None = None, request_index: int = 0, repeat_index: int = 0,
-           trace: bool = False, preset: str | None = None, gen_length: int | None = None,
-           block_length: int | None = None, threshold: float | None = None,
-           factor: float | None = None, steps: int | None = None,
-           temperature: float | None = None, early_stop: bool | None = None,
-           seed: int | None = None, draft_steps: int | None = None,
-           base_rule: str | None = None, plan_lo: float | None = None,
-           plan_hi: float | None = None, ar_lo: float | None = None, width: int | None = None,
-           reveal_next: int | None = None, routes: str | None = None,
-           plan_vocab: Any = None, plan_self_check: bool | None = None,
-           pick: str | None = None, band: Any = None, cache: str | None = None,
-           online=None) -> DecodeResult:
-    """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor).
+def planning_vocab(params: DecodeParams, online=None, device="cpu"):
+    """The vocabulary a decoder with ``params`` reads: ``online`` when given, else the fixed
+    ``plan_vocab`` ids; None for decoders that read none."""
+    if not DECODERS[params.decoder].uses_vocab:
+        return None
+    if online is not None:
+        return online
+    return FixedVocab(params.plan_vocab or (), device=device)
+
+
+def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodeParams | None = None,
+                 request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
+                 trace: bool = False, online=None, preset: str | None = None,
+                 **overrides) -> list[DecodeResult]:
+    """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, together.
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
-
-    Parameters are those of :class:`DecodeParams` (None = default / preset). With ``params``
-    given (e.g. built once by the adapter), ``decoder`` and the keyword arguments that are not
-    None override its fields and the result is re-validated.
-    ``request_index``/``repeat_index`` join ``seed`` in seeding every random draw.
-    ``online``: an ``OnlineVocab`` (``vocab=online``) that replaces ``plan_vocab``; it records
-    planning outcomes but changes only when its owner calls ``update()`` between requests.
+    Parameters are the fields of :class:`DecodeParams` as keyword ``overrides`` (None = default
+    / preset / keep); with ``params`` given, the overrides replace its fields and the result is
+    re-validated. ``request_indices``/``repeat_indices`` join ``seed`` in seeding every random
+    draw (default: 0..n-1 and 0). ``online``: an ``OnlineVocab`` (``vocab=online``) that
+    replaces ``plan_vocab``; it records planning outcomes but changes only when its owner calls
+    ``update()`` between batches. Outputs and per-request NFE equal those of decoding each
+    prompt alone with the same request/repeat index.
     """
-    kw = dict(gen_length=gen_length, block_length=block_length, threshold=threshold,
-              factor=factor, steps=steps, temperature=temperature, early_stop=early_stop,
-              seed=seed, draft_steps=draft_steps, base_rule=base_rule, plan_lo=plan_lo,
-              plan_hi=plan_hi, ar_lo=ar_lo, width=width, reveal_next=reveal_next,
-              routes=routes, plan_vocab=plan_vocab, plan_self_check=plan_self_check,
-              pick=pick, band=band, cache=cache)
-    params = params_for_call(decoder, params, preset, **kw)
-    dev = _device(model, prompt_ids)
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).to(dev).reshape(-1)
+    params = params_for_call(decoder, params, preset, **overrides)
+    prompts = list(prompts)
+    if not prompts:
+        return []
+    dev = _device(model, prompts[0])
+    prompts = [torch.as_tensor(p, dtype=torch.long).to(dev).reshape(-1) for p in prompts]
     step = DECODERS[params.decoder](params)
-    return run_loop(model, prompt, params, step, request_index=request_index,
-                    repeat_index=repeat_index, trace=trace, online=online)
+    return run(model, prompts, params, step, request_indices=request_indices,
+               repeat_indices=repeat_indices, trace=trace,
+               vocab=planning_vocab(params, online, dev))
+
+
+def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,
+           params: DecodeParams | None = None, request_index: int = 0, repeat_index: int = 0,
+           trace: bool = False, online=None, preset: str | None = None,
+           **overrides) -> DecodeResult:
+    """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor): a batch
+    of one (see :func:`decode_batch` for the arguments)."""
+    return decode_batch(model, [prompt_ids], decoder, params=params,
+                        request_indices=[request_index], repeat_indices=[repeat_index],
+                        trace=trace, online=online, preset=preset, **overrides)[0]

@@ -1,39 +1,27 @@
-"""Batched decoding (``batch_size > 1``): several requests decoded together, one model call per
-round carrying the branch rows of every request still decoding.
+"""The requests decoded together, and the one place that calls the model (``Batch.call``).
 
-Each request keeps its own state, working set, stopping, randomness and KV cache: it runs the
-ordinary loop (``loop.run_loop``) in a worker thread of its own, and its ``Ctx.forward`` hands its
-rows to the batcher instead of calling the model. The threads never run concurrently: the
-batcher passes a baton from request to request in a fixed order, so a round is "every live
-request runs until it asks for its next call (or finishes)", then one pooled model call serves
-them all. Everything a request does therefore happens in the same order as when it is decoded
-alone, and batching changes no output and no per-request NFE (a request's NFE counts the calls
-in which it had rows).
+A batch is any number of requests (one included: a single ``decode`` is a batch of one) that
+share the decoding parameters. Prompts are left-padded to a common width ``P0`` with a pad id
+distinct from the mask id, so that every request's generation region is the same columns of the
+canvas; the attention mask hides the padding from every query and rotary positions ignore it.
+Per request: its randomness (a generator seeded from seed, request index and repeat index), its
+KV cache (``cache=prefix|dual``) and its call accounting. Nothing is shared between requests but
+the physical model calls, so batching changes no output and no per-request NFE.
 
-Prompts are left-padded to a common length with a pad id distinct from the mask id; the
-attention mask hides the padding from every query and rotary positions ignore it. With KV
-caches, the rows of requests whose call is full and those whose call is cached go to two
-physical model calls of the same round (each request still counts one). A batch of one request
-is exactly ``run_loop``.
-
-Wall time: every request of a batch is charged an equal share of the batch's wall time, so that
-``tps`` (a ratio of sums) is the batch's throughput.
+``Batch.call`` takes the branch rows of every live request as one tensor ``[R, M, L]`` with a
+row count per request, and assembles them into physical model calls with index operations: one
+per round, or two when KV caches make some requests' calls full and others' cached (each request
+still counts one call), or more when a step caps the rows of a physical call (calibration). Its
+host reads: one small tensor (row counts, position ranges, cache flags of every request).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-import time
-
 import torch
 from torch import Tensor
 
-from .loop import DecodeResult, _sync, run_loop
-
-
-class _Aborted(BaseException):
-    """Unwinds a worker thread when another request of the batch failed."""
+from .cache import KVCache, full_call_flags
+from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
 
 
 def pad_id_of(model) -> int:
@@ -47,171 +35,266 @@ def pad_id_of(model) -> int:
     return int(pad)
 
 
-class _Handle:
-    """A request's seat in the batch: its left padding and its way to the pooled call."""
+class Batch:
+    """Geometry, randomness, caches and call accounting of requests decoded together.
 
-    def __init__(self, batcher: "_Batcher", slot: int, pad: int, width: int, device):
-        self.batcher, self.slot, self.pad = batcher, slot, pad
-        self.mask = (torch.arange(width, device=device) >= pad).to(torch.long)   # [T]
+    Requests are numbered 0..n-1 in the order given; the loop passes ``ids``, the numbers of the
+    requests still decoding, in that order, with every batched tensor ([R, ...], R = len(ids)).
+    Canvas tensors here are generation regions [..., L]; ``prompt`` [n, P0] holds the padded
+    prompts. ``nfe[i]`` counts the model calls that carried rows of request i, ``rows[i]`` the
+    rows it sent.
+    """
 
-    def call(self, ctx, rows: Tensor, positions: Tensor) -> Tensor:
-        return self.batcher.submit(self.slot, ctx, rows, positions)
-
-
-class _Batcher:
-    def __init__(self, model, n: int):
+    def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
+                 request_indices: list[int], repeat_indices: list[int], reveal: int = 0):
         self.model = model
-        self.wake = [threading.Semaphore(0) for _ in range(n)]
-        self.back = threading.Semaphore(0)
-        self.subs: dict[int, tuple] = {}
-        self.out: dict[int, Tensor] = {}
-        self.abort = False
-        self.calls = 0          # physical model calls
-        self.rounds = 0
+        self.p = params
+        self.n = len(prompts)
+        self.device = prompts[0].device
+        self.L, self.B = params.gen_length, params.block_length
+        self.nb = self.L // self.B
+        self.mask_id = int(model.mask_id)
+        self.eos = torch.tensor(sorted({int(e) for e in model.eos_ids}), dtype=torch.long,
+                                device=self.device)
+        self.early_stop = params.early_stop
+        self.temperature = params.temperature
+        self.reveal = reveal
+        self.vocab = vocab
+        self.idx = torch.arange(self.L, device=self.device)
+        self.blk = self.idx // self.B
+        self.P0 = max(int(p.shape[0]) for p in prompts)
+        pads = [self.P0 - int(p.shape[0]) for p in prompts]
+        self.padded = [k > 0 for k in pads]
+        pad_id = pad_id_of(model) if any(pads) else 0
+        self.prompt = torch.stack([torch.cat([torch.full((k,), pad_id, dtype=torch.long,
+                                                         device=self.device), p])
+                                   for k, p in zip(pads, prompts)])                  # [n, P0]
+        T = self.P0 + self.L
+        self.attention = None                                                      # [n, T]
+        if any(pads):
+            pad_t = torch.tensor(pads, device=self.device)
+            self.attention = (torch.arange(T, device=self.device) >= pad_t[:, None]).long()
+        self._seeds = [mix_seed(params.seed, r, k) for r, k in zip(request_indices,
+                                                                   repeat_indices)]
+        self._gens: list[torch.Generator | None] = [None] * self.n
+        # one cache per request, created here, so nothing leaks between requests
+        self.caches: list[KVCache | None] = [None] * self.n
+        if params.cache != "none":
+            self.caches = [KVCache(params.cache, prompt_len=self.P0, gen_length=self.L,
+                                   block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
+                                   device=self.device) for _ in range(self.n)]
+        self.nfe = [0] * self.n
+        self.rows = [0] * self.n
 
-    # ------------------------------------------------------------ worker side
+    # ------------------------------------------------------------ per-request randomness
 
-    def submit(self, slot: int, ctx, rows: Tensor, positions: Tensor) -> Tensor:
-        self.subs[slot] = (ctx, rows, positions)
-        self.back.release()
-        self.wake[slot].acquire()
-        if self.abort:
-            raise _Aborted()
-        return self.out.pop(slot)
+    def generator(self, i: int) -> torch.Generator:
+        """Request i's generator, seeded from (seed, request index, repeat index)."""
+        g = self._gens[i]
+        if g is None:
+            try:
+                g = torch.Generator(device=self.device)
+            except RuntimeError:  # backends without device generators
+                g = torch.Generator()
+            g.manual_seed(self._seeds[i])
+            self._gens[i] = g
+        return g
 
-    # ------------------------------------------------------------ main side
+    def rand(self, ids: list[int]) -> Tensor:
+        """[R, L] uniform [0, 1) draws, row r from request ids[r]'s generator."""
+        out = []
+        for i in ids:
+            g = self.generator(i)
+            out.append(torch.rand(self.L, generator=g, device=g.device))
+        return torch.stack(out).to(self.device)
 
-    def execute(self, handles: list[_Handle]) -> None:
-        """One round: the pooled call(s) for every submitted request, in slot order."""
-        subs = sorted(self.subs.items())
-        self.subs.clear()
-        self.rounds += 1
-        full = [s for s in subs if s[1][0].cache is None or s[1][0].cache.span is None]
-        cached = [s for s in subs if not (s[1][0].cache is None or s[1][0].cache.span is None)]
-        for group in (full, cached):
-            if group:
-                self._call(group, handles)
+    # ------------------------------------------------------------ rules on states [..., L]
 
-    def _call(self, group: list, handles: list[_Handle]) -> None:
-        ns = [rows.shape[0] for _, (_, rows, _) in group]
-        tokens = torch.cat([rows for _, (_, rows, _) in group])
-        if len(group) == 1:
-            positions = group[0][1][2]
+    def working_set(self, zg: Tensor, reveal: int = 0) -> Tensor:
+        """W [..., L]: masked positions of the active block of state(s) ``zg`` [..., L].
+
+        With ``reveal`` N_s > 0 and at most N_s masks left in the active block, the masked
+        positions of the next block join (the last block has no next block).
+        """
+        masked = zg == self.mask_id
+        a = first_true(masked).unsqueeze(-1) // self.B   # nb when there is no mask
+        act = masked & (self.blk == a)
+        if reveal <= 0:
+            return act
+        more = act.sum(dim=-1, keepdim=True) <= reveal
+        return act | (masked & (self.blk == a + 1) & more)
+
+    def stop_index(self, zg: Tensor) -> Tensor:
+        """[...] long: early-stop position e of state(s) ``zg`` [..., L], or -1 (none / early stop
+        off). e = first end-of-text position with every earlier position unmasked."""
+        eos = torch.isin(zg, self.eos) & (self.idx < first_true(zg == self.mask_id).unsqueeze(-1))
+        e = first_true(eos)
+        if not self.early_stop:
+            return torch.full_like(e, -1)
+        return torch.where(e < self.L, e, torch.full_like(e, -1))
+
+    def finished(self, zg: Tensor) -> Tensor:
+        """[...] bool: state(s) ``zg`` [..., L] have no mask left or meet the early-stop rule."""
+        return ~(zg == self.mask_id).any(-1) | (self.stop_index(zg) >= 0)
+
+    def in_vocab(self, tok: Tensor) -> Tensor:
+        """Bool mask: ``tok`` is in the planning vocabulary (all False without one)."""
+        if self.vocab is None:
+            return torch.zeros_like(tok, dtype=torch.bool)
+        return self.vocab.eligible_mask(tok)
+
+    # ------------------------------------------------------------ the model call
+
+    def call(self, ids: list[int], rows: Tensor, n: Tensor, *, entropy: bool = False,
+             max_rows: int | None = None) -> Stats:
+        """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each request
+        ``ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
+
+        Each request's rows request generation positions [lo, hi): from the earliest active block
+        of its rows to the end of the block after the latest one (the next step's stats need the
+        active + next block of whichever row is committed); rows without a mask do not widen it.
+        ``max_rows`` caps the rows of one physical call (more calls, each counted).
+        """
+        R, M, L = rows.shape
+        B, nb = self.B, self.nb
+        masked = rows == self.mask_id
+        a = first_true(masked) // B                                        # [R, M]; nb: no mask
+        valid = torch.arange(M, device=rows.device) < n[:, None]
+        lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
+        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
+        cols = [n, lo_b, hi_b]
+        cached = [r for r, i in enumerate(ids) if self.caches[i] is not None
+                  and self.caches[i].kv is not None]
+        if cached:
+            ci = torch.tensor(cached, device=rows.device) if len(cached) < R else None
+            cs = [self.caches[ids[r]] for r in cached]
+            pick = (lambda t: t) if ci is None else (lambda t: t.index_select(0, ci))
+            rev = cs[0]._revealed(pick(rows), pick(a))
+            fl = full_call_flags(torch.stack([c._ref for c in cs]),
+                                 torch.stack([c._ok for c in cs]).reshape(-1), pick(a),
+                                 pick(valid), rev, B=B, nb=nb, reveal=cs[0].reveal,
+                                 mask_id=self.mask_id)                     # [C, 3]
+            full = torch.zeros((R, 3), dtype=torch.long, device=rows.device)
+            full[:, 0] = 1
+            full = full.index_copy(0, ci, fl) if ci is not None else fl
+            cols += list(full.unbind(-1))
+        host = torch.stack(cols, dim=-1).tolist()                          # the one read
+        full_group, cached_group = [], []
+        for r, i in enumerate(ids):
+            k, lb, hb = host[r][:3]
+            if k == 0:
+                continue
+            if hb < 0:
+                raise RuntimeError("forward called on rows without any mask")
+            lo, hi = lb * B, min(L, (hb + 2) * B)
+            c = self.caches[i]
+            if c is not None:
+                flags = host[r][3:] if len(host[r]) > 3 else [1, 0, 0]
+                lo, hi = c.plan(flags, rows[r, :k], lo, hi)
+            seat = (r, i, k, lo, hi)
+            (cached_group if c is not None and c.span is not None else full_group).append(seat)
+        tok = torch.full((R * M, L), self.mask_id, dtype=torch.long, device=self.device)
+        nf = 4 if entropy else 3
+        val = torch.zeros((nf, R * M, L), dtype=torch.float32, device=self.device)
+        flat = rows.reshape(R * M, L)
+        for group in (full_group, cached_group):
+            for chunk in _chunks(group, max_rows):
+                self._physical(chunk, flat, M, tok, val, entropy)
+        tok, val = tok.view(R, M, L), val.view(nf, R, M, L)
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
+
+    def _physical(self, seats: list[tuple], flat: Tensor, M: int, tok_out: Tensor,
+                  val_out: Tensor, entropy: bool) -> None:
+        """One model call over ``seats`` [(r, request, rows, lo, hi, first row)...]; writes each
+        row's stats into ``tok_out`` [R*M, L] / ``val_out`` [k, R*M, L] at its layout row."""
+        dev = self.device
+        layout, owner, lens = [], [], []
+        for r, i, k, lo, hi, j0 in seats:
+            layout += range(r * M + j0, r * M + j0 + k)
+            owner += [i] * k
+            lens.append(hi - lo)
+        N = len(layout)
+        index = torch.tensor([layout, owner], device=dev)
+        gen = flat.index_select(0, index[0])
+        tokens = torch.cat([self.prompt.index_select(0, index[1]), gen], dim=1)    # [N, T]
+        P = max(lens)
+        if len(seats) == 1:
+            _, i, k, lo, hi, _ = seats[0]
+            positions = torch.arange(self.P0 + lo, self.P0 + hi, device=dev)
+            gpos = positions.expand(N, P) - self.P0
         else:
-            P = max(pos.shape[0] for _, (_, _, pos) in group)
-            positions = torch.cat([
-                torch.cat([pos, pos[-1:].expand(P - pos.shape[0])]).unsqueeze(0).expand(n, P)
-                for n, (_, (_, _, pos)) in zip(ns, group)])
-        attention_mask = None
-        if any(handles[s].pad for s, _ in group):
-            attention_mask = torch.cat([handles[s].mask.unsqueeze(0).expand(n, -1)
-                                        for n, (s, _) in zip(ns, group)])
+            lo_len = torch.tensor([[lo, hi - lo] for _, _, k, lo, hi, _ in seats
+                                   for _ in range(k)], device=dev)              # [N, 2]
+            step = torch.minimum(torch.arange(P, device=dev)[None], lo_len[:, 1:] - 1)
+            gpos = lo_len[:, :1] + step                                          # [N, P]
+            positions = gpos + self.P0
+        attention = None
+        if self.attention is not None and any(self.padded[i] for _, i, *_ in seats):
+            attention = self.attention.index_select(0, index[1])
         cache = None
-        if any(ctx.cache is not None for _, (ctx, _, _) in group):
-            cache = [(ctx.cache, n) for n, (_, (ctx, _, _)) in zip(ns, group)]
-        logits = self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
-        self.calls += 1
-        a = 0
-        for n, (s, (_, _, pos)) in zip(ns, group):
-            self.out[s] = logits[a:a + n, :pos.shape[0]]
-            a += n
+        if any(self.caches[i] is not None for _, i, *_ in seats):
+            cache = [(self.caches[i], k) for _, i, k, *_ in seats]
+            if len(cache) == 1:
+                cache = cache[0][0]          # one request: its cache object serves every row
+        logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
+        for _, i, k, *_ in seats:
+            self.nfe[i] += 1
+            self.rows[i] += k
+        ent = entropy_from_logits(logits, self.mask_id) if entropy else None
+        noise = None
+        if self.temperature > 0:
+            noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
+        tok, conf, pmax, pcur = stats_from_logits(logits, gen.gather(1, gpos), self.mask_id,
+                                                  self.temperature, noise)
+        vals = [conf, pmax, pcur] + ([ent] if entropy else [])
+        lay = index[0]
+        tok_out.index_copy_(0, lay, tok_out.index_select(0, lay).scatter_(1, gpos, tok.to(dev)))
+        cur = val_out.index_select(1, lay)
+        cur.scatter_(2, gpos.expand(len(vals), N, P), torch.stack(vals).to(dev))
+        val_out.index_copy_(1, lay, cur)
+
+    def _noise(self, seats: list[tuple], P: int, V: int) -> Tensor:
+        """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws
+        [hi - lo, V] from its generator, shared by its rows, repeated along the padding."""
+        per = []
+        for _, i, k, lo, hi, _ in seats:
+            g = self.generator(i)
+            z = gumbel_like((hi - lo, V), g, g.device)
+            if hi - lo < P:
+                z = torch.cat([z, z[-1:].expand(P - (hi - lo), V)])
+            per.append(z)
+        if len(per) == 1:
+            return per[0]
+        counts = torch.tensor([k for _, _, k, *_ in seats], device=per[0].device)
+        return torch.repeat_interleave(torch.stack(per), counts, dim=0)
+
+    def commit_caches(self, ids: list[int], y: Tensor) -> None:
+        """After a round committed states ``y`` [R, L]: a cache whose call was full keeps the
+        committed row's keys/values."""
+        for r, i in enumerate(ids):
+            c = self.caches[i]
+            if c is not None and c.pending is not None:
+                c.commit(y[r])
 
 
-def run_batch(model, prompts: list[Tensor], params, make_decoder, *,
-              request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
-              trace: bool = False, online=None) -> list[DecodeResult]:
-    """Decode ``prompts`` (1-D long tensors on the model device) together; results in order.
-
-    ``make_decoder(params)`` builds one step object per request.
-    """
-    n = len(prompts)
-    request_indices = list(request_indices) if request_indices is not None else list(range(n))
-    repeat_indices = list(repeat_indices) if repeat_indices is not None else [0] * n
-    if n == 1:
-        return [run_loop(model, prompts[0], params, make_decoder(params),
-                         request_index=request_indices[0], repeat_index=repeat_indices[0],
-                         trace=trace, online=online)]
-    if n == 0:
-        return []
-    device = prompts[0].device
-    width = max(int(p.shape[0]) for p in prompts)
-    pads = [width - int(p.shape[0]) for p in prompts]
-    pad_id = pad_id_of(model) if any(pads) else 0
-    padded = [torch.cat([torch.full((k,), pad_id, dtype=torch.long, device=device), p])
-              for k, p in zip(pads, prompts)]
-    batcher = _Batcher(model, n)
-    handles = [_Handle(batcher, i, pads[i], width + params.gen_length, device) for i in range(n)]
-    results: list[DecodeResult | None] = [None] * n
-    errors: dict[int, BaseException] = {}
-    done = [False] * n
-
-    def work(i: int) -> None:
-        try:
-            batcher.wake[i].acquire()
-            if batcher.abort:
-                return
-            results[i] = run_loop(model, padded[i], params, make_decoder(params),
-                                  request_index=request_indices[i],
-                                  repeat_index=repeat_indices[i], trace=trace, online=online,
-                                  batch=handles[i])
-        except _Aborted:
-            pass
-        except BaseException as exc:  # re-raised by the main thread
-            errors[i] = exc
-        finally:
-            done[i] = True
-            batcher.back.release()
-
-    threads = [threading.Thread(target=work, args=(i,), daemon=True, name=f"pvf-decode-{i}")
-               for i in range(n)]
-    for t in threads:
-        t.start()
-    _sync(device)
-    t0 = time.perf_counter()
-    live = list(range(n))
-    try:
-        while live:
-            for i in live:                  # the baton, in request order
-                batcher.wake[i].release()
-                batcher.back.acquire()
-                if i in errors:
-                    raise errors[i]
-            live = [i for i in live if not done[i]]
-            if live:
-                batcher.execute(handles)
-    finally:
-        if live:
-            batcher.abort = True
-            for i in live:
-                if not done[i]:
-                    batcher.wake[i].release()
-        for t in threads:
-            t.join()
-    _sync(device)
-    share = (time.perf_counter() - t0) / n
-    return [dataclasses.replace(r, wall_s=share) for r in results]
-
-
-def decode_batch(model, prompts, decoder: str | None = None, *, params=None,
-                 request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
-                 trace: bool = False, online=None, preset: str | None = None,
-                 **kwargs) -> list[DecodeResult]:
-    """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, batched.
-
-    Parameters as in :func:`decode` (``params`` or ``decoder`` + keyword arguments). Outputs and
-    per-request NFE equal those of decoding each prompt alone with the same request/repeat
-    index (up to floating-point differences of the padded batch shapes).
-    """
-    from .api import DECODERS, _device
-    from .params import params_for_call
-
-    params = params_for_call(decoder, params, preset,
-                             **{k: v for k, v in kwargs.items() if v is not None})
-    prompts = list(prompts)
-    if not prompts:
-        return []
-    dev = _device(model, prompts[0])
-    prompts = [torch.as_tensor(p, dtype=torch.long).to(dev).reshape(-1) for p in prompts]
-    return run_batch(model, prompts, params, DECODERS[params.decoder],
-                     request_indices=request_indices, repeat_indices=repeat_indices,
-                     trace=trace, online=online)
+def _chunks(group: list[tuple], max_rows: int | None):
+    """Seats (r, request, rows, lo, hi) cut into physical calls of at most ``max_rows`` rows;
+    yields lists of (r, request, rows, lo, hi, first row)."""
+    if not group:
+        return
+    if max_rows is None:
+        yield [(*s, 0) for s in group]
+        return
+    out, room = [], max_rows
+    for r, i, k, lo, hi in group:
+        j0 = 0
+        while j0 < k:
+            take = min(room, k - j0)
+            out.append((r, i, take, lo, hi, j0))
+            j0 += take
+            room -= take
+            if room == 0:
+                yield out
+                out, room = [], max_rows
+    if out:
+        yield out

@@ -34,6 +34,33 @@ from torch import Tensor
 from .common import first_true
 
 
+def revealed(zg: Tensor, a: Tensor, blk: Tensor, *, reveal: int, nb: int, mask_id: int) -> Tensor:
+    """Whether the working set of state(s) ``zg`` [..., L] (active block ``a`` [...]) holds the
+    next block (``blk`` [L]: block of each generation position)."""
+    if reveal <= 0:
+        return torch.zeros_like(a, dtype=torch.bool)
+    act = (zg == mask_id) & (blk == a.unsqueeze(-1))
+    return (act.sum(-1) <= reveal) & (a + 1 < nb)
+
+
+def full_call_flags(ref: Tensor, ok: Tensor, a: Tensor, valid: Tensor, rev: Tensor, *, B: int,
+                    nb: int, reveal: int, mask_id: int) -> Tensor:
+    """[R, 3] long (need_full, cached active block, cached reveal) for R requests that hold a
+    cache: ``ref`` [R, L] the cached canvases' generation regions, ``ok`` [R] whether their
+    committed row was matched, ``a`` [R, M] active blocks of the rows of this call, ``valid``
+    [R, M] which rows are sent, ``rev`` [R, M] whether each row reveals its next block.
+
+    A call is full when a sent row that still holds a mask has a working block outside the
+    cached canvas's working blocks (see the module docstring)."""
+    a_ref = first_true(ref == mask_id) // B                                  # [R]
+    blk = torch.arange(ref.shape[-1], device=ref.device) // B
+    rev_ref = revealed(ref, a_ref, blk, reveal=reveal, nb=nb, mask_id=mask_id)
+    hi_row = a + rev.long()                                                  # last working block
+    outside = (a < a_ref[:, None]) | (hi_row > (a_ref + rev_ref.long())[:, None])
+    need = (valid & (a < nb) & outside).any(-1) | ~ok
+    return torch.stack([need.long(), a_ref, rev_ref.long()], dim=-1)
+
+
 class KVCache:
     """Cache state of one request (see the module docstring)."""
 
@@ -56,26 +83,20 @@ class KVCache:
         self.full_calls = 0
         self.cached_calls = 0
 
-    def _revealed(self, zg: Tensor, a: Tensor) -> Tensor:
-        """Whether the working set of state(s) ``zg`` [..., L] (active block ``a``) holds the next block."""
-        if self.reveal <= 0:
-            return torch.zeros_like(a, dtype=torch.bool)
-        act = (zg == self.mask_id) & (self.blk == a.unsqueeze(-1))
-        return (act.sum(-1) <= self.reveal) & (a + 1 < self.nb)
-
     def flags(self, rg: Tensor, a: Tensor) -> list[Tensor]:
         """0-d tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
         active blocks ``a`` [N]; the caller reads them back with its own scalars (one sync)."""
-        one = torch.ones((), dtype=torch.long, device=rg.device)
         if self.kv is None:
+            one = torch.ones((), dtype=torch.long, device=rg.device)
             return [one, 0 * one, 0 * one]
-        a_ref = first_true(self._ref == self.mask_id) // self.B
-        rev_ref = self._revealed(self._ref, a_ref)
-        live = a < self.nb
-        hi_row = a + self._revealed(rg, a).long()     # last working block of each row
-        outside = (a < a_ref) | (hi_row > a_ref + rev_ref.long())
-        need = (live & outside).any() | ~self._ok
-        return [need.long(), a_ref, rev_ref.long()]
+        out = full_call_flags(self._ref[None], self._ok.reshape(1), a[None],
+                              torch.ones_like(a, dtype=torch.bool)[None],
+                              self._revealed(rg, a)[None], B=self.B, nb=self.nb,
+                              reveal=self.reveal, mask_id=self.mask_id)
+        return list(out[0])
+
+    def _revealed(self, zg: Tensor, a: Tensor) -> Tensor:
+        return revealed(zg, a, self.blk, reveal=self.reveal, nb=self.nb, mask_id=self.mask_id)
 
     def plan(self, flags: list[int], rg: Tensor, lo: int, hi: int) -> tuple[int, int]:
         """Set ``span`` for this call from the read-back ``flags``; returns the generation

@@ -20,48 +20,81 @@ ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore")
 
 @dataclass
 class Stats:
-    """Per-position statistics of one or more states, from one forward call.
+    """Per-position statistics of states from model calls, batched over any leading dims.
 
     tok:  [..., L] long   top-1 token (Gumbel-max sample when temperature > 0); mask id outside
-                          the covered range.
-    conf: [..., L] float  softmax probability of ``tok`` under the raw logits; 0 outside the range.
-    pmax: [..., L] float  max_w P(w | z) (equals ``conf`` at temperature 0); 0 outside the range.
+                          the positions the state's call covered.
+    conf: [..., L] float  softmax probability of ``tok`` under the raw logits; 0 outside.
+    pmax: [..., L] float  max_w P(w | z) (equals ``conf`` at temperature 0); 0 outside.
     pcur: [..., L] float  probability of the token the state already holds at that position
                           (0 where it holds the mask); used by ``plan_self_check``.
-    lo, hi: the generation positions [lo, hi) the call requested (active + next block of every
-            row's state).
     ent:  [..., L] float  entropy (nats) of the softmax over the raw logits (mask excluded); 0
-                          outside the range. Only computed when the call asked for it
-                          (calibration, online vocabulary), else None.
+                          outside. Only computed when the step asked for it (verification with
+                          entropies: online vocabulary, calibration), else None.
+
+    A call covers, per request, the generation positions from the earliest active block of its
+    rows to the end of the block after the latest one (active + next block of every row).
     """
 
     tok: Tensor
     conf: Tensor
     pmax: Tensor
     pcur: Tensor
-    lo: int
-    hi: int
     ent: Tensor | None = None
 
-    def row(self, i: int) -> "Stats":
-        return Stats(self.tok[i], self.conf[i], self.pmax[i], self.pcur[i], self.lo, self.hi,
-                     None if self.ent is None else self.ent[i])
+    def pick(self, index: Tensor) -> "Stats":
+        """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L]."""
+        def take(t):
+            return t.gather(1, index.view(-1, 1, 1).expand(-1, 1, t.shape[-1])).squeeze(1)
+        return Stats(take(self.tok), take(self.conf), take(self.pmax), take(self.pcur),
+                     None if self.ent is None else take(self.ent))
+
+    def row(self, j: int) -> "Stats":
+        """Stats [R, L] of row ``j`` of every request from stats [R, M, L] (views)."""
+        return Stats(*(None if t is None else t[:, j]
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+
+    def select(self, keep: Tensor) -> "Stats":
+        """The requests ``keep`` (index tensor along dim 0)."""
+        return Stats(*(None if t is None else t.index_select(0, keep)
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
 
 
 @dataclass
-class StepResult:
-    """What one decoder step commits.
+class Branches:
+    """What a step sends to the model this round, for every live request at once.
 
-    y:      [T] canvas after the commit (prompt included).
-    labels: [L] int8 route code of every position committed by this step, NONE elsewhere.
-    stats:  stats of ``y`` from this step's call, or None when the step made no call.
-    info:   optional trace details (route tried, candidate positions, verification outcomes).
+    rows:    [R, M] + [L] long: candidate generation regions, M = the step's rows per call.
+             Row 0 is the request's *base* state: what it commits when it makes no call.
+    n:       [R] long: rows each request sends (its first ``n`` rows; 0 = no call: the base
+             state is finished, no mask left or stopped early).
+    labels:  [R, L] int8: route codes of the base state's commits.
+    entropy: whether the call also computes entropies (``Stats.ent``).
+    memo:    whatever the step's ``choose`` needs from this round (tensors).
     """
 
-    y: Tensor
+    rows: Tensor
+    n: Tensor
     labels: Tensor
-    stats: Stats | None
-    info: dict = field(default_factory=dict)
+    entropy: bool = False
+    memo: dict = field(default_factory=dict)
+
+
+@dataclass
+class Choice:
+    """Which row each request commits after the call.
+
+    pick:   [R] long: index into the request's rows (ignored for requests that made no call).
+    labels: [R, L] int8: route codes of everything that row commits.
+    tally:  optional [R] long counters to add to the request's record (``plan_tried``,
+            ``plan_passed``).
+    memo:   tensors the trace reads (only read when decoding with ``trace=True``).
+    """
+
+    pick: Tensor
+    labels: Tensor
+    tally: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)
 
 
 def mix_seed(seed: int, request_index: int, repeat_index: int) -> int:
@@ -180,3 +213,62 @@ def llada_count(block_masks: int, steps_per_block: int, done: int) -> int:
     else:
         j = r + (done - r * (q + 1)) // max(q, 1)
     return q + 1 if j < r else max(q, 1)
+
+
+class Step:
+    """A decoder: how one round builds each request's branch rows and picks the committed one.
+
+    Decoders describe themselves: ``name``; ``uses_vocab`` (reads the planning vocabulary);
+    ``reveals`` (honours ``reveal_next``, early cross-block revelation); ``rows_per_call(params)``
+    (M, the most rows a request sends in one round). ``max_rows`` caps the rows of one physical
+    model call (None: no cap).
+
+    ``branches(b, ids, y, st)`` gets the committed states ``y`` [R, L] of the live requests
+    ``ids`` and their stats [R, L]; ``choose(b, ids, y, st, br, out)`` gets the stats [R, M, L]
+    of the rows sent. ``info(r, made_call, br, choice)`` is the trace record of live request r
+    (trace mode only; it may read tensors).
+    """
+
+    name = ""
+    uses_vocab = False
+    reveals = False
+    max_rows: int | None = None
+
+    @staticmethod
+    def rows_per_call(params) -> int:
+        return 1
+
+    def __init__(self, params):
+        self.p = params
+        self.reveal = params.reveal_next if self.reveals else 0
+        self.rows = self.rows_per_call(params)
+
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+        raise NotImplementedError
+
+    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+               ) -> Choice:
+        """Single-row steps: the request commits its one row."""
+        return Choice(torch.zeros_like(br.n), br.labels)
+
+    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
+        return {"route": "base"}
+
+
+def single_row(b, zb: Tensor, labels: Tensor) -> Branches:
+    """Branches of a step that commits ``zb`` [R, L] with a single-row call (none once finished)."""
+    return Branches(zb.unsqueeze(1), (~b.finished(zb)).long(), labels)
+
+
+def base_labels(sel: Tensor, forced: Tensor) -> Tensor:
+    """int8 route codes [..., L]: ``forced`` where forced, ``base`` where selected, else none."""
+    return torch.where(forced, FORCED, torch.where(sel, BASE, NONE)).to(torch.int8)
+
+
+def llada_count_tensor(block_masks: int, steps_per_block: int, done: Tensor) -> Tensor:
+    """:func:`llada_count` for a tensor of ``done`` counts (same rule, elementwise)."""
+    q, r = divmod(block_masks, steps_per_block)
+    first = done // (q + 1)
+    later = r + (done - r * (q + 1)) // max(q, 1)
+    j = torch.where(done < r * (q + 1), first, later)
+    return torch.where(j < r, torch.full_like(done, q + 1), torch.full_like(done, max(q, 1)))

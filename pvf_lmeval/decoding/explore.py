@@ -13,31 +13,29 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import EXPLORE, Stats, StepResult, threshold_select
-from .params import DecodeParams
-from .threshold import base_labels
+from .common import EXPLORE, Branches, Stats, Step, base_labels, single_row, threshold_select
 
 
-class ExploreDecoder:
+class ExploreDecoder(Step):
     name = "explore"
+    uses_vocab = True
+    reveals = True
 
-    def __init__(self, params: DecodeParams):
-        self.p = params
-
-    def step(self, ctx, y: Tensor, st: Stats) -> StepResult:
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
         p = self.p
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg, p.reveal_next)
+        W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, p.threshold)
         lo, hi = p.band
-        elig = ctx.working_set(yg) & ~sel & (st.conf >= lo) & (st.conf <= hi)
+        elig = b.working_set(y) & ~sel & (st.conf >= lo) & (st.conf <= hi)
         pool = elig
         if p.pick == "planning":
-            plan = elig & ctx.in_vocab(st.tok)
-            pool = torch.where(plan.any(), plan, elig)
-        keys = torch.where(pool, ctx.rand(ctx.L), torch.full_like(st.conf, -1.0))
-        extra = (ctx.idx == keys.argmax()) & pool
-        labels = base_labels(sel, forced)
-        labels = torch.where(extra, torch.full_like(labels, EXPLORE), labels)
-        zg = torch.where(sel | extra, st.tok, yg)
-        return ctx.commit_single(y, zg, labels, {"route": "explore"})
+            plan = elig & b.in_vocab(st.tok)
+            pool = torch.where(plan.any(-1, keepdim=True), plan, elig)
+        keys = torch.where(pool, b.rand(ids), torch.full_like(st.conf, -1.0))
+        extra = (b.idx == keys.argmax(-1, keepdim=True)) & pool
+        labels = torch.where(extra, torch.full_like(sel, EXPLORE, dtype=torch.int8),
+                             base_labels(sel, forced))
+        return single_row(b, torch.where(sel | extra, st.tok, y), labels)
+
+    def info(self, r: int, made_call: bool, br: Branches, choice) -> dict:
+        return {"route": "explore"}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import BASE, NONE, Stats, StepResult, rank_desc, static_select, threshold_select
-from .params import DecodeParams
+from .common import (BASE, NONE, Branches, Choice, Stats, Step, rank_desc, static_select,
+                     threshold_select)
 
 
 def accept_chain(sub: list[list[bool]]) -> int:
@@ -28,47 +28,62 @@ def accept_chain(sub: list[list[bool]]) -> int:
         best = max(nxt)
 
 
-class FreeDaveDecoder:
+def accept_chain_batched(sub: Tensor, D: Tensor) -> Tensor:
+    """:func:`accept_chain` for R requests at once: ``sub`` [R, D+1, D+1] bool, drafts
+    j > ``D[r]`` absent; returns best [R]. The chain moves at most D times."""
+    R, n, _ = sub.shape
+    j = torch.arange(n, device=sub.device)
+    best = torch.zeros(R, dtype=torch.long, device=sub.device)
+    for _ in range(n - 1):
+        row = sub.gather(1, best.view(R, 1, 1).expand(R, 1, n)).squeeze(1)       # sub[best]
+        ok = row & (j > best[:, None]) & (j <= D[:, None])
+        best = torch.where(ok.any(-1), torch.where(ok, j, -1).max(-1).values, best)
+    return best
+
+
+class FreeDaveDecoder(Step):
     name = "freedave"
 
-    def __init__(self, params: DecodeParams):
-        self.D = params.draft_steps
-        self.rule = params.base_rule
-        self.tau = params.threshold
-        self.factor = params.factor
+    @staticmethod
+    def rows_per_call(params) -> int:
+        return params.draft_steps
 
-    def _targets(self, ctx, drafts: Tensor, tok: Tensor, conf: Tensor) -> Tensor:
-        """target_j [D+1, L]: each draft plus its base-rule commit from its own stats."""
-        Wd = ctx.working_set(drafts)
-        if self.rule == "static":
+    def _targets(self, b, drafts: Tensor, tok: Tensor, conf: Tensor) -> Tensor:
+        """target_j [..., L]: each draft plus its base-rule commit from its own stats."""
+        Wd = b.working_set(drafts)
+        if self.p.base_rule == "static":
             sel = static_select(conf, Wd, 1)
         else:
-            sel = threshold_select(conf, Wd, self.tau, self.factor)[0]
+            sel = threshold_select(conf, Wd, self.p.threshold, self.p.factor)[0]
         return torch.where(sel, tok, drafts)
 
-    def step(self, ctx, y: Tensor, st: Stats) -> StepResult:
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg)
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+        W = b.working_set(y)
         rank = rank_desc(st.conf, W)
-        left = int(W.sum().item())
-        D = min(self.D, left)
-        ks = torch.arange(D + 1, device=y.device).unsqueeze(1)            # draft k, k = 0..D
-        write = rank.unsqueeze(0) < ks                                    # [D+1, L]
-        drafts = torch.where(write, st.tok.unsqueeze(0), yg.unsqueeze(0))  # drafts[0] = y
-        info = {"route": "base", "drafts": D}
-        if ctx.finished(drafts[1]):
-            labels = torch.where(write[1], BASE, NONE).to(torch.int8)
-            return StepResult(ctx.with_gen(y, drafts[1]), labels, None, info)
-        rows = y.unsqueeze(0).repeat(D, 1)
-        ctx.gen(rows)[:] = drafts[1:]
-        s = ctx.forward(rows)
-        tok = torch.cat([st.tok.unsqueeze(0), s.tok])
-        conf = torch.cat([st.conf.unsqueeze(0), s.conf])
-        targets = self._targets(ctx, drafts, tok, conf)
-        dmask = drafts == ctx.mask_id
-        # sub[b, j]: every token draft j holds, target b holds identically
-        sub = ((targets.unsqueeze(1) == drafts.unsqueeze(0)) | dmask.unsqueeze(0)).all(-1)
-        best = accept_chain(sub.tolist())
-        info["accepted"] = best
-        labels = torch.where(write[best], BASE, NONE).to(torch.int8)
-        return StepResult(rows[best - 1], labels, s.row(best - 1), info)
+        D = torch.clamp(W.sum(-1), max=self.rows)                                  # [R]
+        ks = torch.arange(self.rows + 1, device=y.device)                           # draft k
+        write = rank.unsqueeze(1) < ks[:, None]                                     # [R, D+1, L]
+        drafts = torch.where(write, st.tok.unsqueeze(1), y.unsqueeze(1))            # [0] = y
+        n = torch.where(b.finished(drafts[:, 1]), torch.zeros_like(D), D)
+        labels = torch.where(write[:, 1], BASE, NONE).to(torch.int8)
+        return Branches(drafts[:, 1:], n, labels, memo={"write": write, "drafts": drafts, "D": D})
+
+    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+               ) -> Choice:
+        drafts, write, D = br.memo["drafts"], br.memo["write"], br.memo["D"]
+        tok = torch.cat([st.tok.unsqueeze(1), out.tok], 1)
+        conf = torch.cat([st.conf.unsqueeze(1), out.conf], 1)
+        targets = self._targets(b, drafts, tok, conf)
+        dmask = drafts == b.mask_id
+        # sub[r, t, j]: every token draft j holds, target t holds identically
+        sub = ((targets.unsqueeze(2) == drafts.unsqueeze(1)) | dmask.unsqueeze(1)).all(-1)
+        best = accept_chain_batched(sub, D)
+        lab = write.gather(1, best.view(-1, 1, 1).expand(-1, 1, write.shape[-1])).squeeze(1)
+        labels = torch.where(lab, BASE, NONE).to(torch.int8)
+        return Choice((best - 1).clamp(min=0), labels, memo={"best": best})
+
+    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
+        out = {"route": "base", "drafts": int(br.memo["D"][r])}
+        if made_call:
+            out["accepted"] = int(choice.memo["best"][r])
+        return out

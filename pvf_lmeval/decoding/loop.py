@@ -1,11 +1,19 @@
-"""The shared decode loop and its result record (SPEC "Shared loop" and "Statistics").
+"""The one decode loop and its result record (SPEC "Shared loop" and "Statistics").
 
-    stats = forward([y])                      # NFE 1, on the initial canvas
-    while y has a mask (and not stopped early):
-        y, stats = step(y, stats)             # at most one (batched) call per step
+Every request of a batch (one included) goes through the same rounds::
 
-After every commit the early-stop rule is applied: e = first end-of-text position with every
-earlier position unmasked; every later position gets the token at e (overwriting) and route None.
+    stats = call([y])                          # NFE 1, on the initial canvas
+    while some request still decodes:
+        rows  = step.branches(y, stats)        # [R, M, L] + rows per request (0: no call)
+        out   = call(rows)                     # one round of model calls for every request
+        y, stats = step.choose(rows, out)      # the committed row and its stats, per request
+        early stop, finished requests leave the batch
+
+All of it runs as tensor operations over the live requests; the host reads a constant handful of
+small tensors per round (``Batch.call``'s one, the round's end: stop positions and flags), plus
+the finished requests' outputs. After every commit the early-stop rule is applied: e = first
+end-of-text position with every earlier position unmasked; every later position gets the token
+at e (overwriting) and route None.
 """
 
 from __future__ import annotations
@@ -16,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .batch import Batch
 from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
-from .context import Ctx
 
 #: exactly the keys of SPEC "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
@@ -78,65 +86,111 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _committed_positions(labels: Tensor) -> list[list]:
-    nz = torch.nonzero(labels).flatten()
-    return [[i, ROUTE_NAMES[c]] for i, c in zip(nz.tolist(), labels[nz].tolist())]
+def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int] | None = None,
+        repeat_indices: list[int] | None = None, trace: bool = False, vocab=None
+        ) -> list[DecodeResult]:
+    """Decode ``prompts`` (1-D long tensors on the model device) together with ``step`` (a
+    decoder step object); results in order.
 
-
-def run_loop(model, prompt: Tensor, params, decoder, *, request_index: int = 0,
-             repeat_index: int = 0, trace: bool = False, online=None, batch=None) -> DecodeResult:
-    """Decode one request: ``prompt`` [P0] long on the model device, ``decoder`` a step object.
-
-    ``online``: an ``OnlineVocab`` the planning route consults and records into (its statistics
-    only change when its owner calls ``update()`` between requests).
-    ``batch``: the request's handle in a batched run (``batch.run_batch``), else None."""
-    ctx = Ctx(model, prompt, params, request_index=request_index, repeat_index=repeat_index,
-              trace=trace, online=online, batch=batch)
-    _sync(ctx.device)
+    ``vocab``: the planning vocabulary (``eligible_mask(tok)``; an online one also records),
+    None for none. Wall time: every request is charged an equal share of the batch's wall
+    time, so that ``tps`` (a ratio of sums) is the batch's throughput.
+    """
+    n = len(prompts)
+    if n == 0:
+        return []
+    request_indices = list(request_indices) if request_indices is not None else list(range(n))
+    repeat_indices = list(repeat_indices) if repeat_indices is not None else [0] * n
+    b = Batch(model, prompts, params, vocab=vocab, request_indices=request_indices,
+              repeat_indices=repeat_indices, reveal=step.reveal)
+    _sync(b.device)
     t0 = time.perf_counter()
-    y = torch.cat([prompt, torch.full((ctx.L,), ctx.mask_id, dtype=torch.long,
-                                      device=ctx.device)])
-    routes = torch.zeros(ctx.L, dtype=torch.int8, device=ctx.device)
-    records: list[dict] | None = [] if trace else None
-    st = ctx.forward(y.unsqueeze(0)).row(0)
-    ctx.committed(y)
+    L, dev = b.L, b.device
+    ids = list(range(n))
+    y = torch.full((n, L), b.mask_id, dtype=torch.long, device=dev)
+    routes = torch.zeros((n, L), dtype=torch.int8, device=dev)
+    tally = torch.zeros((n, 2), dtype=torch.long, device=dev)        # plan_tried, plan_passed
+    ones = torch.ones(n, dtype=torch.long, device=dev)
+    st = b.call(ids, y.unsqueeze(1), ones).pick(torch.zeros_like(ones))
+    b.commit_caches(ids, y)
+    records = [[] for _ in range(n)] if trace else None
+    done_at: list[tuple | None] = [None] * n
     t = 0
-    while True:
-        res = decoder.step(ctx, y, st)
-        y = res.y
-        ctx.committed(y)
-        routes = torch.where(res.labels != NONE, res.labels, routes)
-        yg = ctx.gen(y)
-        e, has_mask = torch.stack([ctx.stop_index(yg),
-                                   (yg == ctx.mask_id).any().long()]).tolist()
+    while ids:
+        br = step.branches(b, ids, y, st)
+        out = b.call(ids, br.rows, br.n, entropy=br.entropy, max_rows=getattr(step, "max_rows",
+                                                                                None))
+        ch = step.choose(b, ids, y, st, br, out)
+        made = br.n > 0
+        pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
+        y = br.rows.gather(1, pick.view(-1, 1, 1).expand(-1, 1, L)).squeeze(1)
+        labels = torch.where(made[:, None], ch.labels, br.labels)
+        st = out.pick(pick)
+        b.commit_caches(ids, y)
+        routes = torch.where(labels != NONE, labels, routes)
+        if ch.tally:
+            tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
+        e = b.stop_index(y)
+        finished = (e >= 0) | ~(y == b.mask_id).any(-1)
+        host = torch.stack([e, finished.long(), made.long()], -1).tolist()      # the round's read
         if records is not None:
-            rec = {"step": t, "committed": _committed_positions(res.labels), "nfe": ctx.nfe,
-                   "branch_rows": ctx.rows, "made_call": res.stats is not None}
-            rec.update(res.info)
-            if e >= 0:
-                rec["early_stop_at"] = e
-            records.append(rec)
+            _trace(records, step, ids, t, b, labels, made, br, ch, host)
         t += 1
-        if e >= 0:
-            yg[e + 1:] = yg[e]
-            routes[e + 1:] = NONE
-            break
-        if not has_mask:
-            break
-        if res.stats is None:
-            raise RuntimeError(f"decoder {decoder.name!r} made no call on an unfinished state")
-        st = res.stats
-    _sync(ctx.device)
-    wall = time.perf_counter() - t0
-    tokens = ctx.gen(y).tolist()
+        fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
+        if any(h[1] for h in host):
+            y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
+            routes = torch.where(fill, torch.zeros_like(routes), routes)
+            end = [r for r, h in enumerate(host) if h[1]]
+            for r, out_r in zip(end, _outputs(y, routes, tally, end)):
+                done_at[ids[r]] = out_r
+            keep = [r for r, h in enumerate(host) if not h[1]]
+            if keep:
+                kt = torch.tensor(keep, device=dev)
+                y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
+                                        tally.index_select(0, kt), st.select(kt))
+            ids = [ids[r] for r in keep]
+        for r, h in enumerate(host):
+            if not h[1] and not h[2]:
+                raise RuntimeError(f"decoder {step.name!r} made no call on an unfinished state")
+    _sync(dev)
+    share = (time.perf_counter() - t0) / n
     eos = set(int(i) for i in model.eos_ids)
-    gen_tokens = next((i for i, tk in enumerate(tokens) if tk in eos), ctx.L)
-    counts = torch.bincount(routes.long(), minlength=len(ROUTE_NAMES)).tolist()
-    return DecodeResult(
-        tokens=tokens, nfe=ctx.nfe, branch_rows=ctx.rows,
-        routes=[ROUTE_NAMES[c] for c in routes.tolist()],
-        committed=ctx.L - counts[NONE], gen_tokens=gen_tokens, gen_length=ctx.L, wall_s=wall,
-        early_stop=ctx.early_stop, tokens_base=counts[BASE], tokens_plan=counts[PLAN],
-        tokens_ar=counts[AR], tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE],
-        decoder=decoder.name, steps=records, plan_tried=ctx.plan_tried,
-        plan_passed=ctx.plan_passed)
+    results = []
+    for i in range(n):
+        tokens, route_codes, (tried, passed) = done_at[i]
+        counts = [route_codes.count(c) for c in range(len(ROUTE_NAMES))]
+        gen_tokens = next((k for k, tk in enumerate(tokens) if tk in eos), L)
+        results.append(DecodeResult(
+            tokens=tokens, nfe=b.nfe[i], branch_rows=b.rows[i],
+            routes=[ROUTE_NAMES[c] for c in route_codes], committed=L - counts[NONE],
+            gen_tokens=gen_tokens, gen_length=L, wall_s=share, early_stop=b.early_stop,
+            tokens_base=counts[BASE], tokens_plan=counts[PLAN], tokens_ar=counts[AR],
+            tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE], decoder=step.name,
+            steps=records[i] if records is not None else None, plan_tried=tried,
+            plan_passed=passed))
+    return results
+
+
+def _outputs(y: Tensor, routes: Tensor, tally: Tensor, rows: list[int]) -> list[tuple]:
+    """(tokens, route codes, tally) of the finished requests ``rows`` (one read)."""
+    L = y.shape[1]
+    idx = torch.tensor(rows, device=y.device)
+    host = torch.cat([y, routes.long(), tally], 1).index_select(0, idx).tolist()
+    return [(h[:L], h[L:2 * L], h[2 * L:]) for h in host]
+
+
+def _committed_positions(labels: list[int]) -> list[list]:
+    return [[i, ROUTE_NAMES[c]] for i, c in enumerate(labels) if c]
+
+
+def _trace(records, step, ids, t, b, labels, made, br, ch, host) -> None:
+    """Append each live request's step record (trace mode only: reads per request)."""
+    lab = labels.tolist()
+    for r, i in enumerate(ids):
+        e, _, call = host[r]
+        rec = {"step": t, "committed": _committed_positions(lab[r]), "nfe": b.nfe[i],
+               "branch_rows": b.rows[i], "made_call": bool(call)}
+        rec.update(step.info(r, bool(call), br, ch))
+        if e >= 0:
+            rec["early_stop_at"] = e
+        records[i].append(rec)

@@ -100,11 +100,15 @@ class OnlineVocab:
         """Bool mask: ``tok`` may take an exploration slot (never an eligible token)."""
         return self.explorable[tok.to(self.explorable.device)].to(tok.device)
 
-    def record(self, tok: Tensor, nonvacuous: Tensor, passed: Tensor, vig: Tensor) -> None:
-        """Queue the outcomes of one planning call's candidates ([k] each); applied by update()."""
+    def record(self, tok: Tensor, nonvacuous: Tensor, passed: Tensor, vig: Tensor,
+               keep: Tensor | None = None) -> None:
+        """Queue the outcomes of planning candidates (tensors of one shape; ``keep``: which of
+        them were really tried, all by default); applied by update(). No host read here."""
         if self.frozen:
             return
-        self._pending.append((tok.detach(), nonvacuous.detach(), passed.detach(), vig.detach()))
+        if keep is None:
+            keep = torch.ones_like(nonvacuous, dtype=torch.bool)
+        self._pending.append(tuple(t.detach() for t in (tok, nonvacuous, passed, vig, keep)))
 
     # ------------------------------------------------------------ between requests / batches
 
@@ -113,8 +117,9 @@ class OnlineVocab:
         if not self._pending:
             e = torch.zeros(0, dtype=torch.float64)
             return {"tok": torch.zeros(0, dtype=torch.long), "nonvac": e, "passed": e, "vig": e}
-        tok, nv, ok, vig = (torch.cat([r[i].reshape(-1) for r in self._pending]).cpu()
-                            for i in range(4))
+        tok, nv, ok, vig, keep = (torch.cat([r[i].reshape(-1) for r in self._pending]).cpu()
+                                  for i in range(5))
+        tok, nv, ok, vig = tok[keep], nv[keep], ok[keep], vig[keep]
         self._pending = []
         return {"tok": tok.long(), "nonvac": nv.double(), "passed": ok.double(),
                 "vig": vig.double()}
@@ -141,7 +146,7 @@ class OnlineVocab:
 
     @property
     def pending(self) -> int:
-        return sum(int(r[0].numel()) for r in self._pending)
+        return sum(int(r[4].sum()) for r in self._pending)
 
     def _refresh(self) -> None:
         a0, b0 = self.prior

@@ -1,4 +1,4 @@
-"""``pvf``: Plan-Verify-Fill (SPEC "PVF step").
+"""``pvf``: Plan-Verify-Fill (SPEC "PVF step"), every live request of a batch at once.
 
 Per step, from the stats of ``y`` on the working set W_t:
 
@@ -6,24 +6,24 @@ Per step, from the stats of ``y`` on the working set W_t:
    finished (no mask / early stop) it is committed with no call.
 2. planning candidates: W_t \\ S_base with ŷ in the planning vocabulary and
    plan_lo <= p < plan_hi, top ``width`` by p (ties by index).
-3. planning route (candidates exist): one call on [z_base, z_plan_1..K]; impact set
-   S_imp = W_t masked in z_base with max prob under z_base >= threshold; branch j is verified iff
-   S_imp minus its own candidate is non-empty and its argmax equals z_base's there (and, with
-   ``plan_self_check``, its candidate keeps p >= plan_lo at its own position). The verified branch
-   with the largest C_total (sum of max prob over W_t positions still masked in it; ties → the
-   earlier branch) is committed, else z_base. No AR attempt in that step.
+3. planning route (candidates exist): one call on [z_base, z_plan_1..K]; branch j is verified
+   as in :mod:`.verify` (and, with ``plan_self_check``, its candidate keeps p >= plan_lo at its
+   own position). The verified branch with the largest C_total (sum of max prob over W_t
+   positions still masked in it; ties → the earlier branch) is committed, else z_base. No AR
+   attempt in that step.
 4. AR fallback (no candidates): the leftmost min(width, eligible) positions of W_t \\ S_base
    with p >= ar_lo; nested branches z_ar_0..z_ar_K in one call; fill r is verified iff the argmax
    at i_r under z_ar_{r-1} equals ŷ_{i_r}; commit z_ar_{k*} (k* = longest verified prefix).
 5. otherwise a single-row call on [z_base].
 
-Routes switched off by ``routes``: ``plan`` (never AR), ``ar`` (never planning), ``none``.
-Labels: base / forced / plan / ar.
+Every request has width + 1 row slots; its route decides how many it sends. Routes switched off
+by ``routes``: ``plan`` (never AR), ``ar`` (never planning), ``none``. Labels: base / forced /
+plan / ar.
 
-Online vocabulary (``ctx.online``, see :mod:`.online`): candidates are the eligible in-band
-positions plus up to ``explore`` slots of explorable ones (which also fill slots the eligible
-ones leave unused); every tried candidate's outcome (non-vacuous, A, VIG from the entropies of the
-same call) is recorded for the vocabulary's next update, never applied inside the request.
+Online vocabulary (see :mod:`.online`): candidates are the eligible in-band positions plus up
+to ``explore`` slots of explorable ones (which also fill slots the eligible ones leave unused);
+every tried candidate's outcome (non-vacuous, A, VIG from the entropies of the same call) is
+recorded for the vocabulary's next update, never applied inside the request.
 """
 
 from __future__ import annotations
@@ -31,112 +31,139 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (AR, PLAN, Stats, StepResult, first_true, leftmost_positions,
-                     static_select, threshold_select, top_positions)
-from .params import DecodeParams
-from .threshold import base_labels
+from .common import (AR, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
+                     rank_desc, static_select, threshold_select)
+from .verify import rows_of, verify_plans
 
 
-class PVFDecoder:
+def _at(x: Tensor, pos: Tensor) -> Tensor:
+    """x [R, (K,) L] at positions pos [R, K] → [R, K]."""
+    if x.dim() == 2:
+        return x.gather(1, pos)
+    return x.gather(2, pos.unsqueeze(-1)).squeeze(-1)
+
+
+class PVFDecoder(Step):
     name = "pvf"
+    uses_vocab = True
+    reveals = True
 
-    def __init__(self, params: DecodeParams):
-        self.p = params
+    @staticmethod
+    def rows_per_call(params) -> int:
+        return params.width + 1
+
+    def __init__(self, params):
+        super().__init__(params)
         self.use_plan = params.routes in ("plan+ar", "plan")
         self.use_ar = params.routes in ("plan+ar", "ar")
 
-    def step(self, ctx, y: Tensor, st: Stats) -> StepResult:
-        p = self.p
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg, p.reveal_next)
+    def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
+        """Planning candidates [R, L] among the in-band positions and their count [R]."""
+        vocab, K = b.vocab, self.p.width
+        slots = getattr(vocab, "explore_slots", 0) if vocab is not None else 0
+        cand = band & b.in_vocab(st.tok)
+        n_cand = cand.sum(-1)
+        if slots > 0:
+            expl = band & vocab.explorable_mask(st.tok)
+            n_x = expl.sum(-1)
+            k_x = n_x.clamp(max=slots)                                  # reserved exploration
+            k_e = torch.minimum(n_cand, K - k_x)
+            k_x = torch.minimum(n_x, K - k_e)                           # ... also fills unused
+            mixed = (static_select(st.conf, cand, k_e[:, None])
+                     | static_select(st.conf, expl, k_x[:, None]))
+            cand = torch.where((k_x > 0)[:, None], mixed, cand)
+            n_cand = torch.where(k_x > 0, k_e + k_x, n_cand)
+        return cand, n_cand
+
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+        p, K, L = self.p, self.p.width, b.L
+        W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, p.threshold)
-        zb = torch.where(sel, st.tok, yg)
+        zb = torch.where(sel, st.tok, y)
         labels = base_labels(sel, forced)
-        z_base = ctx.with_gen(y, zb)
-        if ctx.finished(zb):
-            return StepResult(z_base, labels, None, {"route": "base"})
+        fin = b.finished(zb)
 
         rest = W & ~sel
         none = torch.zeros_like(rest)
         band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
-        online = ctx.online
-        if online is not None and self.use_plan and online.explore_slots > 0:
-            cand = band & online.eligible_mask(st.tok)
-            expl = band & online.explorable_mask(st.tok)
-            n_cand, n_ar, n_x = torch.stack([cand.sum(), elig.sum(), expl.sum()]).tolist()
-            k_x = min(n_x, online.explore_slots)              # reserved exploration slots
-            k_e = min(n_cand, p.width - k_x)
-            k_x = min(n_x, p.width - k_e)                     # ... which also fill unused ones
-            if k_x > 0:
-                cand = static_select(st.conf, cand, k_e) | static_select(st.conf, expl, k_x)
-                n_cand = k_e + k_x
-        else:
-            cand = band & ctx.in_vocab(st.tok)
-            n_cand, n_ar = torch.stack([cand.sum(), elig.sum()]).tolist()
-        k_plan, k_ar = min(p.width, n_cand), min(p.width, n_ar)
-        if k_plan > 0:
-            return self._plan(ctx, st, W, zb, z_base, labels, cand, k_plan)
-        if k_ar > 0:
-            return self._ar(ctx, st, z_base, labels, elig, k_ar)
-        s = ctx.forward(z_base.unsqueeze(0))
-        return StepResult(z_base, labels, s.row(0), {"route": "base"})
+        cand, n_cand = self._candidates(b, st, band)
+        k_plan = n_cand.clamp(max=K)
+        k_ar = elig.sum(-1).clamp(max=K)
+        plan = ~fin & (k_plan > 0)
+        ar = ~fin & ~plan & (k_ar > 0)
 
-    def _plan(self, ctx, st: Stats, W: Tensor, zb: Tensor, z_base: Tensor, labels: Tensor,
-              cand: Tensor, k: int) -> StepResult:
-        p = self.p
-        pos = top_positions(st.conf, cand, k)                           # [k], rank order
-        rows = z_base.unsqueeze(0).repeat(k + 1, 1)                     # [z_base, z_plan_1..k]
-        j = torch.arange(1, k + 1, device=rows.device)
-        rows[j, ctx.P0 + pos] = st.tok[pos]
-        learn = ctx.online is not None and ctx.online.learning
-        s = ctx.forward(rows, entropy=learn)
-        own = torch.zeros((k, ctx.L), dtype=torch.bool, device=rows.device)
-        own[j - 1, pos] = True
-        masked_b = W & (zb == ctx.mask_id)
-        imp = masked_b & (s.pmax[0] >= p.threshold)                     # S_imp [L]
-        imp_j = imp.unsqueeze(0) & ~own                                 # [k, L]
-        agree = ((s.tok[1:] == s.tok[0].unsqueeze(0)) | ~imp_j).all(-1)
-        nonvac = imp_j.any(-1)
-        ok = nonvac & agree                                             # A_j [k]
-        if learn:
-            R = masked_b.unsqueeze(0) & ~own                            # [k, L]
-            dH = torch.where(R, s.ent[0].unsqueeze(0) - s.ent[1:], torch.zeros_like(s.ent[1:]))
-            vig = ok * dH.sum(-1) / R.sum(-1).clamp(min=1)
-            ctx.online.record(st.tok[pos], nonvac, ok, vig)
+        j = torch.arange(K + 1, device=y.device)
+        # planning rows: [z_base, z_plan_1..K], branch j writes the candidate of rank j-1
+        rank = rank_desc(st.conf, cand)
+        own = (rank.unsqueeze(1) == (j[1:] - 1)[:, None]) & (j[1:, None] <= k_plan[:, None, None])
+        plan_rows = torch.where(own, st.tok.unsqueeze(1), zb.unsqueeze(1))          # [R, K, L]
+        # AR rows: z_ar_0..z_ar_K, row i fills the i leftmost eligible positions
+        order = torch.where(elig, elig.long().cumsum(-1) - 1, torch.full_like(rank, L))
+        fill = order.unsqueeze(1) < torch.minimum(j, k_ar[:, None]).unsqueeze(-1)
+        ar_rows = torch.where(fill, st.tok.unsqueeze(1), zb.unsqueeze(1))           # [R, K+1, L]
+        rows = torch.where(plan[:, None, None], torch.cat([zb.unsqueeze(1), plan_rows], 1),
+                           ar_rows)
+        n = torch.where(plan, k_plan + 1, torch.where(ar, k_ar + 1, torch.ones_like(k_ar)))
+        n = torch.where(fin, torch.zeros_like(n), n)
+        return Branches(rows, n, labels,
+                        entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
+                        memo=dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar,
+                                  k_plan=k_plan, k_ar=k_ar))
+
+    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+               ) -> Choice:
+        p, K = self.p, self.p.width
+        m = br.memo
+        W, zb, own, order, plan, ar = m["W"], m["zb"], m["own"], m["order"], m["plan"], m["ar"]
+        k_plan, k_ar = m["k_plan"], m["k_ar"]
+        labels = br.labels
+        slot = torch.arange(K, device=zb.device)
+
+        # planning route: verify, then the best verified branch by C_total
+        masked_b = W & (zb == b.mask_id)
+        verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold)
+        tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
+        pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
+        if br.entropy:
+            b.vocab.record(_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig,
+                           keep=tried)
+        ok = verdict.passed & tried
         if p.plan_self_check:
-            ok &= s.pcur[j, pos] >= p.plan_lo
-        live = W.unsqueeze(0) & (ctx.gen(rows) == ctx.mask_id)           # [k+1, L]
-        c_total = torch.where(live, s.pmax, torch.zeros_like(s.pmax)).sum(-1)
-        score = torch.where(ok, c_total[1:], torch.full_like(c_total[1:], float("-inf")))
-        best = first_true(score == score.max())                         # tie: earlier branch
-        any_ok, b, n_ok = torch.stack([ok.any().long(), best, ok.sum()]).tolist()
-        ctx.plan_tried += k
-        ctx.plan_passed += n_ok
-        info = {"route": "plan" if any_ok else "base"}
-        if ctx.trace:
-            info.update(candidates=pos.tolist(), verified=ok.tolist(),
-                        c_total=c_total[1:].tolist())
-        if not any_ok:
-            return StepResult(z_base, labels, s.row(0), info)
-        labels = labels.clone()
-        labels[pos[b]] = PLAN
-        return StepResult(rows[b + 1], labels, s.row(b + 1), info)
+            ok &= _at(out.pcur[:, 1:], pos) >= p.plan_lo
+        live = W.unsqueeze(1) & (br.rows == b.mask_id)                           # [R, K+1, L]
+        c_total = torch.where(live, out.pmax, torch.zeros_like(out.pmax)).sum(-1)
+        score = torch.where(ok, c_total[:, 1:], torch.full_like(c_total[:, 1:], float("-inf")))
+        best = first_true(score == score.max(-1, keepdim=True).values)          # tie: earlier
+        any_ok = ok.any(-1)
+        won = own.gather(1, best.view(-1, 1, 1).expand(-1, 1, b.L)).squeeze(1) & any_ok[:, None]
+        plan_labels = torch.where(won, torch.full_like(labels, PLAN), labels)
 
-    def _ar(self, ctx, st: Stats, z_base: Tensor, labels: Tensor, elig: Tensor, k: int
-            ) -> StepResult:
-        pos = leftmost_positions(elig, k)                               # [k] ascending
-        n = torch.arange(k + 1, device=z_base.device)
-        fill = n.unsqueeze(1) > torch.arange(k, device=z_base.device).unsqueeze(0)  # [k+1, k]
-        rows = z_base.unsqueeze(0).repeat(k + 1, 1)                     # z_ar_0..z_ar_k
-        cols = ctx.P0 + pos
-        rows[:, cols] = torch.where(fill, st.tok[pos].unsqueeze(0), rows[:, cols])
-        s = ctx.forward(rows)
-        ver = s.tok[n[:-1], pos] == st.tok[pos]                         # fill r under z_ar_{r-1}
-        kstar = int(torch.cumprod(ver.long(), 0).sum().item())
-        info = {"route": "ar" if kstar else "base"}
-        if ctx.trace:
-            info.update(candidates=pos.tolist(), verified=ver.tolist())
-        labels = labels.clone()
-        labels[pos[:kstar]] = AR
-        return StepResult(rows[kstar], labels, s.row(kstar), info)
+        # AR route: fill r verified iff the argmax at i_r under z_ar_{r-1} equals ŷ_{i_r}
+        pos_ar = first_true(order.unsqueeze(1) == slot[:, None]).clamp(max=b.L - 1)  # [R, K]
+        ver = (_at(out.tok[:, :K], pos_ar) == _at(st.tok, pos_ar)) & (slot < k_ar[:, None])
+        kstar = torch.cumprod(ver.long(), -1).sum(-1)
+        ar_labels = torch.where(order < kstar[:, None], torch.full_like(labels, AR), labels)
+
+        pick = torch.where(plan, torch.where(any_ok, best + 1, torch.zeros_like(best)),
+                           torch.where(ar, kstar, torch.zeros_like(kstar)))
+        labels = torch.where(plan[:, None], plan_labels, torch.where(ar[:, None], ar_labels,
+                                                                     labels))
+        tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
+                 "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
+        return Choice(pick, labels, tally, memo=dict(pos=pos, ok=ok, c_total=c_total,
+                                                     any_ok=any_ok, pos_ar=pos_ar, ver=ver,
+                                                     kstar=kstar))
+
+    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
+        m, c = br.memo, choice.memo
+        if bool(m["plan"][r]):
+            k = int(m["k_plan"][r])
+            return {"route": "plan" if bool(c["any_ok"][r]) else "base",
+                    "candidates": c["pos"][r, :k].tolist(), "verified": c["ok"][r, :k].tolist(),
+                    "c_total": c["c_total"][r, 1:k + 1].tolist()}
+        if bool(m["ar"][r]):
+            k = int(m["k_ar"][r])
+            return {"route": "ar" if int(c["kstar"][r]) else "base",
+                    "candidates": c["pos_ar"][r, :k].tolist(), "verified": c["ver"][r, :k].tolist()}
+        return {"route": "base"}

@@ -9,25 +9,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import BASE, NONE, Stats, StepResult, llada_count, static_select
-from .params import DecodeParams
+from .common import (BASE, NONE, Branches, Stats, Step, llada_count_tensor, single_row,
+                     static_select)
 
 
-class StaticDecoder:
+class StaticDecoder(Step):
     name = "static"
 
-    def __init__(self, params: DecodeParams):
+    def __init__(self, params):
+        super().__init__(params)
         self.steps_per_block = None if params.steps is None else params.steps // params.num_blocks
 
-    def step(self, ctx, y: Tensor, st: Stats) -> StepResult:
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg)
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+        W = b.working_set(y)
         k = 1
         if self.steps_per_block is not None:
-            left = int(W.sum().item())
+            left = W.sum(-1, keepdim=True)
             # blocks start fully masked for static, so m = B masks at the block start
-            k = min(left, llada_count(ctx.B, self.steps_per_block, ctx.B - left))
+            k = torch.minimum(left, llada_count_tensor(b.B, self.steps_per_block, b.B - left))
         sel = static_select(st.conf, W, k)
-        zg = torch.where(sel, st.tok, yg)
         labels = torch.where(sel, BASE, NONE).to(torch.int8)
-        return ctx.commit_single(y, zg, labels, {"route": "base"})
+        return single_row(b, torch.where(sel, st.tok, y), labels)

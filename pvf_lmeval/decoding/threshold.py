@@ -10,25 +10,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import BASE, FORCED, NONE, Stats, StepResult, threshold_select
-from .params import DecodeParams
+from .common import Branches, Stats, Step, base_labels, single_row, threshold_select
+
+__all__ = ["ThresholdDecoder", "base_labels"]
 
 
-def base_labels(sel: Tensor, forced: Tensor) -> Tensor:
-    """int8 route codes [L]: ``forced`` where forced, ``base`` where selected, else none."""
-    return torch.where(forced, FORCED, torch.where(sel, BASE, NONE)).to(torch.int8)
-
-
-class ThresholdDecoder:
+class ThresholdDecoder(Step):
     name = "threshold"
 
-    def __init__(self, params: DecodeParams):
-        self.tau = params.threshold
-        self.factor = params.factor
-
-    def step(self, ctx, y: Tensor, st: Stats) -> StepResult:
-        yg = ctx.gen(y)
-        W = ctx.working_set(yg)
-        sel, forced = threshold_select(st.conf, W, self.tau, self.factor)
-        zg = torch.where(sel, st.tok, yg)
-        return ctx.commit_single(y, zg, base_labels(sel, forced), {"route": "base"})
+    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+        W = b.working_set(y)
+        sel, forced = threshold_select(st.conf, W, self.p.threshold, self.p.factor)
+        return single_row(b, torch.where(sel, st.tok, y), base_labels(sel, forced))

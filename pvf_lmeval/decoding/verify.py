@@ -1,0 +1,60 @@
+"""Verification of planning branches (SPEC "PVF step" 3 and "Planning vocabulary"): the one
+implementation that the PVF planning route, the online vocabulary and the calibration use.
+
+For request r with base state z_base (stats ``base``) and planning branches z_plan_j (stats
+``plans``), each the base state plus one candidate at its own position (``own``):
+
+    S_imp  = positions of W_t still masked in z_base whose max probability under z_base is
+             >= tau_high
+    A_j    = 1 iff S_imp minus branch j's own position is non-empty (``nonvacuous``) and the
+             argmax under z_plan_j equals the argmax under z_base at every position of it
+    VIG_j  = A_j * mean over R_j of (H(z_base) - H(z_plan_j)), R_j = positions of W_t masked in
+             z_base minus branch j's own position (0 when R_j is empty); only with entropies
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .common import Stats
+
+
+@dataclass
+class Verdict:
+    """Per branch [R, K]: ``nonvacuous`` (non-empty impact set), ``passed`` (A), ``vig`` (None
+    without entropies)."""
+
+    nonvacuous: Tensor
+    passed: Tensor
+    vig: Tensor | None
+
+
+def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
+                 tau_high: float) -> Verdict:
+    """Verify K planning branches of R requests.
+
+    ``base``: stats [R, L] of z_base; ``plans``: stats [R, K, L] of the branches; ``own``
+    [R, K, L] bool: each branch's candidate position; ``masked_base`` [R, L]: positions of W_t
+    still masked in z_base. VIG needs entropies in both ``base`` and ``plans``.
+    """
+    imp = masked_base & (base.pmax >= tau_high)                        # S_imp [R, L]
+    imp_j = imp.unsqueeze(1) & ~own                                     # [R, K, L]
+    agree = ((plans.tok == base.tok.unsqueeze(1)) | ~imp_j).all(-1)
+    nonvac = imp_j.any(-1)
+    passed = nonvac & agree
+    vig = None
+    if base.ent is not None and plans.ent is not None:
+        R = masked_base.unsqueeze(1) & ~own                            # [R, K, L]
+        dH = torch.where(R, base.ent.unsqueeze(1) - plans.ent, torch.zeros_like(plans.ent))
+        vig = passed * dH.sum(-1) / R.sum(-1).clamp(min=1)
+    return Verdict(nonvac, passed, vig)
+
+
+def rows_of(st: Stats, a: int, b: int | None = None) -> Stats:
+    """Stats of rows [a, b) of stats [R, M, L] (views)."""
+    sl = slice(a, b)
+    return Stats(st.tok[:, sl], st.conf[:, sl], st.pmax[:, sl], st.pcur[:, sl],
+                 None if st.ent is None else st.ent[:, sl])

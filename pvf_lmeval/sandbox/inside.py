@@ -1,0 +1,238 @@
+"""The two programs that run inside the sandboxes: ``candidate`` and ``checker``.
+
+Started as ``python -I -S -B inside.py ROLE JOB_FD IN_FD OUT_FD [VERDICT_FD]`` (the host
+side, :mod:`pvf_lmeval.sandbox.run`, builds that command). Imports only the standard
+library and :mod:`literals` beside this file.
+
+Both first read their job (JSON) from ``JOB_FD``, set the resource limits, point stdout and
+stderr at /dev/null and close every descriptor they were not given. Then:
+
+- ``candidate`` runs the model's program (prompt + completion) and serves calls of its entry
+  point: it reads ``("call", args, kwargs)`` from ``IN_FD`` and answers on ``OUT_FD`` with
+  ``("return", value)`` or ``("raise", type name, message)``. Its first message says how the
+  program loaded: ``("ready",)``, ``("syntax", detail)`` or ``("raised", type, message)``.
+  Nothing it sends is trusted: it is model-controlled code from its first line on.
+- ``checker`` runs the dataset's code, which is trusted: the prompt (so its helper functions
+  exist here too), then the test with the entry point bound to a proxy that forwards each
+  call to the candidate. It writes its verdict to ``VERDICT_FD``: ``("passed",)`` when
+  ``check(proxy)`` returned, else ``("failed", kind, detail)`` with kind ``syntax``,
+  ``failed``, ``memory``, ``ended`` (the candidate's process went away mid-check) or
+  ``unchecked`` (the problem itself cannot be checked this way); ``("error", detail)`` if
+  the checker program itself failed.
+"""
+
+import json
+import os
+import resource
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import literals  # noqa: E402  (the sandbox's own sys.path, set just above)
+
+DETAIL_CHARS = 500
+
+
+def _read_job(fd):
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(fd)
+    return json.loads(b"".join(chunks).decode("utf-8"))
+
+
+def _limit(which, soft, hard=None):
+    hard = soft if hard is None else hard
+    cur_soft, cur_hard = resource.getrlimit(which)
+    if cur_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _confine(limits, keep_fds):
+    """Resource limits, quiet stdio, and no descriptor but ``keep_fds``."""
+    cpu = int(limits["cpu_s"])
+    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)           # SIGXCPU, then SIGKILL a second later
+    _limit(resource.RLIMIT_AS, int(limits["memory_bytes"]))
+    _limit(resource.RLIMIT_FSIZE, int(limits["fsize_bytes"]))
+    _limit(resource.RLIMIT_CORE, 0)
+    _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
+    # Counted per user in this sandbox's own user namespace: no fork, no thread.
+    _limit(resource.RLIMIT_NPROC, int(limits["nproc"]))
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    os.closerange(3, min(keep_fds))
+    for lo, hi in zip(sorted(keep_fds), sorted(keep_fds)[1:] + [1 << 16]):
+        os.closerange(lo + 1, hi)
+
+
+def _one_line(text):
+    return " ".join(str(text).split())[:DETAIL_CHARS]
+
+
+def _describe(exc):
+    """(type name, message) of an exception; its own __str__ may fail or lie, which only
+    changes the detail of a failure, never a verdict."""
+    try:
+        msg = str(exc)
+    except BaseException:  # noqa: BLE001  (a message that cannot be printed)
+        msg = "<unprintable message>"
+    return type(exc).__name__, _one_line(msg)
+
+
+def _say(name, message):
+    return f"{name}: {message}" if message else name
+
+
+# ------------------------------------------------------------------------- candidate
+
+def candidate(job, in_fd, out_fd):
+    try:
+        code = compile(job["program"], "<candidate>", "exec")
+    except SyntaxError as e:
+        literals.send(out_fd, ("syntax", _one_line(f"SyntaxError: {e.msg} (line {e.lineno})")))
+        return
+    except (ValueError, MemoryError, RecursionError) as e:   # NUL bytes, nesting, ...
+        literals.send(out_fd, ("syntax", _one_line(f"{type(e).__name__}: {e}")))
+        return
+    del job["program"]
+    send, recv = literals.send, literals.recv
+    to_tree = literals.to_tree
+    entry = job["entry_point"]
+    g = {}
+    try:
+        exec(code, g)
+        fn = g[entry]
+        if not callable(fn):
+            raise TypeError(f"{entry} is not callable")
+    except BaseException as e:  # noqa: BLE001  (anything the program raised, SystemExit too)
+        send(out_fd, ("raised",) + _describe(e))
+        return
+    send(out_fd, ("ready",))
+    while True:
+        try:
+            msg = recv(in_fd)
+        except literals.PeerGone:
+            return
+        if msg[0] != "call" or len(msg) != 3:
+            return
+        args = literals.from_tree(msg[1])
+        kwargs = literals.from_tree(msg[2])
+        try:
+            reply = ("return", to_tree(fn(*args, **kwargs), lenient=True))
+        except BaseException as e:  # noqa: BLE001
+            reply = ("raise",) + _describe(e)
+        try:
+            send(out_fd, reply)
+        except literals.NotPlainData as e:
+            send(out_fd, ("raise", "TypeError", _one_line(e)))
+
+
+# ------------------------------------------------------------------------- checker
+
+class CandidateError(Exception):
+    """The candidate raised an exception that has no builtin Exception class here."""
+
+
+class CandidateEnded(Exception):
+    """The candidate's process went away (exit, signal, limit) before answering."""
+
+
+class Uncheckable(Exception):
+    """The check passed the candidate something that cannot cross as plain data."""
+
+
+def _rebuild_exception(name, message):
+    import builtins
+    cls = getattr(builtins, name, None) if type(name) is str else None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001  (e.g. UnicodeDecodeError needs five arguments)
+            pass
+    return CandidateError(f"{name}: {message}")
+
+
+def _make_proxy(in_fd, out_fd):
+    def candidate(*args, **kwargs):
+        try:
+            request = ("call", literals.to_tree(args), literals.to_tree(kwargs))
+        except literals.NotPlainData as e:
+            raise Uncheckable(f"an argument cannot cross as plain data: {e}") from None
+        try:
+            literals.send(out_fd, request)
+            reply = literals.recv(in_fd)
+        except (literals.PeerGone, BrokenPipeError):
+            raise CandidateEnded("the candidate's process ended before answering") from None
+        if reply[0] == "return" and len(reply) == 2:
+            return literals.from_tree(reply[1])
+        if reply[0] == "raise" and len(reply) == 3:
+            raise _rebuild_exception(reply[1], reply[2])
+        raise literals.ProtocolError(f"unexpected reply {reply[0]!r}")
+    return candidate
+
+
+def checker(job, in_fd, out_fd, verdict_fd):
+    def verdict(*message):
+        literals.send(verdict_fd, message)
+
+    try:
+        hello = literals.recv(in_fd)
+    except literals.PeerGone:
+        return verdict("failed", "ended", "the candidate's process ended before it loaded")
+    except literals.ProtocolError as e:
+        return verdict("failed", "failed", _one_line(e))
+    if hello[0] == "syntax":
+        return verdict("failed", "syntax", _one_line(hello[1] if len(hello) > 1 else ""))
+    if hello[0] == "raised" and len(hello) == 3:
+        kind = "memory" if hello[1] == "MemoryError" else "failed"
+        return verdict("failed", kind, _one_line("while loading: " + _say(hello[1], hello[2])))
+    if hello != ("ready",):
+        return verdict("failed", "failed", "the candidate's process sent no greeting")
+    proxy = _make_proxy(in_fd, out_fd)
+    ns = {}
+    try:
+        exec(compile(job["prompt"], "<prompt>", "exec"), ns)
+        ns[job["entry_point"]] = proxy
+        exec(compile(job["test"], "<test>", "exec"), ns)
+        check = ns["check"]
+    except BaseException as e:  # noqa: BLE001  (trusted code that does not run: not the model's fault)
+        return verdict("failed", "unchecked", _one_line("the prompt or test does not run: "
+                                                        + _say(*_describe(e))))
+    try:
+        check(proxy)
+    except Uncheckable as e:
+        return verdict("failed", "unchecked", _one_line(e))
+    except CandidateEnded as e:
+        return verdict("failed", "ended", _one_line(e))
+    except MemoryError as e:
+        return verdict("failed", "memory", _one_line(_say(*_describe(e))))
+    except BaseException as e:  # noqa: BLE001
+        return verdict("failed", "failed", _one_line(_say(*_describe(e))))
+    verdict("passed")
+
+
+def main(argv):
+    role = argv[1]
+    fds = [int(a) for a in argv[2:]]
+    job = _read_job(fds[0])
+    _confine(job["limits"], fds[1:])
+    if role == "candidate":
+        candidate(job, fds[1], fds[2])
+    elif role == "checker":
+        try:
+            checker(job, fds[1], fds[2], fds[3])
+        except BaseException as e:  # noqa: BLE001  (a fault of this program: say so)
+            literals.send(fds[3], ("error", _one_line(_say(*_describe(e)))))
+            raise
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

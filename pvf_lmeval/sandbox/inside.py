@@ -95,7 +95,8 @@ def candidate(job, in_fd, out_fd):
     try:
         code = compile(job["program"], "<candidate>", "exec")
     except SyntaxError as e:
-        literals.send(out_fd, ("syntax", _one_line(f"SyntaxError: {e.msg} (line {e.lineno})")))
+        where = f" (line {e.lineno})" if e.lineno else ""
+        literals.send(out_fd, ("syntax", _one_line(f"SyntaxError: {e.msg}{where}")))
         return
     except (ValueError, MemoryError, RecursionError) as e:   # NUL bytes, nesting, ...
         literals.send(out_fd, ("syntax", _one_line(f"{type(e).__name__}: {e}")))
@@ -124,13 +125,16 @@ def candidate(job, in_fd, out_fd):
         args = literals.from_tree(msg[1])
         kwargs = literals.from_tree(msg[2])
         try:
-            reply = ("return", to_tree(fn(*args, **kwargs), lenient=True))
+            value = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001
             reply = ("raise",) + _describe(e)
-        try:
-            send(out_fd, reply)
-        except literals.NotPlainData as e:
-            send(out_fd, ("raise", "TypeError", _one_line(e)))
+        else:
+            try:
+                reply = ("return", to_tree(value, lenient=True))
+                literals.dumps(reply)
+            except (literals.NotPlainData, RecursionError, MemoryError) as e:
+                reply = ("raise", "TypeError", _one_line(f"the result cannot cross: {e}"))
+        send(out_fd, reply)
 
 
 # ------------------------------------------------------------------------- checker

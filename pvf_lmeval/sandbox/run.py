@@ -31,6 +31,7 @@ import math
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ class _Sandboxed:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE, pass_fds=keep, start_new_session=True,
-                cwd="/" if iso.bwrap else _unsafe_cwd(),
+                cwd="/" if iso.bwrap else tempfile.gettempdir(),
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         except OSError as e:
             raise SandboxError(f"pvf_lmeval.sandbox: could not start {cmd[0]}: {e}") from None
@@ -137,10 +138,18 @@ class _Sandboxed:
         status = {}
         if self.status_r is not None:
             status = _status(_read_available(self.status_r, 1 << 16))
-            os.close(self.status_r)
         err = _read_available(self.proc.stderr.fileno(), 1 << 20)[-_ERR_LIMIT:]
-        self.proc.stderr.close()
+        self.close()
         return status, " ".join(err.decode("utf-8", "replace").split())[-500:]
+
+    def close(self) -> None:
+        """Kill it if it still runs; close our ends of its pipes."""
+        if self.proc.poll() is None:
+            self.kill()
+        if self.status_r is not None:
+            os.close(self.status_r)
+            self.status_r = None
+        self.proc.stderr.close()
 
     def exit_code(self, status: dict) -> int | None:
         """The sandboxed program's exit code (bwrap reports 128 + N for signal N)."""
@@ -150,11 +159,6 @@ class _Sandboxed:
         if rc is None:
             return None
         return 128 - rc if rc < 0 else rc
-
-
-def _unsafe_cwd() -> str:
-    import tempfile
-    return tempfile.gettempdir()
 
 
 def _signal_name(n: int) -> str:
@@ -223,8 +227,7 @@ def check_candidate(program: str, *, prompt: str, test: str, entry_point: str,
                          cpu_s, result)
     finally:
         for p in started:
-            if p.proc.poll() is None:
-                p.kill()
+            p.close()
         for fd in ours:
             os.close(fd)
 

@@ -23,7 +23,7 @@ TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candi
 
 def check(body: str, *, prompt=PROMPT, test=TEST, entry_point="add", **limits):
     return check_candidate(prompt + body, prompt=prompt, test=test, entry_point=entry_point,
-                           **{"timeout": 1, "wall_timeout": 10, **limits})
+                           **{"timeout": 1, "wall_timeout": 60, **limits})
 
 
 # ------------------------------------------------------------------ verdicts
@@ -43,6 +43,9 @@ def check(body: str, *, prompt=PROMPT, test=TEST, entry_point="add", **limits):
      "the candidate's process was killed by SIGSEGV"),
     ("    return a + b\nimport sys\nsys.exit(0)\n", "failed", "while loading: SystemExit: 0"),
     ("    return a + b\nadd = 3\n", "failed", "while loading: TypeError: add is not callable"),
+    ("    return 10 ** 5000\n", "failed", "TypeError: the result cannot cross: Exceeds the "
+     "limit (4300 digits) for integer string conversion; use sys.set_int_max_str_digits() "
+     "to increase the limit"),
 ])
 def test_verdicts_and_failure_kinds(body, reason, detail):
     res = check(body)

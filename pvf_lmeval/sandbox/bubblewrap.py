@@ -10,9 +10,10 @@ wraps a command line. Each sandboxed process gets:
   namespace (only its own loopback), and its own IPC, UTS and cgroup namespaces;
 - a mount namespace whose root is empty but for read-only binds of ``/usr`` (and the
   ``/bin``, ``/lib*``, ``/sbin`` links or folders), the dynamic loader's files from
-  ``/etc``, the Python installation and this package's folder; a fresh ``/proc`` and a
-  minimal ``/dev`` (null, zero, random, ...), both read-only; and a private tmpfs ``/tmp``
-  of a fixed size, its only writable place (also ``HOME`` and the working directory);
+  ``/etc``, the Python installation and this package's folder; a fresh ``/proc`` (of its
+  PID namespace), a minimal read-only ``/dev`` (null, zero, random, ...), and a private tmpfs
+  ``/tmp`` of a fixed size, its only writable place (also ``HOME`` and the working directory);
+- a seccomp filter that refuses new processes and threads (:func:`seccomp_program`);
 - a new session (no controlling terminal), no_new_privs (set-uid files do not raise
   privileges), an emptied environment, and death with its parent.
 

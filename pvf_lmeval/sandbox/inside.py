@@ -60,7 +60,8 @@ def _confine(limits, keep_fds):
     _limit(resource.RLIMIT_FSIZE, int(limits["fsize_bytes"]))
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
-    # Counted per user in this sandbox's own user namespace: no fork, no thread.
+    # No fork, no thread. Counted per user in this sandbox's user namespace, and not applied
+    # at all where that maps to root outside: bwrap's seccomp filter is what holds there.
     _limit(resource.RLIMIT_NPROC, int(limits["nproc"]))
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
@@ -132,7 +133,7 @@ def candidate(job, in_fd, out_fd):
             try:
                 reply = ("return", to_tree(value, lenient=True))
                 literals.dumps(reply)
-            except (literals.NotPlainData, RecursionError, MemoryError) as e:
+            except (literals.NotPlainData, ValueError, RecursionError, MemoryError) as e:
                 reply = ("raise", "TypeError", _one_line(f"the result cannot cross: {e}"))
         send(out_fd, reply)
 

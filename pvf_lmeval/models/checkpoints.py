@@ -7,6 +7,7 @@ formats), and whether its logits are shifted (Dream: the output at ``i-1`` predi
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -28,6 +29,14 @@ class CheckpointFormat:
     write_config: Callable[[TransformerConfig, dict], dict]
     tied_names: tuple[str, str]      # (checkpoint head name, checkpoint embedding name)
     tie_flag: str                    # config key that says the head is the embedding
+    tie_default: bool                # what the reference assumes when ``tie_flag`` is absent
+    #: transformers' built-in tokenizer class for folders whose own class is remote code
+    #: (Dream's DreamTokenizer is a Qwen2 byte-level BPE); None = only a tokenizer.json will do
+    tokenizer_class: str | None = None
+
+    def ties_head(self, config: dict) -> bool:
+        """Whether the LM head is the input embedding (an absent flag means the reference's default)."""
+        return bool(config.get(self.tie_flag, self.tie_default))
 
     def to_native(self, name: str) -> str | None:
         for pattern, native in self.name_map:
@@ -46,11 +55,30 @@ class CheckpointFormat:
         raise KeyError(f"native parameter {name!r} has no {self.model_type} name")
 
 
-def _require(cfg: dict, key: str, expected) -> None:
-    if key in cfg and cfg[key] != expected:
-        raise UnsupportedCheckpoint(
-            f"config.json: {key}={cfg[key]!r} is not supported (only {expected!r})"
-        )
+def check_flags(cfg: dict, flags: tuple, model_type: str) -> None:
+    """Reject configurations the native network does not implement, in one line naming the key.
+
+    ``flags``: (key, the reference code's default when the key is absent, supported values). The
+    reference default matters: an absent ``block_type`` means LLaDA's "sequential" block, not ours.
+    """
+    for key, default, supported in flags:
+        value = cfg.get(key, default)
+        if value not in supported:
+            absent = f" (absent: the {model_type} reference default)" if key not in cfg else ""
+            allowed = " or ".join(json.dumps(v) for v in supported)
+            raise UnsupportedCheckpoint(
+                f"config.json: {key}={json.dumps(value)}{absent} is not supported by the native "
+                f"network; supported: {allowed}")
+
+
+def _need(cfg: dict, key: str, model_type: str):
+    """A shape key the weights depend on: present, a positive integer."""
+    value = cfg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        got = "absent" if key not in cfg else f"{json.dumps(value)}"
+        raise UnsupportedCheckpoint(f"config.json: {key} is {got}; a {model_type} checkpoint needs "
+                                    f"it as a positive integer")
+    return value
 
 
 # --- LLaDA (OLMo-style names, model_type "llada") -------------------------------------------
@@ -75,24 +103,57 @@ LLADA_NAMES = (
 )
 
 
+#: (key, LLaDA's default when absent, values the native network implements). The defaults are
+#: those of LLaDA's model config class, which differ from the released checkpoint's values: an
+#: OLMo "sequential" block, LayerNorm, SwiGLU-by-halves, no rotary, a tied head.
+LLADA_FLAGS = (
+    ("block_type", "sequential", ("llama",)),
+    ("activation_type", "swiglu", ("silu",)),
+    ("layer_norm_type", "default", ("rms",)),
+    ("layer_norm_with_affine", True, (True,)),
+    ("bias_for_layer_norm", None, (None, False)),
+    ("attention_layer_norm", False, (False,)),
+    ("rope", False, (True,)),
+    ("rope_full_precision", True, (True, False)),
+    ("alibi", False, (False,)),
+    ("input_emb_norm", False, (False,)),
+    ("scale_logits", False, (False,)),
+    ("include_bias", False, (False,)),
+    ("include_qkv_bias", False, (False, True)),
+    ("weight_tying", True, (True, False)),
+    ("block_group_size", 1, (1,)),
+)
+
+
+def _llada_kv_heads(cfg: dict, n_heads: int) -> int:
+    """LLaDA's effective key/value head count (``n_kv_heads``, or ``multi_query_attention``)."""
+    n_kv, mqa = cfg.get("n_kv_heads"), cfg.get("multi_query_attention")
+    implied = None if mqa is None else (1 if mqa else n_heads)
+    if n_kv is None:
+        return implied or n_heads
+    if implied is not None and n_kv != implied:
+        raise UnsupportedCheckpoint(f"config.json: n_kv_heads={n_kv} contradicts "
+                                    f"multi_query_attention={json.dumps(mqa)}")
+    return n_kv
+
+
 def _llada_read(cfg: dict) -> TransformerConfig:
-    for key, expected in (("block_type", "llama"), ("layer_norm_type", "rms"),
-                          ("activation_type", "silu"), ("alibi", False), ("scale_logits", False),
-                          ("include_bias", False)):
-        _require(cfg, key, expected)
-    d_model, n_heads = cfg["d_model"], cfg["n_heads"]
+    check_flags(cfg, LLADA_FLAGS, "LLaDA")
+    d_model, n_heads = _need(cfg, "d_model", "LLaDA"), _need(cfg, "n_heads", "LLaDA")
     ffn = cfg.get("mlp_hidden_size") or cfg.get("mlp_ratio", 4) * d_model
+    vocab = cfg.get("embedding_size") or _need(cfg, "vocab_size", "LLaDA")
     return TransformerConfig(
-        vocab_size=cfg.get("embedding_size") or cfg["vocab_size"],
+        vocab_size=vocab,
         d_model=d_model,
-        n_layers=cfg["n_layers"],
+        n_layers=_need(cfg, "n_layers", "LLaDA"),
         n_heads=n_heads,
-        n_kv_heads=cfg.get("n_kv_heads") or n_heads,
+        n_kv_heads=_llada_kv_heads(cfg, n_heads),
         ffn_hidden=ffn,
         norm_eps=cfg.get("rms_norm_eps", 1e-5),
         rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=bool(cfg.get("include_qkv_bias", False)),
-        max_seq_len=cfg.get("max_sequence_length", 4096),
+        max_seq_len=cfg.get("max_sequence_length", 1024),
+        rope_full_precision=bool(cfg.get("rope_full_precision", True)),
     )
 
 
@@ -111,7 +172,7 @@ def _llada_write(c: TransformerConfig, special: dict) -> dict:
         "max_sequence_length": c.max_seq_len,
         "rope": True,
         "rope_theta": c.rope_theta,
-        "rope_full_precision": True,
+        "rope_full_precision": c.rope_full_precision,
         "rms_norm_eps": c.norm_eps,
         "layer_norm_type": "rms",
         "layer_norm_with_affine": True,
@@ -132,7 +193,7 @@ LLADA = CheckpointFormat(
     model_type="llada", family="llada", logit_shift=0, name_map=LLADA_NAMES,
     read_config=_llada_read, write_config=_llada_write,
     tied_names=("model.transformer.ff_out.weight", "model.transformer.wte.weight"),
-    tie_flag="weight_tying",
+    tie_flag="weight_tying", tie_default=True,
 )
 
 # --- Dream (Qwen2 names, model_type "Dream") ----------------------------------------------
@@ -157,20 +218,30 @@ DREAM_NAMES = (
 )
 
 
+#: (key, Dream's default when absent, values the native network implements). Dream is Qwen2
+#: with bidirectional attention: q/k/v always carry a bias, o_proj and the MLP never do.
+DREAM_FLAGS = (
+    ("hidden_act", "silu", ("silu",)),
+    ("rope_scaling", None, (None,)),
+    ("use_sliding_window", False, (False,)),
+    ("tie_word_embeddings", False, (False, True)),
+)
+
+
 def _dream_read(cfg: dict) -> TransformerConfig:
-    _require(cfg, "hidden_act", "silu")
-    n_heads = cfg["num_attention_heads"]
+    check_flags(cfg, DREAM_FLAGS, "Dream")
+    n_heads = _need(cfg, "num_attention_heads", "Dream")
     return TransformerConfig(
-        vocab_size=cfg["vocab_size"],
-        d_model=cfg["hidden_size"],
-        n_layers=cfg["num_hidden_layers"],
+        vocab_size=_need(cfg, "vocab_size", "Dream"),
+        d_model=_need(cfg, "hidden_size", "Dream"),
+        n_layers=_need(cfg, "num_hidden_layers", "Dream"),
         n_heads=n_heads,
         n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
-        ffn_hidden=cfg["intermediate_size"],
+        ffn_hidden=_need(cfg, "intermediate_size", "Dream"),
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=True,
-        max_seq_len=cfg.get("max_position_embeddings", 2048),
+        max_seq_len=cfg.get("max_position_embeddings", 32768),
     )
 
 
@@ -199,7 +270,7 @@ DREAM = CheckpointFormat(
     model_type="Dream", family="dream", logit_shift=1, name_map=DREAM_NAMES,
     read_config=_dream_read, write_config=_dream_write,
     tied_names=("lm_head.weight", "model.embed_tokens.weight"),
-    tie_flag="tie_word_embeddings",
+    tie_flag="tie_word_embeddings", tie_default=False, tokenizer_class="Qwen2Tokenizer",
 )
 
 FORMATS = {f.model_type: f for f in (LLADA, DREAM)}

@@ -79,21 +79,49 @@ def _weight_files(folder: Path) -> list[Path]:
     raise ValueError(f"{folder}: no model.safetensors or model.safetensors.index.json")
 
 
-def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device) -> dict:
-    """Checkpoint tensors renamed to native names, cast and placed; unknown names are an error."""
+def _open_safetensors(file: Path):
+    """``safe_open`` on ``file``, or a one-line error naming the file and what is wrong with it."""
     from safetensors import safe_open
 
+    if not file.is_file():
+        raise UnsupportedCheckpoint(f"{file}: weight file is missing (listed in "
+                                    f"model.safetensors.index.json)")
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except Exception as exc:  # safetensors' own message does not say which file
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnsupportedCheckpoint(f"{file}: not a readable safetensors file ({why}); "
+                                    f"re-download it") from None
+
+
+def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device) -> dict:
+    """Checkpoint tensors renamed to native names, cast and placed; unknown names are an error.
+
+    A tied head (``fmt.tie_flag``, absent = the reference's default) is the embedding; a
+    separate head weight next to it would be silently unused by the reference, so it is an error.
+    """
     state = {}
+    tied = fmt.ties_head(config)
     for file in _weight_files(folder):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with _open_safetensors(file) as f:
             for name in f.keys():
                 native = fmt.to_native(name)
                 if native is None:
                     if name.endswith("rotary_emb.inv_freq"):
                         continue
                     raise UnsupportedCheckpoint(f"{file.name}: unexpected weight {name!r} for model_type={fmt.model_type}")
-                state[native] = f.get_tensor(name).to(device=device, dtype=dtype)
-    if "lm_head.weight" not in state and config.get(fmt.tie_flag):
+                if native == "lm_head.weight" and tied:
+                    raise UnsupportedCheckpoint(
+                        f"{file.name}: has a separate head weight {name!r} but config.json says "
+                        f"{fmt.tie_flag}={'true' if fmt.tie_flag in config else 'absent (true)'}; "
+                        f"set {fmt.tie_flag} to false")
+                try:
+                    tensor = f.get_tensor(name)
+                except Exception as exc:
+                    raise UnsupportedCheckpoint(f"{file}: tensor {name!r} cannot be read "
+                                                f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+                state[native] = tensor.to(device=device, dtype=dtype)
+    if tied and "embed.weight" in state:
         state["lm_head.weight"] = state["embed.weight"]
     return state
 
@@ -124,18 +152,11 @@ def _special_ids(config: dict, tokenizer) -> tuple[int, tuple[int, ...], int | N
     return int(mask_id), eos_ids, pad_id
 
 
-def load_tokenizer(folder: Path):
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
+def load_tokenizer(folder: Path, fallback_class: str | None = None):
+    """The folder's tokenizer, built by transformers' own classes only (see ``tokenizer_files``)."""
+    from .tokenizer_files import load_tokenizer as _load
 
-    # AutoTokenizer reads config.json and complains that it does not know model_type "llada";
-    # the tokenizer files themselves are standard, so the complaint is noise.
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        return AutoTokenizer.from_pretrained(str(folder))
-    finally:
-        hf_logging.set_verbosity(previous)
+    return _load(folder, fallback_class)
 
 
 def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
@@ -153,7 +174,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
     cfg: TransformerConfig = fmt.read_config(config)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    tokenizer = load_tokenizer(folder)
+    tokenizer = load_tokenizer(folder, fmt.tokenizer_class)
     mask_id, eos_ids, pad_id = _special_ids(config, tokenizer)
 
     with torch.device("meta"):

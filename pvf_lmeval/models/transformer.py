@@ -30,6 +30,10 @@ class TransformerConfig:
     rope_theta: float = 10000.0
     qkv_bias: bool = False
     max_seq_len: int = 4096
+    #: rotate queries and keys in float32 and cast back (LLaDA's ``rope_full_precision``); when
+    #: False the float32-computed tables are cast to the working dtype and applied there (Dream,
+    #: like Qwen2). Only matters below float32.
+    rope_full_precision: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -53,7 +57,8 @@ class RMSNorm(nn.Module):
 
 
 def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables [N, T, head_dim] for integer ``position_ids`` [N, T], computed in float32."""
+    """cos/sin tables [N, T, head_dim] for integer ``position_ids`` [N, T], computed in float32
+    and returned in ``dtype``: the dtype the rotation is computed in (see ``apply_rotary``)."""
     inv_freq = 1.0 / (
         theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
     )
@@ -79,7 +84,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [N, H, T, D] by tables [N, T, D]."""
+    """Rotate ``x`` [N, H, T, D] by tables [N, T, D], in the tables' dtype; the result has ``x``'s
+    dtype (float32 tables on bfloat16 heads = LLaDA's full-precision rotary)."""
+    if cos.dtype != x.dtype:
+        xf = x.to(cos.dtype)
+        return (xf * cos[:, None] + _rotate_half(xf) * sin[:, None]).to(x.dtype)
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
@@ -188,6 +197,11 @@ class BidirectionalTransformer(nn.Module):
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
+    def _rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
+        """Rotary tables in the dtype the rotation runs in: float32 with ``rope_full_precision``."""
+        table_dtype = torch.float32 if self.cfg.rope_full_precision else dtype
+        return rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, table_dtype)
+
     def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
                position_ids: torch.Tensor | None = None, kv_out: list | None = None,
                out_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -213,7 +227,7 @@ class BidirectionalTransformer(nn.Module):
             attn_bias.masked_fill_(~keep[:, None, None, :], torch.finfo(x.dtype).min)
         if position_ids is None:     # one table row for all: broadcast, not N copies
             position_ids = torch.arange(t, device=tokens.device)[None]
-        cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = self._rotary(position_ids, x.dtype)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, attn_bias, kv_out, out_index if i == last else None)
@@ -225,7 +239,7 @@ class BidirectionalTransformer(nn.Module):
         [R, Q], attending per layer to cached (keys, values) ``kv[layer]`` [R, Hkv, T, D] and to
         the queries' own fresh keys, as ``attn_bias`` [R, 1, Q, T + Q] (additive) allows."""
         x = self.embed(tokens)
-        cos, sin = rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = self._rotary(position_ids, x.dtype)
         for block, (ck, cv) in zip(self.blocks, kv):
             x = block.forward_cached(x, cos, sin, ck, cv, attn_bias)
         return self.norm(x)

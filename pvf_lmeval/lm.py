@@ -26,6 +26,7 @@ from tqdm import tqdm
 from .decoding import PARAM_NAMES, STAT_KEYS, decode_batch, make_params
 from .decoding.params import _bool, override
 from .generation import GenerationText, cut_at_stop, tokens_before
+from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
 from .trace import trace_record
 
@@ -33,7 +34,7 @@ log = logging.getLogger("pvf_lmeval")
 
 #: the ``--model_args`` keys that are not decoder parameters
 LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
-           "vocab", "trace", "mc_num", "mc_batch", "compile")
+           "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
 #: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
 VOCAB_KEYS = ("vocab_force", "rho_ver", "gamma_vig", "online_level", "online_explore",
@@ -94,7 +95,8 @@ class PVFDiffusionLM(LM):
                  batch_size: int | str = 1, max_batch_size: int | None = None,
                  trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
                  mc_num: int | str = 128, mc_batch: int | str = 32,
-                 compile: bool | str = False, _device_is_cli_default: bool = False,
+                 compile: bool | str = False, truncation: str = "left",
+                 _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
         self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
@@ -111,6 +113,7 @@ class PVFDiffusionLM(LM):
             raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
                              f"a fixed batch_size (a positive integer; no batch_size=auto)")
         self._compile = _compile_scope(compile)
+        self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
         if trust_remote_code is not None:
@@ -341,6 +344,9 @@ class PVFDiffusionLM(LM):
         return {"pvf": {
             "pretrained": self.pretrained,
             "model_family": self.model.family,
+            "device": str(self.model.device),       # what ran, not lm-eval's --device default
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "truncation": self.truncation,
             "decoder": self.params.decoder,
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
@@ -460,8 +466,9 @@ class PVFDiffusionLM(LM):
         until = kwargs.pop("until", None) or []
         if isinstance(until, str):
             until = [until]
-        max_gen_toks = kwargs.pop("max_gen_toks", None)
+        max_gen_toks = max_gen_toks_value(kwargs.pop("max_gen_toks", None))
         do_sample = kwargs.pop("do_sample", None)
+        check_gen_kwargs(kwargs, DECODER_KEYS)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in DECODER_KEYS}
         if do_sample is False:
             overrides["temperature"] = 0.0
@@ -473,9 +480,9 @@ class PVFDiffusionLM(LM):
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
         if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:
-            blocks = -(-int(max_gen_toks) // params.block_length)
+            blocks = -(-max_gen_toks // params.block_length)
             length = blocks * params.block_length
-            key = (int(max_gen_toks), length)
+            key = (max_gen_toks, length)
             if key not in self._length_notices:
                 self._length_notices.add(key)
                 _notice(f"pvf-dlm: gen_length={length} (the task's max_gen_toks={max_gen_toks} rounded "
@@ -529,6 +536,10 @@ class PVFDiffusionLM(LM):
             chunk.clear()
 
         try:
+            # Every request is prepared (parameters, prompt fitted to the context) before any is
+            # decoded: bad generation kwargs or truncation=error stop the run before any work.
+            prepared = []
+            truncated = 0
             for i, req in enumerate(requests):
                 occurrences = seen[id(req)]
                 repeats = max(1, int(getattr(req, "repeats", 1) or 1))
@@ -543,15 +554,25 @@ class PVFDiffusionLM(LM):
                 occurrences.append(i)
                 context, gen_kwargs = req.args
                 params, until, _ = self._request_params(copy.deepcopy(gen_kwargs))
-                prompt_ids = self.tokenizer.encode(context, add_special_tokens=False)
-                self._check_context(len(prompt_ids) + params.gen_length,
-                                    f"the prompt ({len(prompt_ids)} tokens) + gen_length={params.gen_length}")
                 task = getattr(req, "task_name", None) or "unknown"
-                key = f"{task}/{getattr(req, 'doc_id', i)}/{getattr(req, 'idx', 0)}"
-                if chunk and (params != chunk[0]["params"] or len(chunk) >= self.batch_size):
+                doc = getattr(req, "doc_id", i)
+                prompt_ids, cut = fit_prompt(
+                    self.tokenizer.encode(context, add_special_tokens=False), params.gen_length,
+                    self.model.max_length, self.truncation, where=f"task {task} doc_id {doc}")
+                if cut:
+                    truncated += 1
+                    self.local_totals.count(task, "truncated_prompts")
+                key = f"{task}/{doc}/{getattr(req, 'idx', 0)}"
+                prepared.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
+                                     task=task, key=key, repeat_index=repeat_index))
+            if truncated:
+                _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
+                        f"context of {self.model.max_length} tokens with gen_length and were "
+                        "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
+            for item in prepared:
+                if chunk and (item["params"] != chunk[0]["params"] or len(chunk) >= self.batch_size):
                     flush()
-                chunk.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
-                                  task=task, key=key, repeat_index=repeat_index))
+                chunk.append(item)
             flush()
             for i, src in copies:
                 results[i] = results[src]

@@ -8,6 +8,9 @@ from collections import defaultdict
 MEAN_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "wall_s",
              "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
 
+#: per-task counters reported as totals, not means
+COUNT_KEYS = ("truncated_prompts",)
+
 
 class StatTotals:
     """Sums of SPEC "Statistics" per task; ``summary()`` gives means and ratio-of-sums rates."""
@@ -23,6 +26,10 @@ class StatTotals:
         row["requests"] += 1
         for k in MEAN_KEYS:
             row[k] += stats[k]
+
+    def count(self, task: str, key: str, n: int = 1) -> None:
+        """Add ``n`` to a per-task counter that is reported as a total (``truncated_prompts``)."""
+        self.sums[task][key] += n
 
     def state(self) -> dict:
         return {t: dict(r) for t, r in self.sums.items()}
@@ -47,5 +54,6 @@ class StatTotals:
             s["tpf"] = row["gen_tokens"] / row["nfe"] if row["nfe"] else 0.0
             s["tps"] = row["gen_tokens"] / row["wall_s"] if row["wall_s"] > 0 else 0.0
             s["nfe_total"] = int(row["nfe"])
+            s.update({k: int(row.get(k, 0)) for k in COUNT_KEYS})
             out[task] = s
         return out

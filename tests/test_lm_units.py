@@ -214,8 +214,10 @@ def test_request_params_rounding_and_gen_kwargs_overrides(lm):
     assert until == ["Question:"] and ignored == [] and params.temperature == 0.0
     assert lm._request_params({"max_new_tokens": 65})[0].gen_length == 128
     assert lm._request_params({"max_gen_toks": 64})[0].gen_length == 64
-    params, _, ignored = lm._request_params({**ARITH_KWARGS, "threshold": 0.5, "foo": 1})
-    assert params.threshold == 0.5 and lm.params.threshold == 0.9 and ignored == ["foo"]
+    params, _, ignored = lm._request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1})
+    assert params.threshold == 0.5 and lm.params.threshold == 0.9 and ignored == ["top_p"]
+    with pytest.raises(ValueError, match="unknown generation kwarg 'foo'"):
+        lm._request_params({**ARITH_KWARGS, "foo": 1})
     assert lm._request_params({**ARITH_KWARGS, "gen_length": 64})[0].gen_length == 64
     with pytest.raises(ValueError, match="threshold=1.5"):
         lm._request_params({**ARITH_KWARGS, "threshold": 1.5})

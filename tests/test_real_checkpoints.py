@@ -116,13 +116,16 @@ def test_loads_without_prompt_and_without_folder_code(folders, stdin_tty):
 
 
 def test_hub_download_never_fetches_code():
-    import inspect
+    from fnmatch import fnmatch
 
-    from pvf_lmeval.models import loader
+    from pvf_lmeval.models.loader import HUB_PATTERNS
 
-    src = inspect.getsource(loader.checkpoint_folder)
-    patterns = eval(src[src.index("allow_patterns=") + len("allow_patterns="):].split("]")[0] + "]")
-    assert patterns and not any(p.endswith(".py") or p == "*" for p in patterns)
+    for name in ("modeling_dream.py", "tokenization_dream.py", "configuration_llada.py",
+                 "__init__.py", "setup.cfg", "model.pkl", "pytorch_model.bin"):
+        assert not any(fnmatch(name, p) for p in HUB_PATTERNS), name
+    for name in ("config.json", "model-00001-of-00004.safetensors", "vocab.json", "merges.txt",
+                 "tokenizer.json", "chat_template.jinja"):
+        assert any(fnmatch(name, p) for p in HUB_PATTERNS), name
 
 
 # --- Dream's tokenizer and special ids ---------------------------------------------------------

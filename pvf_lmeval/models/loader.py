@@ -21,6 +21,8 @@ BUNDLED = ("tiny-llada", "tiny-dream")
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
 MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: what a hub download fetches: configs, weights, tokenizer data; never the repository's code
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 
 
 def resolve_device(device) -> torch.device:
@@ -61,7 +63,7 @@ def checkpoint_folder(name_or_path: str) -> Path:
 
         return Path(snapshot_download(
             name_or_path,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"],
+            allow_patterns=list(HUB_PATTERNS),
         ))
     except Exception as exc:  # offline, unknown repo, gated: say which and why in one line
         raise ValueError(f"pretrained={name_or_path!r}: could not fetch from the hub "

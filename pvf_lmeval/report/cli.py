@@ -1,0 +1,142 @@
+"""``pvf-report``: a leaderboard of lm-eval runs with the paper's speedups, Pareto plots, and a
+regression gate for CI.
+
+    pvf-report OUT/ [OUT2/ ...] [--format text|markdown|csv] [--plot accuracy-nfe pareto.png]
+               [--save-baseline FILE] [--check BASELINE.json]
+
+Input: lm-eval ``--output_path`` folders (searched recursively for ``results_*.json``) or result
+files. One row per run identity (model, decoder, every decoding parameter the decoder read, run
+settings), one column group per task variant (task, version, few-shot count, generation length);
+runs of the same row on different tasks share the row. Two runs of the same identity: the newest
+is kept, and a note says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import gate, plot as plotting
+from .compare import Table, build_table
+from .render import render
+from .runs import ReportError, load
+
+
+def build(paths, metric_choice: dict | None = None, only_tasks=None) -> Table:
+    """The table of every results file under ``paths``."""
+    return build_table(load(paths, metric_choice), only_tasks)
+
+
+def _metric_choice(values) -> dict:
+    out = {}
+    for v in values or []:
+        task, sep, metric = v.partition("=")
+        if sep:
+            out[task] = metric
+        else:
+            out["*"] = v
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pvf-report", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="columns: n, acc (%) ± standard error, Δs change from static (points), NFE, TPF, "
+               "TPS, ×s / ×t speedups over the static / threshold run of the same model and "
+               "settings (NFE_ref/NFE, TPS/TPS_ref)")
+    p.add_argument("paths", nargs="+", metavar="RUN_DIR",
+                   help="lm_eval --output_path folders or results files")
+    p.add_argument("--format", choices=["text", "markdown", "csv"], default="text")
+    p.add_argument("-o", "--output", help="write the table to this file instead of stdout")
+    p.add_argument("--tasks", help="comma-separated task columns (default: all)")
+    p.add_argument("--metric", action="append", metavar="[TASK=]METRIC[,FILTER]",
+                   help="accuracy metric, e.g. exact_match_flexible or gsm8k=exact_match,flexible-extract")
+    p.add_argument("--plot", nargs=2, metavar=("KIND", "OUT"),
+                   help=f"write a plot (matplotlib): KIND in {', '.join(plotting.PLOTS)}")
+    p.add_argument("--log-x", action="store_true", help="--plot: logarithmic cost axis")
+    p.add_argument("--save-baseline", metavar="FILE", help="write these results as a --check baseline")
+    g = p.add_argument_group("regression gate (--check; exit 1 on a regression)")
+    g.add_argument("--check", metavar="BASELINE.json", help="compare with this baseline")
+    g.add_argument("--allow-missing", action="store_true",
+                   help="pass although baseline results have no counterpart in these runs")
+    g.add_argument("--acc-tol", type=float, default=1.0,
+                   help="accuracy drop allowed, points (default 1.0); a drop fails only if it "
+                        "also exceeds --z standard errors")
+    g.add_argument("--z", type=float, default=2.0,
+                   help="standard errors of the difference a drop must exceed (default 2)")
+    g.add_argument("--cost-tol", type=float, default=0.0,
+                   help="relative rise of NFE and branch rows allowed (default 0: none)")
+    g.add_argument("--check-speed", action="store_true",
+                   help="also check tokens/s, as the ratio to --speed-ref measured in the same runs")
+    g.add_argument("--speed-ref", choices=["threshold", "static"], default="threshold",
+                   help="reference decoder of --check-speed (default threshold)")
+    g.add_argument("--speed-tol", type=float, default=0.10,
+                   help="relative fall of the speed ratio allowed (default 0.10)")
+    return p
+
+
+def _note(msg: str) -> None:
+    print(f"pvf-report: {msg}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        for name in ("acc_tol", "z", "cost_tol", "speed_tol"):
+            if getattr(args, name) < 0:
+                raise ReportError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 0")
+        if args.plot:
+            plotting.check_kind(args.plot[0])
+        baseline = None
+        if args.check:
+            try:
+                baseline = json.loads(Path(args.check).read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ReportError(f"--check {args.check}: {exc}") from None
+        only = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+        table = build(args.paths, _metric_choice(args.metric), only)
+        for n in table.notes:
+            _note(f"note: {n}")
+        text = render(table, args.format)
+        if args.output:
+            Path(args.output).write_text(text)
+        else:
+            sys.stdout.write(text)
+        if args.plot:
+            info = plotting.plot(table, args.plot[0], args.plot[1], log_x=args.log_x)
+            _note(f"wrote {info.path}")
+        if args.save_baseline:
+            Path(args.save_baseline).write_text(json.dumps(gate.baseline_dict(table), indent=1) + "\n")
+            _note(f"wrote baseline {args.save_baseline}")
+        if baseline is not None:
+            return _check(table, baseline, args)
+    except ReportError as exc:
+        _note(str(exc))
+        return 2
+    return 0
+
+
+def _check(table: Table, baseline: dict, args) -> int:
+    bad, missing, notes = gate.check(
+        table, baseline, acc_tol=args.acc_tol, z=args.z, cost_tol=args.cost_tol,
+        check_speed=args.check_speed, speed_ref=args.speed_ref, speed_tol=args.speed_tol)
+    for n in notes:
+        _note(f"note: {n}")
+    failed = False
+    if missing:
+        what = "note" if args.allow_missing else "error"
+        print(f"\npvf-report: {what}: {len(missing)} baseline result(s) not in these runs"
+              + (" (--allow-missing)" if args.allow_missing else "") + ":")
+        print("\n".join(f"  {m}" for m in missing))
+        failed = not args.allow_missing
+    if bad:
+        print(f"\npvf-report: {len(bad)} regression(s) against {args.check}:")
+        print(gate.table_text(["result", "metric", "baseline", "now", "change", "allowed"], bad))
+        failed = True
+    if failed:
+        return 1
+    _note(f"check passed against {args.check}")
+    return 0

@@ -1,0 +1,247 @@
+"""Reading lm-eval output folders: one :class:`Entry` per (results file, task).
+
+Accuracy is the task's accuracy metric (``exact_match``, the built-ins' ``strict-match`` row
+first; ``--metric`` picks another) with lm-eval's standard error. Costs come from the task's own
+metrics (the pvf task YAMLs), else from ``config.pvf.totals`` (``--model pvf-dlm`` on built-in
+tasks), else from the per-sample metric fields of ``samples_<task>_<stamp>.jsonl``; runs of other
+models (``--model hf``) leave them empty.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import identity as ident
+
+#: accuracy metrics by preference, then filters by preference
+ACC_METRICS = ["exact_match", "pass@1", "pass_at_1", "acc", "acc_norm", "math_verify", "f1"]
+FILTER_ORDER = ["none", "strict-match", "custom-extract", "create_test", "flexible-extract"]
+#: accuracy metrics scored 0 or 1 per item: their standard error follows from the mean and n
+BINARY_METRICS = {"exact_match", "pass@1", "pass_at_1", "acc", "acc_norm", "math_verify"}
+#: per-request statistics summed over requests (means are sums / requests, rates ratios of sums)
+SUMMED = ("nfe", "branch_rows", "gen_tokens", "wall_s", "gen_length")
+
+
+class ReportError(Exception):
+    """A user-facing error (bad input); printed as one line without a traceback."""
+
+
+@dataclass
+class Entry:
+    """One task of one run: what was run (``identity``) and what it measured.
+
+    ``acc`` and ``acc_se`` are in percent; ``nfe``, ``branch_rows`` means per request; ``tpf``,
+    ``tps`` ratios of sums (tokens per forward / per second)."""
+
+    path: Path
+    date: float
+    identity: dict
+    acc: float | None = None
+    acc_se: float | None = None
+    acc_metric: str | None = None
+    n: int | None = None
+    nfe: float | None = None
+    branch_rows: float | None = None
+    tpf: float | None = None
+    tps: float | None = None
+    cost_source: str | None = None     # metrics | totals | samples
+
+    @property
+    def task(self) -> str:
+        return self.identity["task"]
+
+    @property
+    def run_identity(self) -> dict:
+        return ident.split(self.identity)[0]
+
+    @property
+    def task_identity(self) -> dict:
+        return ident.split(self.identity)[1]
+
+
+def num(v) -> float | None:
+    """A finite float, or None (missing, NaN, "N/A")."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def find_result_files(paths) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            found = sorted(p.rglob("results_*.json"))
+            if not found:
+                raise ReportError(f"{p}: no results_*.json below this folder (an lm_eval --output_path?)")
+            files.extend(found)
+        else:
+            raise ReportError(f"{p}: no such file or folder")
+    return files
+
+
+def _metric_entries(res: dict) -> dict:
+    """``{"exact_match": {"strict-match": 0.5, ...}, ...}`` (stderr rows under ``metric_stderr``)."""
+    out: dict = {}
+    for key, value in res.items():
+        if "," not in key:
+            continue
+        metric, filt = key.split(",", 1)
+        out.setdefault(metric, {})[filt] = value
+    return out
+
+
+def _pick(entries: dict, metric: str):
+    """(value, filter) of ``metric`` in the preferred filter, or (None, None)."""
+    by_filter = entries.get(metric)
+    if not by_filter:
+        return None, None
+    order = FILTER_ORDER + sorted(f for f in by_filter if f not in FILTER_ORDER)
+    for f in order:
+        if f in by_filter and num(by_filter[f]) is not None:
+            return num(by_filter[f]), f
+    return None, None
+
+
+def _accuracy(entries: dict, task: str, metric_choice: dict) -> tuple:
+    """(value, standard error, "metric,filter") of the task's accuracy metric (fractions)."""
+    wanted = metric_choice.get(task) or metric_choice.get("*")
+    candidates = []
+    if wanted:
+        metric, _, filt = wanted.partition(",")
+        candidates.append((metric, filt or None))
+    if task not in metric_choice:
+        candidates += [(m, None) for m in ACC_METRICS]
+    for metric, filt in candidates:
+        if filt is None:
+            value, filt = _pick(entries, metric)
+        else:
+            value = num(entries.get(metric, {}).get(filt))
+        if value is not None:
+            se = num(entries.get(f"{metric}_stderr", {}).get(filt))
+            return value, se, f"{metric},{filt}"
+    return None, None, None
+
+
+def _cost_from_metrics(entries: dict) -> dict | None:
+    nfe, _ = _pick(entries, "nfe")
+    if nfe is None:
+        return None
+    return {"nfe": nfe, "branch_rows": _pick(entries, "branch_rows")[0],
+            "tpf": _pick(entries, "tpf")[0], "tps": _pick(entries, "tps")[0],
+            "gen_length": _pick(entries, "gen_length")[0]}
+
+
+def _cost_from_sums(sums: dict) -> dict:
+    n = sums["requests"]
+    return {"nfe": sums["nfe"] / n, "branch_rows": sums["branch_rows"] / n,
+            "tpf": sums["gen_tokens"] / sums["nfe"] if sums["nfe"] else None,
+            "tps": sums["gen_tokens"] / sums["wall_s"] if sums["wall_s"] else None,
+            "gen_length": sums["gen_length"] / n}
+
+
+def _cost_from_totals(totals: dict, names: list[str]) -> dict | None:
+    """Costs of ``names`` from ``config.pvf.totals`` (per task: requests and means)."""
+    sums = dict.fromkeys(("requests",) + SUMMED, 0.0)
+    for name in names:
+        row = totals.get(name)
+        if not isinstance(row, dict) or not num(row.get("requests")) or num(row.get("nfe")) is None:
+            continue
+        n = num(row["requests"])
+        sums["requests"] += n
+        for k in SUMMED:
+            sums[k] += (num(row.get(k)) or 0.0) * n
+    return _cost_from_sums(sums) if sums["requests"] else None
+
+
+def _cost_from_samples(files: list[Path]) -> dict | None:
+    """Costs from the per-sample metric fields a task's ``process_results`` wrote."""
+    sums = dict.fromkeys(("requests",) + SUMMED, 0.0)
+    for f in files:
+        for line in f.read_text().splitlines():
+            try:
+                s = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(s, dict) or num(s.get("nfe")) is None:
+                continue
+            sums["requests"] += 1
+            for k in SUMMED:
+                sums[k] += num(s.get(k)) or 0.0
+    return _cost_from_sums(sums) if sums["requests"] else None
+
+
+def _leaves(task: str, group_subtasks: dict, seen=None) -> list[str]:
+    seen = seen or set()
+    subs = group_subtasks.get(task) or []
+    if not subs or task in seen:
+        return [task]
+    seen.add(task)
+    out = []
+    for s in subs:
+        out.extend(_leaves(s, group_subtasks, seen))
+    return out
+
+
+def load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
+    """Every task of one results file (a group with an accuracy of its own stands for its
+    subtasks; one without is replaced by them)."""
+    try:
+        r = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: not a readable lm-eval results file ({exc})") from None
+    if not isinstance(r, dict) or not isinstance(r.get("results"), dict):
+        raise ReportError(f"{path}: no 'results' (not an lm-eval results file)")
+    metric_choice = metric_choice or {}
+    cfg = r.get("config") or {}
+    pvf = cfg.get("pvf") if isinstance(cfg.get("pvf"), dict) else {}
+    totals = pvf.get("totals") if isinstance(pvf.get("totals"), dict) else {}
+    run = ident.run_identity(r)
+    results = r["results"]
+    group_subtasks = r.get("group_subtasks") or {}
+    scored = {g for g in group_subtasks
+              if _accuracy(_metric_entries(results.get(g) or {}), g, metric_choice)[0] is not None}
+    hidden = {c for g in scored for c in (group_subtasks[g] or [])} | (set(group_subtasks) - scored)
+    n_samples = r.get("n-samples") or {}
+    stamp = re.sub(r"^results_", "", Path(path).stem)
+    date = num(r.get("date")) or Path(path).stat().st_mtime
+    out = []
+    for task, res in results.items():
+        if task in hidden or not isinstance(res, dict):
+            continue
+        entries = _metric_entries(res)
+        acc, se, acc_metric = _accuracy(entries, task, metric_choice)
+        leaves = _leaves(task, group_subtasks)
+        n = sum(int(num((n_samples.get(t) or {}).get("effective")) or 0) for t in leaves) or None
+        cost, source = _cost_from_metrics(entries), "metrics"
+        if cost is None and totals:
+            cost, source = _cost_from_totals(totals, leaves), "totals"
+        if cost is None:
+            files = [f for t in leaves for f in Path(path).parent.glob(f"samples_{t}_{stamp}.jsonl")]
+            cost, source = _cost_from_samples(files), "samples"
+        cost = cost or {}
+        if se is None and acc is not None and n and acc_metric.split(",")[0] in BINARY_METRICS:
+            se = math.sqrt(acc * (1 - acc) / max(n - 1, 1))   # lm-eval's mean stderr of 0/1 scores
+        run_part = {k: v for k, v in run.items() if k != "gen_length"}
+        full = {**run_part, **ident.task_identity(r, task, cost.get("gen_length"), run)}
+        e = Entry(Path(path), date, full, acc_metric=acc_metric, n=n,
+                  acc=None if acc is None else 100.0 * acc,
+                  acc_se=None if se is None or acc is None else 100.0 * se,
+                  nfe=cost.get("nfe"), branch_rows=cost.get("branch_rows"), tpf=cost.get("tpf"),
+                  tps=cost.get("tps"), cost_source=source if cost else None)
+        out.append(e)
+    return out
+
+
+def load(paths, metric_choice: dict | None = None) -> list[Entry]:
+    """Entries of every ``results_*.json`` under ``paths`` (folders or files)."""
+    return [e for f in find_result_files(paths) for e in load_entries(f, metric_choice)]

@@ -3,7 +3,7 @@
     lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=pvf,trace=pvf.jsonl ...
     lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=threshold,trace=thr.jsonl ...
     pvf-trace thr.jsonl pvf.jsonl --html out.html       # side by side, step slider
-    pvf-trace pvf.jsonl --ansi --limit 3                 # coloured text in the terminal
+    pvf-trace pvf.jsonl --ansi --limit 3                 # text, coloured on a terminal
 
 Trace files are JSONL, one record per request (written by the adapter's ``trace=PATH`` model arg,
 or by :func:`trace_record` from a ``decode(..., trace=True)`` result)::
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -192,28 +193,60 @@ def _step_note(rec: dict, step: int | None) -> str:
     return note
 
 
+#: how plain text (no colour) marks the routes: the base route is unmarked
+PLAIN_MARK = {"plan": "plan", "ar": "ar", "forced": "forced", "explore": "explore"}
+
+
+def _header(rec: dict, counts: Counter) -> str:
+    """``request · decoder: N model calls (NFE) in S decode steps · committed tokens by route``."""
+    routes = ", ".join(f"{ROUTE_STYLE[r][0] if r else 'early-stop fill'} {counts[r]}"
+                       for r in ROUTE_ORDER if counts[r])
+    return (f"== {rec.get('request')} · {rec.get('decoder')}: {rec.get('nfe')} model calls (NFE) "
+            f"in {n_steps(rec)} decode steps · tokens by route: {routes}")
+
+
+def _plain_text(pieces: list[str], routes: list) -> str:
+    """Pieces with each run of one non-base route wrapped as ``{route: ...}``."""
+    out, k = [], 0
+    while k < len(pieces):
+        route = routes[k]
+        j = k
+        while j < len(pieces) and routes[j] == route:
+            j += 1
+        text = "".join(pieces[k:j])
+        out.append(f"{{{PLAIN_MARK[route]}:{text}}}" if route in PLAIN_MARK else text)
+        k = j
+    return "".join(out)
+
+
 def render_ansi(groups: list[list[dict]], tokenizer: str | None = None, color: bool = True) -> str:
+    """Text of every record, tokens coloured by route (``color``) or marked ``{route: ...}``;
+    each record under a header with its model calls, decode steps and tokens per route."""
     tokenizers: dict = {}
-    out = []
-    legend = "  ".join(
-        (f"\x1b[{ROUTE_STYLE[r][2]}m {ROUTE_STYLE[r][0]} \x1b[0m" if color and ROUTE_STYLE[r][2]
-         else f"[{ROUTE_STYLE[r][0]}]") for r in ROUTE_ORDER)
-    out.append(legend)
+    if color:
+        legend = "routes: " + "  ".join(
+            f"\x1b[{ROUTE_STYLE[r][2]}m {ROUTE_STYLE[r][0]} \x1b[0m" if ROUTE_STYLE[r][2]
+            else f"{ROUTE_STYLE[r][0]}: no colour" for r in ROUTE_ORDER)
+    else:
+        legend = ("routes: high-confidence (base) unmarked, " + ", ".join(
+            f"{{{m}:...}} {ROUTE_STYLE[r][0]}" for r, m in PLAIN_MARK.items()))
+    out = [legend, "NFE counts model calls, the first one included; a decode step that commits "
+                   "without a new call adds none, so NFE and steps can differ."]
     for group in groups:
         for rec in group:
-            counts = route_counts(rec)
-            out.append(f"\n== {rec.get('request')} · {rec.get('decoder')} · {n_steps(rec)} steps · "
-                       f"NFE {rec.get('nfe')} · " +
-                       ", ".join(f"{r or 'fill'} {counts[r]}" for r in ROUTE_ORDER if counts[r]))
+            out.append("")
+            out.append(_header(rec, route_counts(rec)))
             pieces = _pieces(rec, tokenizers, tokenizer)
-            text = []
-            for piece, route in zip(pieces, rec["routes"]):
-                sgr = ROUTE_STYLE[route][2]
-                text.append(f"\x1b[{sgr}m{piece}\x1b[0m" if color and sgr else piece)
+            routes = rec["routes"][:len(pieces)]
+            if color:
+                text = "".join(f"\x1b[{ROUTE_STYLE[r][2]}m{p}\x1b[0m" if ROUTE_STYLE[r][2] else p
+                               for p, r in zip(pieces, routes))
+            else:
+                text = _plain_text(pieces, routes)
             fill = len(rec["tokens"]) - len(pieces)
             if fill:
-                text.append(f" [+{fill} end-of-text fill]")
-            out.append("".join(text))
+                text += f" [+{fill} end-of-text fill]"
+            out.append(text)
     return "\n".join(out) + "\n"
 
 
@@ -257,6 +290,18 @@ JS = """
     group.querySelectorAll('.panel').forEach(function(p){
       var n = parseInt(p.getAttribute('data-steps'), 10);
       p.querySelector('.stepnow').textContent = Math.min(s, n);
+      var shown = {};
+      p.querySelectorAll('.canvas .tok').forEach(function(t){
+        if (t.classList.contains('masked')) return;
+        var r = t.getAttribute('data-route');
+        shown[r] = (shown[r] || 0) + 1;
+      });
+      p.querySelectorAll('.counts .cnt').forEach(function(c){
+        var r = c.getAttribute('data-route');
+        // early-stop fill is not spelled out token by token: it counts once its step is reached
+        c.textContent = r === 'fill' ? (s >= parseInt(c.getAttribute('data-step'), 10) ? c.getAttribute('data-total') : 0)
+                                     : (shown[r] || 0);
+      });
     });
     group.querySelector('.stepval').textContent = s;
   }
@@ -301,8 +346,14 @@ def _panel(rec: dict, tokenizers: dict, tokenizer: str | None) -> str:
     fill = len(rec["tokens"]) - len(pieces)
     if fill:
         spans.append(f'<span class="fillnote"> [+{fill} end-of-text fill]</span>')
-    count_txt = " · ".join(f'<span class="chip {_route_class(r)}">{html.escape(ROUTE_STYLE[r][0])}'
-                           f"</span> {counts[r]}" for r in ROUTE_ORDER if counts[r])
+    # counts up to the slider's step (the script recounts them; written here for the last step)
+    fill_step = max((st for st, r in zip(steps_of, rec["routes"]) if r is None and st is not None),
+                    default=total)
+    count_txt = " · ".join(
+        f'<span class="chip {_route_class(r)}">{html.escape(ROUTE_STYLE[r][0])}</span> '
+        f'<span class="cnt" data-route="{r or "fill"}"'
+        + (f' data-step="{fill_step}" data-total="{counts[r]}"' if r is None else "")
+        + f">{counts[r]}</span>" for r in ROUTE_ORDER if counts[r])
     src = html.escape(Path(rec.get("_file", "")).name)
     return (f'<div class="panel" data-decoder="{html.escape(str(rec.get("decoder")))}" '
             f'data-steps="{total}" data-nfe="{rec.get("nfe")}">'
@@ -342,6 +393,13 @@ def render_html(groups: list[list[dict]], tokenizer: str | None = None,
 # ------------------------------------------------------------------ CLI
 
 
+def use_color(choice: str, stream) -> bool:
+    """``--color``: always, never, or auto = a terminal and no ``NO_COLOR`` (no-color.org)."""
+    if choice != "auto":
+        return choice == "always"
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="pvf-trace",
@@ -349,8 +407,13 @@ def main(argv=None) -> int:
                     "route that committed them, records of the same request side by side.")
     ap.add_argument("traces", nargs="+", help="trace JSONL files (one record per request)")
     ap.add_argument("--html", metavar="OUT", help="write a self-contained HTML page")
-    ap.add_argument("--ansi", action="store_true", help="print coloured text (default without --html)")
-    ap.add_argument("--no-color", action="store_true", help="with --ansi: plain text")
+    ap.add_argument("--ansi", action="store_true",
+                    help="print the text with its routes (default without --html)")
+    ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                    help="colour the routes: auto (default) = only on a terminal and without "
+                         "NO_COLOR; never marks routes as {route:...}")
+    ap.add_argument("--no-color", dest="color", action="store_const", const="never",
+                    help="same as --color=never")
     ap.add_argument("--request", metavar="SUBSTR", help="only requests whose key contains SUBSTR")
     ap.add_argument("--decoder", action="append", help="only these decoders (repeatable)")
     ap.add_argument("--limit", type=int, default=50, help="at most this many requests (default 50; 0 = all)")
@@ -378,7 +441,7 @@ def main(argv=None) -> int:
         n = sum(len(g) for g in groups)
         print(f"pvf-trace: wrote {args.html} ({len(groups)} requests, {n} traces)")
     if args.ansi or not args.html:
-        sys.stdout.write(render_ansi(groups, args.tokenizer, color=not args.no_color))
+        sys.stdout.write(render_ansi(groups, args.tokenizer, color=use_color(args.color, sys.stdout)))
     return 0
 
 

@@ -110,13 +110,34 @@ def test_html_is_self_contained_and_carries_routes_and_steps(known_html):
 def test_ansi_colours_planning_yellow_and_ar_pink(tmp_path, capsys):
     _, pvf = known_records()
     path = write_jsonl(tmp_path / "t.jsonl", [pvf])
-    assert tr.main([str(path), "--ansi"]) == 0
+    assert tr.main([str(path), "--ansi", "--color=always"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[48;5;227m find\x1b[0m" in out      # plan: yellow
     assert "\x1b[48;5;218m the\x1b[0m" in out       # ar: pink
-    assert "5 steps" in out and "NFE 5" in out
+    assert "arith/7/0 · pvf: 5 model calls (NFE) in 5 decode steps" in out
+    assert "NFE counts model calls, the first one included" in out
+    assert out.endswith("[+2 end-of-text fill]\n")
+
+
+def test_plain_text_marks_the_routes_and_pipes_get_no_colour(tmp_path, capsys):
+    _, pvf = known_records()
+    path = write_jsonl(tmp_path / "t.jsonl", [pvf])
+    assert tr.main([str(path), "--ansi"]) == 0       # capsys is not a terminal: auto = no colour
+    auto = capsys.readouterr().out
     assert tr.main([str(path), "--ansi", "--no-color"]) == 0
-    assert "\x1b[" not in capsys.readouterr().out
+    assert capsys.readouterr().out == auto and "\x1b[" not in auto
+    assert auto.endswith("\nTo{plan: find}{ar: the total,}{forced: add}:\n"
+                         "{plan:5} +<|endoftext|> [+2 end-of-text fill]\n")
+    assert "routes: high-confidence (base) unmarked, {plan:...} planning" in auto
+
+
+def test_color_choice():
+    class Tty:
+        def isatty(self):
+            return True
+
+    assert tr.use_color("auto", Tty()) is True and tr.use_color("never", Tty()) is False
+    assert tr.use_color("auto", object()) is False and tr.use_color("always", object()) is True
 
 
 def test_bad_trace_file_is_one_line(tmp_path, capsys):
@@ -212,7 +233,10 @@ return panels.map(p => {
     const bg = getComputedStyle(t).backgroundColor;
     c[bg] = (c[bg] || 0) + 1;
   });
-  return {decoder: p.dataset.decoder, header: p.querySelector('h3').textContent, counts: c};
+  const shown = {};
+  p.querySelectorAll('.counts .cnt').forEach(e => { shown[e.dataset.route] = e.textContent; });
+  return {decoder: p.dataset.decoder, header: p.querySelector('h3').textContent, counts: c,
+          shown: shown};
 });
 """
 
@@ -247,6 +271,7 @@ def test_page_in_headless_chromium(known_html):
         assert slider.get_attribute("value") == "0"
         panels = driver.execute_script(COUNT_BY_COLOUR)
         assert panels[1]["counts"] == {"masked": 10} and panels[0]["counts"] == {"masked": 10}
+        assert set(panels[1]["shown"].values()) == {"0"}       # the route counts follow the slider
         slider.send_keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
         assert slider.get_attribute("value") == "2"
         panels = driver.execute_script(COUNT_BY_COLOUR)
@@ -254,10 +279,14 @@ def test_page_in_headless_chromium(known_html):
         assert panels[1]["counts"] == {colour["base"]: 1, colour["plan"]: 1, colour["ar"]: 3,
                                        "masked": 5}
         assert panels[0]["counts"] == {colour["base"]: 6, colour["forced"]: 1, "masked": 3}
+        assert panels[1]["shown"] == {"base": "1", "plan": "1", "ar": "3", "forced": "0", "fill": "0"}
+        assert panels[0]["shown"] == {"base": "6", "forced": "1", "fill": "0"}
         now = driver.find_elements(By.CSS_SELECTOR, ".panel .stepnow")
         assert [e.text for e in now] == ["2", "2"]
         slider.send_keys(Keys.END)
-        assert driver.execute_script(COUNT_BY_COLOUR)[1]["counts"].get("masked") is None
+        panels = driver.execute_script(COUNT_BY_COLOUR)
+        assert panels[1]["counts"].get("masked") is None
+        assert panels[1]["shown"] == {"base": "4", "plan": "2", "ar": "3", "forced": "1", "fill": "2"}
         assert [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".panel .stepnow")] == ["3", "5"]
     finally:
         driver.quit()

@@ -22,7 +22,7 @@ from pvf_lmeval import data
 from pvf_lmeval.sandbox import check_candidates
 from pvf_lmeval.generation import GenerationText
 from pvf_lmeval.paths import tasks_dir
-from pvf_lmeval.task_metrics import ratio_of_sums
+from pvf_lmeval.task_metrics import SummedRate, ratio_of_sums
 
 TASK_DIR = tasks_dir() / "humaneval_pvf"
 BUILTIN_DIR = Path(lm_eval.__file__).parent / "tasks" / "humaneval"
@@ -86,7 +86,7 @@ def test_canonical_solutions_score_pass_at_1_of_one(problems):
                for p in bad]
         pytest.fail(f"failing: {list(zip([p['task_id'] for p in bad], res))}")
     assert sum(o["pass@1"] for o in outs) / len(outs) == 1.0
-    assert all(o["nfe"] == 10 and o["tpf"] == (20, 10) for o in outs)
+    assert all(o["nfe"] == 10 and o["tpf"].for_aggregation == (20, 10) for o in outs)
     assert time.monotonic() - t0 < 60
 
 
@@ -110,11 +110,12 @@ def test_pass_at_k_over_several_samples(problems):
     assert got["pass@1"] == pytest.approx(0.5)
     assert got["pass@2"] == pytest.approx(1 - math.comb(2, 2) / math.comb(4, 2))
     assert math.isnan(got["pass@8"])  # more than the 4 samples
-    assert math.isnan(got["nfe"]) and math.isnan(got["tpf"][0])
+    assert math.isnan(got["nfe"]) and math.isnan(got["tpf"].for_aggregation[0])
     got = U.score(doc, [samples[:2]], U.completion_base, workers=2)
-    assert got["pass@1"] == 0.5 and got["nfe"] == 20 and got["tpf"] == (40, 40)
-    assert got["tps"] == (40, 4.0) and math.isnan(got["tokens_plan"])
-    assert ratio_of_sums([got["tpf"], (10, 20)]) == pytest.approx(50 / 60)
+    assert got["pass@1"] == 0.5 and got["nfe"] == 20 and got["tpf"].for_aggregation == (40, 40)
+    assert got["tps"].for_aggregation == (40, 4.0) and got["tps"] == 10.0
+    assert math.isnan(got["tokens_plan"])
+    assert ratio_of_sums([got["tpf"], SummedRate(10, 20)]) == pytest.approx(50 / 60)
 
 
 # ------------------------------------------------------------------ answers and .meta
@@ -131,9 +132,9 @@ def test_meta_is_read_and_missing_meta_gives_nan(problems):
     p = dict(problems[1], pass_at_k=[1])
     out = U.process_results(p, [GenerationText(p["canonical_solution"], META)])
     assert out["pass@1"] == 1.0 and out["nfe"] == 10 and out["branch_rows"] == 12
-    assert out["tpf"] == (20, 10) and out["tps"] == (20, 0.5)
+    assert out["tpf"].for_aggregation == (20, 10) and out["tps"].for_aggregation == (20, 0.5)
     out = U.process_results(p, [p["canonical_solution"]])  # plain str, e.g. --model hf
-    assert out["pass@1"] == 1.0 and math.isnan(out["nfe"]) and math.isnan(out["tps"][1])
+    assert out["pass@1"] == 1.0 and math.isnan(out["nfe"]) and math.isnan(out["tps"].for_aggregation[1])
     metrics = {m["metric"] for m in _yaml(TASK_DIR / "humaneval_pvf.yaml")["metric_list"]}
     assert set(out) == metrics
 

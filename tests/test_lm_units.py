@@ -29,7 +29,7 @@ from pvf_lmeval.generation import GenerationText, cut_at_stop, tokens_before  # 
 from pvf_lmeval.lm import PVFDiffusionLM  # noqa: E402
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer  # noqa: E402
 from pvf_lmeval.stats import MEAN_KEYS, StatTotals  # noqa: E402
-from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: E402
+from pvf_lmeval.task_metrics import SummedRate, cost_metrics, ratio_of_sums  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llada"
@@ -88,11 +88,15 @@ def test_generation_text_survives_take_first_and_feeds_task_metrics():
     (first,) = list(TakeFirstFilter().apply([[g]], [{}]))
     assert first is g and first.meta["nfe"] == 4
     out = arith_utils.process_results({"target": "13"}, [first])
-    assert out["exact_match"] == 1.0 and out["nfe"] == 4.0 and out["tpf"] == (12.0, 4.0)
+    assert out["exact_match"] == 1.0 and out["nfe"] == 4.0
+    assert out["tpf"] == 3.0 and out["tpf"].for_aggregation == (12.0, 4.0)
+    assert out["tps"] == 24.0 and json.loads(json.dumps(out))["tps"] == 24.0   # the log's value
     # a plain str (another model type, or after a regex filter): NaN costs, accuracy unchanged
     plain = arith_utils.process_results({"target": "13"}, ["#### 13"])
     assert plain["exact_match"] == 1.0 and math.isnan(plain["nfe"])
-    assert ratio_of_sums([(12.0, 4.0), (6.0, 2.0), (0.0, 3.0)]) == pytest.approx(18 / 9)
+    rates = [SummedRate(12.0, 4.0), SummedRate(6.0, 2.0), SummedRate(0.0, 3.0)]
+    assert ratio_of_sums(rates) == pytest.approx(18 / 9)          # not the mean rate, 2.0
+    assert pickle.loads(pickle.dumps(rates[0])).for_aggregation == (12.0, 4.0)
     assert set(cost_metrics(g)) == set(MEAN_KEYS) | {"tpf", "tps"}
 
 

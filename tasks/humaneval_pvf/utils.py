@@ -27,8 +27,12 @@ import logging
 import math
 import os
 import re
+from pathlib import Path
 
-from pvf_lmeval.task_metrics import RATES, cost_metrics, ratio_of_sums  # noqa: F401  (YAML)
+from pvf_lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.task_metrics import RATES, SummedRate, cost_metrics, ratio_of_sums  # noqa: F401
+
+quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
 log = logging.getLogger("pvf_lmeval")
 HUB_DATASET = "openai/openai_humaneval"
@@ -163,12 +167,13 @@ def pass_at_k_values(n: int, c: int, ks) -> dict:
 
 
 def _costs(generations: list) -> dict:
-    """SPEC cost metrics of a problem's samples: means of the means, sums of the rate pairs."""
+    """SPEC cost metrics of a problem's samples: means of the means, rates over the summed parts."""
     per = [cost_metrics(g) for g in generations]
     out = {}
     for key in per[0]:
         if key in RATES:
-            out[key] = (math.fsum(p[key][0] for p in per), math.fsum(p[key][1] for p in per))
+            out[key] = SummedRate(math.fsum(p[key].for_aggregation[0] for p in per),
+                                  math.fsum(p[key].for_aggregation[1] for p in per))
         else:
             out[key] = math.fsum(p[key] for p in per) / len(per)
     return out

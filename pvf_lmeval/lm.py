@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import zlib
 from collections import defaultdict
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from .decoding import PARAM_NAMES, STAT_KEYS, decode_batch, make_params
 from .decoding.params import _bool, override
 from .generation import GenerationText, cut_at_stop, tokens_before
+from .launch import quiet_git_probe, single_rank_warning
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
 from .trace import trace_record
@@ -46,7 +48,8 @@ CLI_DEFAULT_DEVICE = "cuda:0"
 
 
 def _notice(msg: str) -> None:
-    log.warning(msg)
+    with tqdm.external_write_mode(file=sys.stderr):   # above a progress bar, not inside its line
+        log.warning(msg)
 
 
 def _compile_scope(v) -> str | None:
@@ -141,6 +144,10 @@ class PVFDiffusionLM(LM):
             dev = torch.device("cpu")
         else:
             dev = resolve_device(device)
+        warning = single_rank_warning(self.world_size)
+        if warning:
+            _notice(warning)
+        quiet_git_probe()
         self.model = load_model(pretrained, device=dev, dtype=dtype)
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pvf_lmeval.task_loading import quiet_custom_dataset_notice
 from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAML uses it)
+
+quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
 DATA = Path(__file__).resolve().parent / "data"
 ANSWER = re.compile(r"####\s*(-?[0-9][0-9,]*)")

@@ -19,10 +19,14 @@ import re
 import string
 from collections import defaultdict
 from functools import partial
+from pathlib import Path
 
 from lm_eval.api.task import ConfigurableTask
 
+from pvf_lmeval.task_loading import quiet_custom_dataset_notice
 from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+
+quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
 CHOICES = ["A", "B", "C", "D", "E", "F", "G", "H", "I", "J"]
 ANSWER = re.compile(r"answer is \(?([ABCDEFGHIJ])\)?")

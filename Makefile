@@ -14,14 +14,19 @@ INSTALL_INPUTS := pyproject.toml pvf_lmeval/__init__.py $(addprefix pvf_lmeval/_
 
 venv: $(STAMP)
 
+# pip's output goes to $(VENV)/install.log (its tail is shown if the install fails): what a
+# newcomer should see from `make demo` is the results table.
 $(STAMP): $(INSTALL_INPUTS)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[test,plot]"
-	touch $@
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "pvf-lmeval: installing torch==2.13.0 (if missing) and the package into $(VENV) (log: $(VENV)/install.log)"
+	@{ $(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==2.13.0"; } > $(VENV)/install.log 2>&1 \
+	  && $(PY) -m pip install -e ".[test,plot]" >> $(VENV)/install.log 2>&1 \
+	  || { tail -n 30 $(VENV)/install.log; echo "pvf-lmeval: install failed (full log: $(VENV)/install.log)"; exit 1; }
+	@touch $@
 
 demo: venv
-	$(OFFLINE) $(VENV)/bin/lm_eval --model pvf-dlm \
+	@echo "pvf-lmeval: lm_eval --model pvf-dlm on tiny-llada, task arith, 200 items"
+	@$(OFFLINE) $(VENV)/bin/lm_eval --model pvf-dlm \
 		--model_args pretrained=tiny-llada,decoder=threshold \
 		--include_path tasks --tasks arith --limit 200
 

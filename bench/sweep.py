@@ -145,10 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("sweep: matplotlib missing (pip install 'pvf-lmeval[plot]'): no plot", file=sys.stderr)
     else:
-        rows, tasks = report.build(base)
+        from pvf_lmeval.report.plot import plot
+
+        table = report.build(base)
         for kind in ("accuracy-nfe", "accuracy-tps"):
-            path = report.plot(rows, tasks, kind, str(args.out / f"pareto_{kind}.png"))
-            print(f"sweep: wrote {path}", file=sys.stderr)
+            info = plot(table, kind, str(args.out / f"pareto_{kind}.png"), log_x=True)
+            print(f"sweep: wrote {info.path}", file=sys.stderr)
     print(f"sweep: wrote {args.out / 'report.md'} and {args.out / 'report.csv'}", file=sys.stderr)
     if failed:
         print(f"sweep: failed runs: {', '.join(failed)}", file=sys.stderr)

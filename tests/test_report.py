@@ -197,6 +197,13 @@ def test_freedave_row_shows_no_threshold_it_does_not_read():
     assert with_rule["threshold"] == 0.9
     pvf = decoding_identity("pvf", dict(params, decoder="pvf", band="0.2:0.6"))
     assert pvf["plan_hi"] == 0.65 and "band" not in pvf and "draft_steps" not in pvf
+    # a planning vocabulary found by vocab=auto is named by its file, not by this checkout's path
+    from pvf_lmeval.report.identity import run_identity
+
+    res = {"config": {"model": "pvf-dlm", "model_args": {}, "pvf": {
+        "pretrained": "m", "decoder": "pvf", "params": dict(params, decoder="pvf"),
+        "vocab": "auto:/home/ci/clone/vocab_artifacts/m.math-word.calibrated.json"}}}
+    assert run_identity(res)["vocab"] == "auto:m.math-word.calibrated.json"
 
 
 # ----------------------------------------------------------------------------- the gate

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``
@@ -40,6 +41,8 @@ NOT_PARAMS = ("decoder", "preset", "plan_vocab")
 #: ``--model_args`` keys of any model type that do not change results
 NOT_IDENTITY_ARGS = ("device", "batch_size", "max_batch_size", "parallelize", "trace",
                      "trust_remote_code", "compile")
+#: directories in a recorded vocabulary source ("auto:/path/to/x.json", "/path/x.json")
+_VOCAB_DIRS = re.compile(r"[^:]*[/\\]")
 #: the lm-eval seed that picks few-shot examples (matters only with shots)
 FEWSHOT_SEED = "fewshot_seed"
 
@@ -151,7 +154,9 @@ def run_identity(r: dict) -> dict:
                      dtype=canon(pvf.get("dtype", model_args.get("dtype", "auto"))),
                      **decoding_identity(decoder, params))
         if decoder in PLANNING_DECODERS:
-            ident["vocab"] = str(pvf.get("vocab"))
+            # the artifact's file name: vocab=auto resolves to an absolute path that differs
+            # between checkouts of the same code
+            ident["vocab"] = _VOCAB_DIRS.sub("", str(pvf.get("vocab")))
     else:
         decoder = str(model_args.get("decoder") or ("threshold" if model_type == "pvf-dlm"
                                                       else model_type))

@@ -54,14 +54,6 @@ class Entry:
     def task(self) -> str:
         return self.identity["task"]
 
-    @property
-    def run_identity(self) -> dict:
-        return ident.split(self.identity)[0]
-
-    @property
-    def task_identity(self) -> dict:
-        return ident.split(self.identity)[1]
-
 
 def num(v) -> float | None:
     """A finite float, or None (missing, NaN, "N/A")."""

@@ -204,6 +204,14 @@ def test_freedave_row_shows_no_threshold_it_does_not_read():
         "pretrained": "m", "decoder": "pvf", "params": dict(params, decoder="pvf"),
         "vocab": "auto:/home/ci/clone/vocab_artifacts/m.math-word.calibrated.json"}}}
     assert run_identity(res)["vocab"] == "auto:m.math-word.calibrated.json"
+    # likelihood tasks are scored with mc_num Monte Carlo draws: part of their identity only
+    from pvf_lmeval.report.identity import task_identity
+
+    res["config"]["pvf"]["likelihood"] = {"mc_num": 64, "mc_batch": 32}
+    res["configs"] = {"arc_easy": {"output_type": "multiple_choice"},
+                      "arith": {"output_type": "generate_until"}}
+    assert task_identity(res, "arc_easy", None, {})["mc_num"] == 64
+    assert "mc_num" not in task_identity(res, "arith", None, {})
 
 
 # ----------------------------------------------------------------------------- the gate

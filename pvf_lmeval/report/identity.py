@@ -1,11 +1,12 @@
-"""What a run *is*: the identity two results must share to be compared, and the reference runs
-(static, threshold) a row is compared with.
+"""What a run *is*: the identity two results must share to be compared, and what a comparison
+with another decoder holds fixed (its budget).
 
 An identity is a flat, JSON-able dict: model, model type and dtype, the decoder and every decoding
 parameter it reads (as the run applied them: after presets and defaults, so passing a default
-explicitly is the same run), the planning vocabulary, ``--gen_kwargs`` overrides, ``--limit``,
-chat template and system instruction; and per task its name, version, few-shot count (and seed,
-when there are shots) and effective generation length. Two results with equal identities are two
+explicitly is the same run), the planning vocabulary (and ``vocab=online``'s settings), prompt
+truncation, ``--gen_kwargs`` overrides, ``--limit``, chat template and system instruction; and
+per task its name, version, few-shot count (and seed, when there are shots), effective generation
+length and, for likelihood tasks, the Monte Carlo draws. Two results with equal identities are two
 runs of the same thing; the run part (without ``TASK_KEYS``) makes a table row, the task part a
 column.
 """
@@ -18,7 +19,7 @@ import re
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``
-TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length")
+TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length", "mc_num")
 #: identity keys shown as table columns of their own, never in the settings label
 COLUMN_KEYS = ("model", "decoder", "threshold")
 #: decoding parameters of the shared loop: every decoder reads them (a comparison holds them fixed)
@@ -157,6 +158,10 @@ def run_identity(r: dict) -> dict:
             # the artifact's file name: vocab=auto resolves to an absolute path that differs
             # between checkouts of the same code
             ident["vocab"] = _VOCAB_DIRS.sub("", str(pvf.get("vocab")))
+        if isinstance(pvf.get("online"), dict):   # vocab=online: what it learns depends on these
+            ident.update({f"online.{k}": canon(v) for k, v in pvf["online"].items() if k != "updates"})
+        if "truncation" in pvf:
+            ident["truncation"] = canon(pvf["truncation"])
     else:
         decoder = str(model_args.get("decoder") or ("threshold" if model_type == "pvf-dlm"
                                                       else model_type))
@@ -176,8 +181,8 @@ def run_identity(r: dict) -> dict:
 
 
 def task_identity(r: dict, task: str, gen_length, run: dict) -> dict:
-    """The task part: name, version, few-shot count (seed when there are shots) and the
-    effective ``gen_length`` (measured; else the run's parameter)."""
+    """The task part: name, version, few-shot count (seed when there are shots), the effective
+    ``gen_length`` (measured; else the run's parameter) and, for likelihood tasks, ``mc_num``."""
     out = {"task": task}
     version = (r.get("versions") or {}).get(task)
     if version is not None:
@@ -190,6 +195,11 @@ def task_identity(r: dict, task: str, gen_length, run: dict) -> dict:
     length = canon(gen_length) if gen_length is not None else run.get("gen_length")
     if length is not None:
         out["gen_length"] = length
+    output_type = ((r.get("configs") or {}).get(task) or {}).get("output_type")
+    pvf = (r.get("config") or {}).get("pvf")
+    if output_type not in (None, "generate_until") and isinstance(pvf, dict):
+        # likelihood tasks: scored by a Monte Carlo estimate with mc_num draws
+        out["mc_num"] = canon((pvf.get("likelihood") or {}).get("mc_num"))
     return out
 
 

@@ -141,8 +141,11 @@ def test_cost_metrics_come_from_meta_and_are_nan_without(gsm):
             "tokens_explore": 0}
     out = gsm.process_results_gsm8k(doc, [GenerationText("#### 18", meta)])
     assert out["exact_match"] == 1.0 and out["nfe"] == 8.0
-    assert out["tpf"] == (20.0, 8.0) and out["tps"] == (20.0, 0.5)
-    assert gsm.ratio_of_sums([out["tpf"], (10.0, 2.0)]) == 3.0
+    assert out["tpf"] == 2.5 and out["tpf"].for_aggregation == (20.0, 8.0)
+    assert out["tps"] == 40.0 and out["tps"].for_aggregation == (20.0, 0.5)
+    from pvf_lmeval.task_metrics import SummedRate
+
+    assert gsm.ratio_of_sums([out["tpf"], SummedRate(10.0, 2.0)]) == 3.0
     plain = gsm.process_results_gsm8k(doc, ["#### 18"])  # e.g. --model hf
     assert plain["exact_match"] == 1.0 and math.isnan(plain["nfe"])
 

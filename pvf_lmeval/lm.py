@@ -10,6 +10,7 @@ loading in ``pvf_lmeval.models``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from .decoding import PARAM_NAMES, STAT_KEYS, decode_batch, make_params
+from .decoding import PARAM_NAMES, decode_batch, make_params
 from .decoding.params import _bool, override
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .launch import quiet_git_probe, single_rank_warning
@@ -76,11 +77,9 @@ def oom_message(*, what: str, device, rows: int, tokens: int, dtype, batch_size:
     dt = str(dtype).replace("torch.", "")
     use_dtype = ("dtype=bfloat16 (now float32)" if dt == "float32"
                  else f"fewer branches (width); dtype={dt} is already half precision")
-    cache = ("cache=prefix or cache=dual" if "cache" in DECODER_KEYS
-             else "a KV cache (cache=prefix|dual; not in this version yet)")
     return (f"pvf-dlm: out of memory on {device} while {what} ({rows} rows x {tokens} tokens, "
             f"{dt}): lower batch_size (now {batch_size}), mc_batch (now {mc_batch}, likelihood "
-            f"tasks) or gen_length; use {use_dtype}; or {cache}")
+            f"tasks) or gen_length; use {use_dtype}; or cache=prefix or cache=dual")
 
 
 @register_model("pvf-dlm")
@@ -102,16 +101,16 @@ class PVFDiffusionLM(LM):
                  _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
+        # Every argument is checked here, before the model loads: bad input fails fast, in one line.
         self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
         unknown = sorted(set(decoder_args) - set(DECODER_KEYS))
         if unknown:
             raise ValueError(f"pvf-dlm: unknown model arg {unknown[0]!r}; allowed: "
                              f"{', '.join(LM_KEYS + VOCAB_KEYS + DECODER_KEYS)}")
-        # Validate every decoder argument before touching the model: bad input fails fast.
         self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
         self.params = make_params(self._explicit.pop("decoder", "threshold"),
                                   preset=self._explicit.pop("preset", None), **self._explicit)
-        self.batch_size = self._batch_size(batch_size)
+        self.batch_size = self._positive_int("batch_size", batch_size)
         if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
             raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
                              f"a fixed batch_size (a positive integer; no batch_size=auto)")
@@ -119,6 +118,7 @@ class PVFDiffusionLM(LM):
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
+        self._online_cfg = self._online_settings(vocab, self._vocab_args)
         if trust_remote_code is not None:
             _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
                     "no remote code runs")
@@ -158,7 +158,6 @@ class PVFDiffusionLM(LM):
         self._vocab_spec = vocab
         self.plan_vocab, self.vocab_source = None, "unused"
         self.online = None           # OnlineVocab when vocab=online
-        self._online_cfg = self._online_settings(vocab, self._vocab_args)
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
         self.trace_path = trace
@@ -273,16 +272,6 @@ class PVFDiffusionLM(LM):
                               requests=self._online_requests)
         save_artifact(art, path)
 
-    @staticmethod
-    def _batch_size(value) -> int:
-        try:
-            size = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"batch_size={value!r} must be a positive integer") from None
-        if size < 1:
-            raise ValueError(f"batch_size={value!r} must be a positive integer")
-        return size
-
     @classmethod
     def _merge(cls, args: dict, additional_config: dict | None) -> dict:
         """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults."""
@@ -381,10 +370,9 @@ class PVFDiffusionLM(LM):
         """Re-raise an out-of-memory error as one line saying what to lower."""
         import torch
 
-        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
         try:
             yield
-        except oom:
+        except torch.OutOfMemoryError:
             raise PVFOutOfMemoryError(oom_message(
                 what=what, device=self.device, rows=rows, tokens=tokens, dtype=self.model.dtype,
                 batch_size=self.batch_size, mc_batch=self.mc_batch)) from None
@@ -596,19 +584,13 @@ class PVFDiffusionLM(LM):
         return results
 
     def _finish(self, out, until: list[str]) -> tuple[str, dict]:
-        """Text of a decode result, cut at end-of-text and the first ``until`` string, and its
-        statistics with ``gen_tokens`` counting only the tokens before that cut."""
-        eos = set(self.model.eos_ids)
-        ids = out.tokens
-        n = next((k for k, t in enumerate(ids) if t in eos), len(ids))
-        ids = ids[:n]
+        """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first
+        ``until`` string, and its statistics (the decoder's, with ``gen_tokens`` lowered to the
+        tokens before that string)."""
+        ids = out.tokens[:out.gen_tokens]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         cut = cut_at_stop(text, until)
-        stats = out.stats()
         if cut < len(text):
-            stats["gen_tokens"] = tokens_before(ids, cut, self.tokenizer)
+            out = dataclasses.replace(out, gen_tokens=tokens_before(ids, cut, self.tokenizer))
             text = text[:cut]
-        stats["tpf"] = stats["gen_tokens"] / stats["nfe"] if stats["nfe"] else 0.0
-        stats["tps"] = stats["gen_tokens"] / stats["wall_s"] if stats["wall_s"] > 0 else 0.0
-        assert tuple(stats) == STAT_KEYS
-        return text, stats
+        return text, out.stats()

@@ -121,3 +121,17 @@ def test_bad_arguments_fail_before_the_checkpoint_loads(tmp_path):
     with pytest.raises(ValueError, match=r"batch_size='x' must be a positive integer"):
         PVFDiffusionLM.create_from_arg_string(f"pretrained={tmp_path / 'missing'},batch_size=x",
                                               {"device": "cpu"})
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"vocab": "online", "rho_ver": "x"}, r"rho_ver='x' must be a number"),
+    ({"online_level": 0.3}, r"online_level applies only to vocab=online"),
+    ({"batch_size": 2.5}, r"batch_size=2.5 must be a positive integer"),
+    ({"mc_num": 0}, r"mc_num=0 must be a positive integer"),
+])
+def test_every_argument_is_checked_before_the_model_loads(args, message):
+    from pvf_lmeval.lm import PVFDiffusionLM
+
+    # a checkpoint that does not exist: the argument's error must come first
+    with pytest.raises(ValueError, match=message):
+        PVFDiffusionLM(pretrained="/nonexistent/checkpoint", device="cpu", **args)

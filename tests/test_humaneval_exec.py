@@ -52,6 +52,14 @@ def test_verdicts_and_failure_kinds(body, reason, detail):
     assert (res.passed, res.reason, res.detail) == (reason == "passed", reason, detail), res
 
 
+def test_a_program_that_ignores_the_cpu_limits_warning_is_killed():
+    res = check("    import signal\n    signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+                "    while True:\n        pass\n")
+    assert (res.passed, res.reason, res.detail) == (
+        False, "signal", "the candidate's process was killed by SIGKILL (the CPU limit's hard "
+                         "stop, if it ignored SIGXCPU)")
+
+
 def test_a_program_that_blocks_hits_the_wall_clock_limit():
     res = check("    import time\n    time.sleep(60)\n", wall_timeout=2)
     assert (res.passed, res.reason, res.detail) == (False, "timeout", "wall-clock limit of 2 s")

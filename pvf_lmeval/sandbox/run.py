@@ -259,8 +259,10 @@ def _classify(verdict_raw: bytes, chk_rc, cand_rc, cpu_s: int, result) -> ExecRe
     if cand_rc == 128 + signal.SIGXCPU:
         return result("timeout", f"CPU limit of {cpu_s} s")
     if cand_rc is not None and cand_rc > 128:
+        why = " (the CPU limit's hard stop, if it ignored SIGXCPU)" \
+            if cand_rc == 128 + signal.SIGKILL else ""
         return result("signal", f"the candidate's process was killed by "
-                                f"{_signal_name(cand_rc - 128)}")
+                                f"{_signal_name(cand_rc - 128)}{why}")
     return result("failed", f"{detail} (exit code {cand_rc})")
 
 

@@ -1,5 +1,6 @@
-"""What the tiny-fixture benchmarks share: the held-out `arith` items, their prompts (the task's
-``doc_to_text``), the task's answer extraction, and the arguments that select them."""
+"""What the tiny-fixture benchmarks share: the held-out `arith` (or `arith_var`) items, their
+prompts (the task's ``doc_to_text``), the task's answer extraction, and the arguments that select
+them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ARITH = REPO / "tasks" / "arith"
+#: the offline tasks of the tiny fixtures: folder and generation length (the YAML's max_gen_toks)
+TASKS = {"arith": (ARITH, 96), "arith_var": (REPO / "tasks" / "arith_var", 256)}
 FIXTURES = ("tiny-llada", "tiny-dream")
 
 
@@ -21,22 +24,22 @@ def add_arguments(ap, *, fixtures_default=list(FIXTURES), fixtures_help=None, li
     ap.add_argument("--block-length", type=int, default=32)
 
 
-def held_out(limit: int | None = None) -> list[dict]:
-    """The first ``limit`` (all when None) held-out items: question, answer, target."""
-    with open(ARITH / "data" / "test.jsonl") as f:
+def held_out(limit: int | None = None, task: str = "arith") -> list[dict]:
+    """The first ``limit`` (all when None) held-out items of ``task``: question, answer, target."""
+    with open(TASKS[task][0] / "data" / "test.jsonl") as f:
         docs = [json.loads(line) for line in f]
     return docs[:limit] if limit else docs
 
 
 def prompt_ids(tokenizer, docs: list[dict]) -> list[list[int]]:
-    """Token ids of each item's prompt, as the `arith` task renders it (no chat template)."""
+    """Token ids of each item's prompt, as the `arith` tasks render it (no chat template)."""
     return [tokenizer.encode(f"Question: {d['question']}\nAnswer:", add_special_tokens=False)
             for d in docs]
 
 
-def extract_answer():
-    """The `arith` task's answer extraction (``tasks/arith/utils.py``), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("arith_utils", ARITH / "utils.py")
+def extract_answer(task: str = "arith"):
+    """The task's answer extraction (``tasks/<task>/utils.py``), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(f"{task}_utils", TASKS[task][0] / "utils.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.extract_answer

@@ -1,10 +1,12 @@
-"""Train a tiny diffusion LM fixture (``tiny-llada`` or ``tiny-dream``) on the synthetic arith task.
+"""Train a tiny diffusion LM fixture (``tiny-llada`` or ``tiny-dream``) on the synthetic arith tasks.
 
 LLaDA's SFT objective: per example t ~ U(0, 1), each answer-area token is masked with probability
 t, cross-entropy on the masked tokens weighted by 1/t, normalised by the answer-area length; the
-prompt is never masked. The answer area is ``ANSWER_LEN`` tokens: the solution, an end-of-turn
-token in chat format, then end-of-text padding, as in LLaDA's SFT. A share of the prompts is
-wrapped in the fixture's chat template so that ``--apply_chat_template`` works too.
+prompt is never masked. The answer area is the task's generation length (``ANSWER_LEN``: 96 for
+`arith`, 256 for `arith_var`): the solution, an end-of-turn token in chat format, then end-of-text
+padding, as in LLaDA's SFT. A share of the prompts is wrapped in the fixture's chat template so
+that ``--apply_chat_template`` works too. ``--var-share`` mixes the two tasks: each batch is drawn
+from one task (so that its answer areas have one length), `arith_var` with that probability.
 
     python scripts/tiny_fixtures/train.py --family llada --out pvf_lmeval/fixtures/tiny-llada
     python scripts/tiny_fixtures/train.py --family dream --steps 20 --out /tmp/smoke   # smoke run
@@ -30,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
+import arith_var_data  # noqa: E402
 from arith_data import SPLITS, make_split  # noqa: E402
 from tokenizers_build import DREAM_SPECIALS, LLADA_SPECIALS, train_bpe, write_tokenizer  # noqa: E402
 
@@ -37,7 +40,7 @@ from pvf_lmeval.models.checkpoints import DREAM, LLADA  # noqa: E402
 from pvf_lmeval.models.loader import save_checkpoint  # noqa: E402
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
 
-ANSWER_LEN = 96
+ANSWER_LEN = {"arith": 96, "arith_var": 256}
 CHAT_SHARE = 0.3
 
 
@@ -56,8 +59,8 @@ def chat_prompt(q: str, family: str) -> str:
             f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
 
 
-def encode_items(tok, items, family, ids, rng):
-    """[(prompt_ids, answer_area_ids)] with the answer area padded to ANSWER_LEN."""
+def encode_items(tok, items, family, ids, rng, answer_len):
+    """[(prompt_ids, answer_area_ids)] with the answer area padded to ``answer_len``."""
     eos = ids["<|endoftext|>"]
     eot = ids["<|eot_id|>" if family == "llada" else "<|im_end|>"]
     out, too_long = [], 0
@@ -67,17 +70,18 @@ def encode_items(tok, items, family, ids, rng):
         answer = it["answer"] if chat else " " + it["answer"]
         p = tok.encode(prompt).ids
         a = tok.encode(answer).ids + ([eot] if chat else [])
-        if len(a) > ANSWER_LEN:
+        if len(a) > answer_len:
             too_long += 1
             continue
-        out.append((p, a + [eos] * (ANSWER_LEN - len(a))))
+        out.append((p, a + [eos] * (answer_len - len(a))))
     return out, too_long
 
 
 def batch_tensors(rows, pad_id):
     """Left-pad prompts; returns tokens [N, T], attention mask [N, T], answer start column."""
     plen = max(len(p) for p, _ in rows)
-    tokens = torch.full((len(rows), plen + ANSWER_LEN), pad_id, dtype=torch.long)
+    answer_len = len(rows[0][1])
+    tokens = torch.full((len(rows), plen + answer_len), pad_id, dtype=torch.long)
     mask = torch.zeros_like(tokens)
     for r, (p, a) in enumerate(rows):
         tokens[r, plen - len(p):plen] = torch.tensor(p)
@@ -98,15 +102,17 @@ def diffusion_loss(net, tokens, attn, start, mask_id, gen, shift=0):
     logits = net.head(hidden[rows, cols - shift])
     ce = F.cross_entropy(logits, tokens[masked], reduction="none")
     weight = (1.0 / t).expand_as(masked)[masked]
-    return (ce * weight).sum() / (n * ANSWER_LEN)
+    return (ce * weight).sum() / (n * (tokens.shape[1] - start))
 
 
 @torch.no_grad()
 def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=0.9, shift=0):
-    """Batched threshold decoding (blocks of ``block``) -> exact match on the #### number."""
-    tokens, attn, plen = batch_tensors([(p, [mask_id] * ANSWER_LEN) for p, _ in rows], pad_id)
+    """Batched threshold decoding (blocks of ``block``) -> exact match on the #### number and the
+    batch's model calls."""
+    answer_len = len(rows[0][1])
+    tokens, attn, plen = batch_tensors([(p, [mask_id] * answer_len) for p, _ in rows], pad_id)
     calls = 0
-    for b0 in range(plen, plen + ANSWER_LEN, block):
+    for b0 in range(plen, plen + answer_len, block):
         while True:
             still = tokens[:, b0:b0 + block] == mask_id
             if not still.any():
@@ -140,27 +146,42 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-items", type=int, default=200)
     ap.add_argument("--eval-every", type=int, default=500,
-                    help="steps between held-out checks on 100 items (0 = only at the end)")
+                    help="steps between held-out checks (0 = only at the end)")
+    ap.add_argument("--check-items", type=int, default=100,
+                    help="held-out items per task in each periodic check")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="continue from this fixture folder (a second phase with fresh data); "
                          "its tokenizer is kept")
     ap.add_argument("--data-seed", type=int, default=None,
                     help="seed of the training items (default: --seed); use a new one per phase")
+    ap.add_argument("--var-share", type=float, default=0.0,
+                    help="probability that a batch is drawn from arith_var instead of arith")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
 
+    if not 0.0 <= args.var_share <= 1.0:
+        ap.error(f"--var-share must lie in [0, 1], got {args.var_share}")
     held_out = set()
     for split in ("test", "calibration"):
         seed, count = SPLITS[split]
         held_out |= {r["question"] for r in make_split(seed, count, held_out)}
     test_items = make_split(SPLITS["test"][0], SPLITS["test"][1], set())[: args.eval_items]
     # Every training item is fresh (no epochs): the tiny model must learn to copy and add, not
-    # to remember questions.
-    n_train = max(args.steps * args.batch, 5000)
+    # to remember questions. The expected batches per task, plus a margin.
     data_seed = args.seed if args.data_seed is None else args.data_seed
-    train_items = make_split(SPLITS["train"][0] + data_seed, n_train, held_out)
+    share = {"arith": 1.0 - args.var_share, "arith_var": args.var_share}
+    n_train = {t: max(int(args.steps * args.batch * s * 1.1), 5000) if s else 0 for t, s in share.items()}
+    train_items = make_split(SPLITS["train"][0] + data_seed, n_train["arith"], held_out)
+    var_test, var_train = [], []
+    if args.var_share:
+        var_length = arith_var_data.fixture_length()
+        var_held = arith_var_data.held_out_keys(var_length)
+        vs = arith_var_data.SPLITS
+        var_test = arith_var_data.make_split(vs["test"][0], vs["test"][1], set(), var_length)[: args.eval_items]
+        var_train = arith_var_data.make_split(vs["train"][0] + data_seed, n_train["arith_var"], var_held,
+                                              var_length)
 
     if args.init_from is not None:
         # Keep the tokenizer of the checkpoint we continue from (artifacts key on its ids).
@@ -173,7 +194,8 @@ def main(argv=None):
         ids = {t: Tokenizer.from_file(str(args.out / "tokenizer.json")).token_to_id(t)
                for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
     else:
-        corpus = [raw_prompt(it["question"]) + " " + it["answer"] for it in train_items[:20000]]
+        corpus = [raw_prompt(it["question"]) + " " + it["answer"]
+                  for it in train_items[:20000] + var_train[:20000]]
         bpe = train_bpe(corpus)
         ids = write_tokenizer(bpe, args.out, args.family)
     from transformers import AutoTokenizer
@@ -203,12 +225,16 @@ def main(argv=None):
         special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id,
                    "bos_token_id": ids["<|beginoftext|>"]}
 
-    rows, too_long = encode_items(tok, train_items, args.family, ids, rng)
-    lens = [sum(1 for x in a if x not in eos_ids) for _, a in rows[:2000]]
-    print(f"train rows {len(rows)} (dropped {too_long} too long); answer tokens "
-          f"min {min(lens)} mean {sum(lens) / len(lens):.1f} max {max(lens)}; vocab {n_tok}", flush=True)
-    eval_rows, _ = encode_items(tok, test_items, args.family, ids, random.Random(1))
-    eval_targets = [it["target"] for it in test_items]
+    rows, evals = {}, {}
+    for task, items, tests in (("arith", train_items, test_items), ("arith_var", var_train, var_test)):
+        if not items:
+            continue
+        rows[task], too_long = encode_items(tok, items, args.family, ids, rng, ANSWER_LEN[task])
+        lens = [sum(1 for x in a if x not in eos_ids) for _, a in rows[task][:2000]]
+        print(f"{task} train rows {len(rows[task])} (dropped {too_long} too long); answer tokens "
+              f"min {min(lens)} mean {sum(lens) / len(lens):.1f} max {max(lens)}; vocab {n_tok}", flush=True)
+        eval_rows, _ = encode_items(tok, tests, args.family, ids, random.Random(1), ANSWER_LEN[task])
+        evals[task] = (eval_rows, [it["target"] for it in tests])
 
     net = BidirectionalTransformer(cfg)
     net.init_weights(args.seed)
@@ -234,15 +260,17 @@ def main(argv=None):
 
     gen = torch.Generator().manual_seed(args.seed)
     t0, log = time.time(), []
-    order = list(range(len(rows)))
-    rng.shuffle(order)
-    cursor = 0
+    order = {task: list(range(len(r))) for task, r in rows.items()}
+    for o in order.values():
+        rng.shuffle(o)
+    cursor = {task: 0 for task in rows}
     for step in range(args.steps):
-        if cursor + args.batch > len(order):
-            rng.shuffle(order)
-            cursor = 0
-        batch = [rows[i] for i in order[cursor:cursor + args.batch]]
-        cursor += args.batch
+        task = "arith_var" if rng.random() < args.var_share else "arith"
+        if cursor[task] + args.batch > len(order[task]):
+            rng.shuffle(order[task])
+            cursor[task] = 0
+        batch = [rows[task][i] for i in order[task][cursor[task]:cursor[task] + args.batch]]
+        cursor[task] += args.batch
         tokens, attn, start = batch_tensors(batch, pad_id)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -257,27 +285,39 @@ def main(argv=None):
             log.append({"step": step, "loss": round(loss.item(), 4), "minutes": round(el / 60, 2)})
         if args.eval_every and step and step % args.eval_every == 0:
             net.eval()
-            acc, _ = quick_eval(net, eval_rows[:100], eval_targets[:100], tok, mask_id, eos_ids, pad_id,
-                                shift=fmt.logit_shift)
-            net.train()
-            print(f"step {step} held-out exact match ({len(eval_rows[:100])} items): {acc:.2f}",
-                  flush=True)
             if log[-1]["step"] != step:      # --eval-every need not be a multiple of 100
                 log.append({"step": step, "loss": round(loss.item(), 4),
                             "minutes": round((time.time() - t0) / 60, 2)})
-            log[-1]["heldout_100"] = acc
+            for task, (eval_rows, eval_targets) in evals.items():
+                n = args.check_items
+                acc, calls = quick_eval(net, eval_rows[:n], eval_targets[:n], tok, mask_id, eos_ids,
+                                        pad_id, shift=fmt.logit_shift)
+                print(f"step {step} {task} held-out exact match ({len(eval_rows[:n])} items): "
+                      f"{acc:.2f}, {calls} batch calls", flush=True)
+                log[-1][f"heldout_{n}" if task == "arith" else f"{task}_heldout_{n}"] = acc
+            net.train()
             save_checkpoint(net, fmt, args.out, special)    # a usable checkpoint if stopped early
 
     net.eval()
-    acc, calls = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id, shift=fmt.logit_shift)
-    print(f"held-out exact match (threshold 0.9, blocks of 32, {len(eval_rows)} items): {acc:.3f}", flush=True)
     save_checkpoint(net, fmt, args.out, special)
-    (args.out / "training.json").write_text(json.dumps({
+    final = {}
+    for task, (eval_rows, eval_targets) in evals.items():
+        acc, _ = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id,
+                            shift=fmt.logit_shift)
+        print(f"{task} held-out exact match (threshold 0.9, blocks of 32, {len(eval_rows)} items): "
+              f"{acc:.3f}", flush=True)
+        final[task] = {"heldout_exact_match": acc, "heldout_items": len(eval_rows)}
+    record = {
         "script": "scripts/tiny_fixtures/train.py", "args": {k: str(v) for k, v in vars(args).items()},
-        "answer_len": ANSWER_LEN, "chat_share": CHAT_SHARE, "train_rows": len(rows),
-        "minutes": round((time.time() - t0) / 60, 2), "heldout_exact_match": acc,
-        "heldout_items": len(eval_rows), "log": log, "phases": history,
-    }, indent=1) + "\n")
+        "answer_len": ANSWER_LEN if args.var_share else ANSWER_LEN["arith"], "chat_share": CHAT_SHARE,
+        "train_rows": {t: len(r) for t, r in rows.items()}, "minutes": round((time.time() - t0) / 60, 2),
+    }
+    if "arith" in final:
+        record.update(final["arith"])
+    if "arith_var" in final:
+        record["arith_var"] = final["arith_var"]
+    (args.out / "training.json").write_text(json.dumps(
+        {**record, "log": log, "phases": history}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

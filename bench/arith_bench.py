@@ -16,12 +16,24 @@ FIXTURES = ("tiny-llada", "tiny-dream")
 
 
 def add_arguments(ap, *, fixtures_default=list(FIXTURES), fixtures_help=None, limit_default=None,
-                  limit_help="first N held-out items (default: all)") -> None:
-    """``--fixtures``, ``--limit``, ``--gen-length`` (96) and ``--block-length`` (32)."""
+                  limit_help="first N held-out items (default: all)", task_option=False) -> None:
+    """``--fixtures``, ``--limit``, ``--gen-length`` (96) and ``--block-length`` (32); with
+    ``task_option``, also ``--task`` (arith, arith_var), and ``--gen-length`` defaults to the
+    task's (call ``task_gen_length(args)`` after parsing)."""
     ap.add_argument("--fixtures", nargs="+", default=fixtures_default, help=fixtures_help)
     ap.add_argument("--limit", type=int, default=limit_default, help=limit_help)
-    ap.add_argument("--gen-length", type=int, default=96)
+    if task_option:
+        ap.add_argument("--task", choices=list(TASKS), default="arith")
+        ap.add_argument("--gen-length", type=int, default=None, help="default: the task's (96, 256)")
+    else:
+        ap.add_argument("--gen-length", type=int, default=96)
     ap.add_argument("--block-length", type=int, default=32)
+
+
+def task_gen_length(args) -> None:
+    """Fills ``args.gen_length`` with the task's generation length when it was not given."""
+    if args.gen_length is None:
+        args.gen_length = TASKS[args.task][1]
 
 
 def held_out(limit: int | None = None, task: str = "arith") -> list[dict]:

@@ -1,4 +1,4 @@
-"""Decoders side by side on the held-out `arith` set of the tiny fixtures.
+"""Decoders side by side on the held-out `arith` (or `arith_var`) set of the tiny fixtures.
 
 For each fixture and decoder: accuracy (with its standard error), mean NFE, mean branch rows,
 tokens per forward (ratio of sums), wall seconds per request, and NFE / wall-time ratios against
@@ -6,6 +6,8 @@ tokens per forward (ratio of sums), wall seconds per request, and NFE / wall-tim
 
     python bench/decoders.py                      # both fixtures, all 1,000 items
     python bench/decoders.py --limit 100 --fixtures tiny-llada
+    python bench/decoders.py --task arith_var --batch-size 32 --slow-limit 200   # static, freedave
+                                                                                 # on 200 items
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ CONFIGS = [
     ("pvf", "pvf", {"preset": "arith"}),
     ("pvf routes=plan", "pvf", {"preset": "arith", "routes": "plan"}),
     ("pvf routes=ar", "pvf", {"preset": "arith", "routes": "ar"}),
+    ("pvf routes=none", "pvf", {"preset": "arith", "routes": "none"}),
+    ("explore pick=planning", "explore", {"preset": "arith", "pick": "planning"}),
+    ("explore pick=random", "explore", {"preset": "arith", "pick": "random"}),
     ("static", "static", {}),
     ("freedave", "freedave", {}),
 ]
+#: rows that cost the most on a CPU (static: gen_length calls per request); --slow-limit
+SLOW = ("static", "freedave")
 
 
 def run_config(model, prompts, targets, extract, decoder, extra, gen_length, block_length, batch_size):
@@ -82,7 +89,10 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap)
+    arith_bench.add_arguments(ap, task_option=True)
+    ap.add_argument("--slow-limit", type=int, default=None,
+                    help="static and freedave on the first N of the items only (stated in the table)")
+    ap.add_argument("--only", nargs="+", default=None, help="row labels to run (threshold always runs)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="requests decoded together (outputs and NFE do not depend on it)")
@@ -91,30 +101,40 @@ def main(argv=None) -> None:
                     "float32, bfloat16")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     args = ap.parse_args(argv)
+    arith_bench.task_gen_length(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    extract = arith_bench.extract_answer()
-    docs = arith_bench.held_out(args.limit)
+    extract = arith_bench.extract_answer(args.task)
+    docs = arith_bench.held_out(args.limit, task=args.task)
     rows_out, raw = [], {}
-    print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
+    print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
-    header = ("| fixture | decoder | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok | ar tok "
-              "| s/request | NFE vs threshold | wall vs threshold |")
-    rows_out += [header, "|" + "---|" * 12]
+    header = ("| fixture | decoder | items | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok "
+              "| ar tok | s/request | NFE vs threshold | wall vs threshold |")
+    rows_out += [header, "|" + "---|" * 13]
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
         prompts = arith_bench.prompt_ids(model.tokenizer, docs)
         targets = [d["target"] for d in docs]
-        results = {}
+        results, subset_ref = {}, {}
         for label, decoder, extra in CONFIGS:
-            results[label] = run_config(model, prompts, targets, extract, decoder, extra,
+            if args.only is not None and label != "threshold" and label not in args.only:
+                continue
+            n = args.slow_limit if label in SLOW and args.slow_limit else len(prompts)
+            results[label] = run_config(model, prompts[:n], targets[:n], extract, decoder, extra,
                                         args.gen_length, args.block_length, args.batch_size)
+            results[label]["items"] = n
+            if n < len(prompts):     # threshold on the same items, for the ratios
+                if n not in subset_ref:
+                    subset_ref[n] = run_config(model, prompts[:n], targets[:n], extract, "threshold",
+                                               {}, args.gen_length, args.block_length, args.batch_size)
+                results[label]["threshold_same_items"] = subset_ref[n]
             print(f"{name} {label}: {results[label]}", file=sys.stderr, flush=True)
-        base = results["threshold"]
         for label, r in results.items():
+            base = r.get("threshold_same_items", results["threshold"])
             rows_out.append(
-                f"| {name} | {label} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
+                f"| {name} | {label} | {r['items']} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
                 f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['wall'] * 1000:.1f} ms "
                 f"| {r['nfe'] / base['nfe']:.2f}x | {r['wall'] / base['wall']:.2f}x |")
         raw[name] = results

@@ -1,6 +1,6 @@
 """Planning vocabularies side by side: none, heuristic, hand-written, calibrated, online.
 
-On the held-out `arith` set of each tiny fixture, PVF (`arith` preset: the paper's math-word
+On the held-out `arith` (or `arith_var`: --task) set of each tiny fixture, PVF (`arith` preset: the paper's math-word
 defaults) with the planning vocabulary from:
 
     none               planning off (the AR fallback still runs)
@@ -12,13 +12,14 @@ defaults) with the planning vocabulary from:
     online seeded      vocab=online seeded from the calibrated artifact, one pass
 
 Online statistics are updated between requests (batch size 1; --batch to change), in the set's
-order. Per row: accuracy, mean NFE, mean branch rows, share of committed tokens from the planning
+order. The other rows decode --batch-size requests together (same outputs and NFE). Per row: accuracy, mean NFE, mean branch rows, share of committed tokens from the planning
 route, planning verification pass rate (verified candidates passing / tried), eligible vocabulary
 size at the end, wall ms per request. Also measures the extra cost of the entropies the online
 mode computes in its planning calls (same rows, with and without them).
 
     python bench/vocab_modes.py                        # both fixtures, all 1,000 items
     python bench/vocab_modes.py --limit 200 --fixtures tiny-llada
+    python bench/vocab_modes.py --task arith_var --batch-size 32 --only none heuristic hand-written calibrated
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pvf_lmeval.decoding import decode, make_params  # noqa: E402
+from pvf_lmeval.decoding import decode, decode_batch, make_params  # noqa: E402
 from pvf_lmeval.decoding.online import OnlineVocab  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.paths import vocab_artifacts_dir  # noqa: E402
@@ -46,15 +47,30 @@ import arith_bench  # noqa: E402  (bench/, beside this script)
 HEURISTIC = {"llada": "llada-8b-instruct", "dream": "dream-v0-instruct-7b"}
 
 
-def run_pass(model, prompts, targets, extract, params, online=None, batch=1):
-    eos = set(model.eos_ids)
-    tot = dict(correct=0, nfe=0, rows=0, committed=0, plan=0, ar=0, tried=0, passed=0, wall=0.0)
-    for i, (p, target) in enumerate(zip(prompts, targets)):
+def _outputs(model, prompts, params, online, batch, batch_size, tot):
+    """Decoded outputs in order: one at a time with online statistics (updated every ``batch``
+    requests), else ``batch_size`` requests per batched call."""
+    if online is None and batch_size > 1:
+        for b0 in range(0, len(prompts), batch_size):
+            t0 = time.perf_counter()
+            outs = decode_batch(model, prompts[b0:b0 + batch_size], params=params,
+                                request_indices=list(range(b0, b0 + len(prompts[b0:b0 + batch_size]))))
+            tot["wall"] += time.perf_counter() - t0
+            yield from outs
+        return
+    for i, p in enumerate(prompts):
         if online is not None and i and i % batch == 0:
             online.update()
         t0 = time.perf_counter()
         out = decode(model, p, params=params, request_index=i, online=online)
         tot["wall"] += time.perf_counter() - t0
+        yield out
+
+
+def run_pass(model, prompts, targets, extract, params, online=None, batch=1, batch_size=1):
+    eos = set(model.eos_ids)
+    tot = dict(correct=0, nfe=0, rows=0, committed=0, plan=0, ar=0, tried=0, passed=0, wall=0.0)
+    for out, target in zip(_outputs(model, prompts, params, online, batch, batch_size, tot), targets):
         ids = out.tokens
         cut = next((k for k, t in enumerate(ids) if t in eos), len(ids))
         tot["correct"] += extract(model.tokenizer.decode(ids[:cut], skip_special_tokens=True)) == target
@@ -107,8 +123,10 @@ def save_online(args, online, tok, model, name, label) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap)
+    arith_bench.add_arguments(ap, task_option=True)
     ap.add_argument("--batch", type=int, default=1, help="online: requests between updates")
+    ap.add_argument("--batch-size", type=int, default=1,
+                    help="rows without online statistics: requests decoded together")
     ap.add_argument("--level", type=float, default=0.2, help="online: Beta lower-bound quantile")
     ap.add_argument("--explore", type=int, default=1, help="online: reserved exploration slots")
     ap.add_argument("--explore-max", type=int, default=30, help="online: events before exploration stops")
@@ -118,10 +136,11 @@ def main(argv=None) -> None:
     ap.add_argument("--save-online", type=Path, default=None,
                     help="folder: write the learned online statistics as artifacts (for audit)")
     args = ap.parse_args(argv)
+    arith_bench.task_gen_length(args)
     torch.set_num_threads(args.threads)
-    extract = arith_bench.extract_answer()
-    docs = arith_bench.held_out(args.limit)
-    print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
+    extract = arith_bench.extract_answer(args.task)
+    docs = arith_bench.held_out(args.limit, task=args.task)
+    print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; online: batch {args.batch}, level {args.level}, explore "
           f"{args.explore}, explore_max {args.explore_max}; torch threads "
           f"{torch.get_num_threads()}; device cpu\n", flush=True)
@@ -151,7 +170,7 @@ def main(argv=None) -> None:
             return args.only is None or label in args.only
 
         def row(label, params, online=None, eligible=None):
-            r = run_pass(model, prompts, targets, extract, params, online, args.batch)
+            r = run_pass(model, prompts, targets, extract, params, online, args.batch, args.batch_size)
             r["eligible"] = len(online.eligible_ids()) if online is not None else eligible
             results[label] = r
             print(f"{name} {label}: {r}", file=sys.stderr, flush=True)
@@ -179,8 +198,9 @@ def main(argv=None) -> None:
             row("online seeded", base, ov)
             save_online(args, ov, tok, model, name, "seeded")
             results["online seeded"]["eligible_at_start"] = results_seed_eligible
-        results["_entropy_cost"] = entropy_cost(model, prompts, base)
-        print(f"{name} entropy cost: {results['_entropy_cost']}", file=sys.stderr, flush=True)
+        if want("_entropy_cost"):
+            results["_entropy_cost"] = entropy_cost(model, prompts, base)
+            print(f"{name} entropy cost: {results['_entropy_cost']}", file=sys.stderr, flush=True)
         for label, r in results.items():
             if label.startswith("_"):
                 continue
@@ -192,6 +212,8 @@ def main(argv=None) -> None:
         raw[name] = results
     print("\n".join(lines))
     for name, results in raw.items():
+        if "_entropy_cost" not in results:
+            continue
         c = results["_entropy_cost"]
         print(f"\n{name}: a planning call of {1 + base.width} rows takes {c['call_ms']:.2f} ms, "
               f"{c['call_ms_with_entropy']:.2f} ms with the online mode's entropies "

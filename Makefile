@@ -40,11 +40,12 @@ clean:
 distclean: clean
 	rm -rf $(VENV)
 
-# Planning vocabularies: calibrate both tiny fixtures on the arith calibration split (resumable:
-# an interrupted run continues from vocab_artifacts/*.partial) and rewrite the uncalibrated
-# heuristic artifacts of LLaDA-8B-Instruct / Dream-7B-Instruct.
-CALIBRATE := $(OFFLINE) $(VENV)/bin/pvf-calibrate --data arith --family math-word \
-	--gen-length 96 --block-length 32 --threads 1
+# Planning vocabularies: calibrate both tiny fixtures on the arith_var calibration split (400
+# prompts, gen length 256: the task whose sentence openings are uncertain; the paper's filters;
+# resumable: an interrupted run continues from vocab_artifacts/*.partial) and rewrite the
+# uncalibrated heuristic artifacts of LLaDA-8B-Instruct / Dream-7B-Instruct.
+CALIBRATE := $(OFFLINE) $(VENV)/bin/pvf-calibrate --data arith_var --family math-word \
+	--gen-length 256 --block-length 32 --threads 1
 .PHONY: vocab
 vocab: venv
 	$(CALIBRATE) --model tiny-llada --out vocab_artifacts/tiny-llada.math-word.calibrated.json

@@ -117,7 +117,7 @@ def test_lm_eval_scores_exact_match_and_cost(tmp_path):
          "--model_args", "pretrained=tiny-llada,decoder=pvf,preset=arith",
          "--include_path", str(REPO / "tasks"), "--tasks", "arith_var", "--limit", "2",
          "--output_path", str(tmp_path), "--log_samples"],
-        env=env, capture_output=True, text=True, timeout=600)
+        env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (samples,) = tmp_path.glob("**/samples_arith_var_*.jsonl")
     rows = [json.loads(line) for line in samples.read_text().splitlines()]

@@ -68,9 +68,8 @@ def render(pieces, steps, routes, upto, positions) -> str:
     out = []
     for q in positions:
         if steps[q] is not None and steps[q] <= upto:
-            tag = {"plan": "**", "ar": "_"}.get(routes[q], "")
             text = pieces[q].replace("\n", "⏎")
-            out.append(f"{tag}{text}{tag}" if tag and text.strip() else text)
+            out.append({"plan": f"⟦{text}⟧", "ar": f"‹{text}›"}.get(routes[q], text))
         else:
             out.append(MASK)
     return "".join(out).replace("`", "'")
@@ -109,7 +108,7 @@ def main(argv=None) -> None:
             cases.append((case, k, pieces))
     n_plan = sum(r.tokens_plan for r in results)
     summary = (f"{len(results)} held-out `{args.task}` items, pvf (`preset=arith`, vocabulary "
-               f"{how}), {args.model}: {n_plan} planning commits in all, "
+               f"{Path(how.split(':', 1)[-1]).name}), {args.model}: {n_plan} planning commits in all, "
                f"{sum(r.nfe for r in results) / len(results):.1f} calls per request.")
     if not cases:
         print(summary + " No planning commit.")
@@ -128,8 +127,8 @@ def main(argv=None) -> None:
         f"Item {k} of the held-out set. Question:", "", f"> {d['question']}", "",
         "The model's full answer:", "", "```", tok.decode(r.tokens[:cut]), "```", "",
         f"At step {s} (call {rec['nfe']} of {r.nfe}) the planning route committed "
-        f"`{pieces[pos]!s}` at position {pos} (in **bold** below; `_x_` = committed by the AR "
-        f"route, {MASK} = still masked). In the next step the base rule committed "
+        f"`{pieces[pos]!s}` at position {pos} (below: `⟦x⟧` = committed by the planning route, "
+        f"`‹x›` = by the AR route, {MASK} = still masked). In the next step the base rule committed "
         f"{unlocked} more positions of that line at once:", "",
         "| after step | the line |", "|---|---|",
         f"| {s - 1} (before planning) | `{render(pieces, steps, r.routes, s - 1, positions)}` |",

@@ -24,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
+from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.vocab import resolve_vocab  # noqa: E402
 
@@ -51,7 +51,7 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
     extra = dict(extra)
     preset = extra.pop("preset", None)
     params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length, **extra)
-    if decoder in ("pvf", "explore"):
+    if decoder in PLANNING_DECODERS:
         ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
                                model_name=model.name, task_family=params.family)
         params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length,

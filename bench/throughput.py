@@ -42,7 +42,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
+from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params  # noqa: E402
 from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
@@ -118,10 +118,10 @@ def run_tiny(name, args, extract, docs):
     vocab = None
     for dec in args.decoders:
         for cache in args.caches:
-            extra = {"preset": "arith"} if dec in ("pvf", "explore") else {}
+            extra = {"preset": "arith"} if dec in PLANNING_DECODERS else {}
             params = make_params(dec, gen_length=args.gen_length, block_length=args.block_length,
                                  cache=cache, **extra)
-            if dec in ("pvf", "explore"):
+            if dec in PLANNING_DECODERS:
                 if vocab is None:
                     from pvf_lmeval.vocab import resolve_vocab
                     vocab, _ = resolve_vocab("auto", tokenizer=model.tokenizer,

@@ -25,13 +25,14 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from .decoding import PARAM_NAMES, decode_batch, make_params
+from .decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
 from .decoding.params import _bool, override
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .launch import quiet_git_probe, single_rank_warning
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
 from .trace import trace_record
+from .vocab import VOCAB_ARGS, RunVocab
 
 log = logging.getLogger("pvf_lmeval")
 
@@ -40,10 +41,7 @@ LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "tru
            "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
 #: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
-VOCAB_KEYS = ("vocab_force", "rho_ver", "gamma_vig", "online_level", "online_explore",
-              "online_explore_max", "online_seed", "online_save", "online_frozen", "online_merge")
-#: decoders that read the planning vocabulary
-PLANNING_DECODERS = ("pvf", "explore")
+VOCAB_KEYS = VOCAB_ARGS
 #: what the CLI passes as ``--device`` when the user said nothing
 CLI_DEFAULT_DEVICE = "cuda:0"
 
@@ -118,7 +116,7 @@ class PVFDiffusionLM(LM):
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
-        self._online_cfg = self._online_settings(vocab, self._vocab_args)
+        self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
         if trust_remote_code is not None:
             _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
                     "no remote code runs")
@@ -155,9 +153,6 @@ class PVFDiffusionLM(LM):
         self.tokenizer = self.model.tokenizer
         self.pretrained = str(pretrained)
 
-        self._vocab_spec = vocab
-        self.plan_vocab, self.vocab_source = None, "unused"
-        self.online = None           # OnlineVocab when vocab=online
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
         self.trace_path = trace
@@ -169,19 +164,21 @@ class PVFDiffusionLM(LM):
 
     def _with_vocab(self, params):
         """``params`` carrying the planning vocabulary, resolved once on first need."""
-        if self.vocab_source == "unused" and self._vocab_spec == "online":
-            self.online, self.vocab_source = self._make_online(params), "online"
-            return params
-        if self.vocab_source == "unused":
-            from .vocab import resolve_vocab
+        return self.vocab.resolve(params, model=self.model, tokenizer=self.tokenizer,
+                                  model_name=self.pretrained)
 
-            self.plan_vocab, self.vocab_source = resolve_vocab(
-                self._vocab_spec, tokenizer=self.tokenizer, model_family=self.model.family,
-                model_name=self.pretrained, task_family=params.family,
-                force=self._online_cfg["force"])
-            log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.vocab_source,
-                     len(self.plan_vocab or ()))
-        return override(params, plan_vocab=self.plan_vocab) if self.plan_vocab else params
+    @property
+    def online(self):
+        """The run's ``OnlineVocab`` (``vocab=online``), else None."""
+        return self.vocab.online
+
+    @property
+    def vocab_source(self) -> str:
+        return self.vocab.source
+
+    @property
+    def plan_vocab(self):
+        return self.vocab.ids
 
     @staticmethod
     def _positive_int(name: str, value) -> int:
@@ -195,82 +192,11 @@ class PVFDiffusionLM(LM):
 
     # ------------------------------------------------------------------ vocab=online
 
-    @staticmethod
-    def _online_settings(spec, args: dict) -> dict:
-        """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
-        from .decoding.params import _bool, _float, _int
-
-        if spec != "online":
-            stray = sorted(k for k in args if k != "vocab_force")
-            if stray:
-                raise ValueError(f"pvf-dlm: {stray[0]} applies only to vocab=online (vocab={spec!r})")
-        cfg = {"force": _bool("vocab_force", args.get("vocab_force", False)),
-               "rho_ver": _float("rho_ver", args.get("rho_ver", 0.9)),
-               "gamma_vig": _float("gamma_vig", args.get("gamma_vig", 0.03)),
-               "level": _float("online_level", args.get("online_level", 0.2)),
-               "explore": _int("online_explore", args.get("online_explore", 1)),
-               "explore_max": _int("online_explore_max", args.get("online_explore_max", 30)),
-               "frozen": _bool("online_frozen", args.get("online_frozen", False)),
-               "merge": _bool("online_merge", args.get("online_merge", False)),
-               "seed": args.get("online_seed") or None, "save": args.get("online_save") or None}
-        if spec == "online":
-            from .decoding.online import OnlineVocab
-
-            OnlineVocab(1, **{k: cfg[k] for k in ("rho_ver", "gamma_vig", "level", "explore",
-                                                   "explore_max", "frozen")})   # validates
-        return cfg
-
-    def _make_online(self, params):
-        """The run's OnlineVocab, seeded from ``online_seed`` (artifact path, bundled name, auto)."""
-        from .decoding.online import OnlineVocab
-        from .vocab import artifact_statistics, find_artifact, load_artifact, pick_artifact
-
-        cfg = self._online_cfg
-        size = int(getattr(self.model, "vocab_size", 0) or len(self.tokenizer))
-        online = OnlineVocab(size, device=self.device, **{k: cfg[k] for k in (
-            "rho_ver", "gamma_vig", "level", "explore", "explore_max", "frozen")})
-        self._online_requests = 0
-        self._online_family = params.family or "math-word"
-        if cfg["seed"]:
-            if cfg["seed"] == "auto":
-                art = pick_artifact(self.model.family, self._online_family, self.pretrained,
-                                    self.tokenizer)
-                if art is None or art["kind"] not in ("calibrated", "online"):
-                    raise ValueError("online_seed=auto: no bundled calibrated artifact for model "
-                                     f"family {self.model.family!r} and task family {self._online_family!r}")
-            else:
-                art = load_artifact(find_artifact(cfg["seed"], what="online_seed"))
-            used = online.seed(artifact_statistics(art, self.tokenizer, self.model.family,
-                                                   force=cfg["force"]))
-            _notice(f"pvf-dlm: vocab=online seeded from {art['_path']} ({used} tokens, "
-                    f"{len(online.eligible_ids())} eligible)")
-        mode = "frozen" if cfg["frozen"] else "learning"
-        log.info("pvf-dlm: vocab=online (%s; %s)", mode, online.settings())
-        return online
+    _online_settings = staticmethod(RunVocab.settings)
 
     def _online_update(self) -> None:
         """Fold the pending outcomes in; with online_merge, every rank's, in rank order."""
-        if self.online is None:
-            return
-        if self.world_size > 1 and self._online_cfg["merge"]:
-            self.online.apply(self.gather_object(self.online.take_pending()))
-        else:
-            self.online.update()
-
-    def _online_save(self) -> None:
-        path = self._online_cfg["save"]
-        if not path or self.online is None:
-            return
-        from .vocab import online_artifact, save_artifact
-
-        if self.world_size > 1 and not self._online_cfg["merge"]:
-            path = f"{path}.rank{self.rank}"
-        elif self.rank != 0:
-            return
-        art = online_artifact(self.online, self.tokenizer, model_family=self.model.family,
-                              task_family=self._online_family, model_name=self.pretrained,
-                              requests=self._online_requests)
-        save_artifact(art, path)
+        self.vocab.update(self.gather_object if self.world_size > 1 else None)
 
     @classmethod
     def _merge(cls, args: dict, additional_config: dict | None) -> dict:
@@ -346,11 +272,7 @@ class PVFDiffusionLM(LM):
             "decoder": self.params.decoder,
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
-            "vocab": self.vocab_source,
-            "vocab_size": len(self.plan_vocab or ()) if self.online is None
-            else len(self.online.eligible_ids()),
-            **({"online": dict(self.online.settings(), updates=self.online.updates)}
-               if self.online is not None else {}),
+            **self.vocab.info(),
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
         }}
@@ -508,7 +430,7 @@ class PVFDiffusionLM(LM):
             if self.online is not None and done:
                 self._online_update()   # between batches of requests, never inside one
             params = chunk[0]["params"]
-            rows = {"pvf": 1 + params.width, "freedave": params.draft_steps}.get(params.decoder, 1)
+            rows = DECODERS[params.decoder].rows_per_call(params)
             longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
             with self._oom_guard("decoding", rows * len(chunk), longest):
                 outs = decode_batch(
@@ -577,8 +499,9 @@ class PVFDiffusionLM(LM):
                 trace_file.close()
         if self.online is not None:
             self._online_update()
-            self._online_requests += done
-            self._online_save()
+            self.vocab.requests += done
+            self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
+                            model_name=self.pretrained, rank=self.rank, world_size=self.world_size)
         if self.world_size > 1:
             self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results

@@ -256,3 +256,127 @@ def save_artifact(data: dict, path: str | Path) -> Path:
     tmp.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
+
+
+# ---------------------------------------------------------------- a run's planning vocabulary
+
+#: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
+VOCAB_ARGS = ("vocab_force", "rho_ver", "gamma_vig", "online_level", "online_explore",
+              "online_explore_max", "online_seed", "online_save", "online_frozen", "online_merge")
+_ONLINE_KW = ("rho_ver", "gamma_vig", "level", "explore", "explore_max", "frozen")
+
+
+class RunVocab:
+    """The planning vocabulary of an evaluation run (model args ``vocab`` + ``VOCAB_ARGS``).
+
+    ``vocab=online``: an :class:`~pvf_lmeval.decoding.online.OnlineVocab` (seeded from
+    ``online_seed``), handed to every batch; else a fixed id set resolved from an artifact (or
+    given ids/strings), carried by the decoding parameters. Resolved once, on first need
+    (:meth:`resolve`). Online lifecycle: :meth:`update` between batches (every rank's records,
+    in rank order, with ``online_merge``), :meth:`finish` at the end of a ``generate_until``
+    (update, count the requests, save to ``online_save``).
+    """
+
+    def __init__(self, spec, args: dict):
+        self.spec = spec
+        self.cfg = self.settings(spec, args)
+        self.ids: tuple[int, ...] | None = None
+        self.source = "unused"
+        self.online = None
+        self.requests = 0
+        self.family = "math-word"
+
+    @staticmethod
+    def settings(spec, args: dict) -> dict:
+        """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
+        from .decoding.params import _bool, _float, _int
+
+        if spec != "online":
+            stray = sorted(k for k in args if k != "vocab_force")
+            if stray:
+                raise ValueError(f"pvf-dlm: {stray[0]} applies only to vocab=online (vocab={spec!r})")
+        cfg = {"force": _bool("vocab_force", args.get("vocab_force", False)),
+               "rho_ver": _float("rho_ver", args.get("rho_ver", 0.9)),
+               "gamma_vig": _float("gamma_vig", args.get("gamma_vig", 0.03)),
+               "level": _float("online_level", args.get("online_level", 0.2)),
+               "explore": _int("online_explore", args.get("online_explore", 1)),
+               "explore_max": _int("online_explore_max", args.get("online_explore_max", 30)),
+               "frozen": _bool("online_frozen", args.get("online_frozen", False)),
+               "merge": _bool("online_merge", args.get("online_merge", False)),
+               "seed": args.get("online_seed") or None, "save": args.get("online_save") or None}
+        if spec == "online":
+            from .decoding.online import OnlineVocab
+
+            OnlineVocab(1, **{k: cfg[k] for k in _ONLINE_KW})   # validates
+        return cfg
+
+    def resolve(self, params, *, model, tokenizer, model_name: str):
+        """``params`` carrying the fixed vocabulary (unchanged for ``vocab=online``); the first
+        call resolves the artifact or builds the online statistics."""
+        from .decoding.params import override
+
+        if self.source == "unused" and self.spec == "online":
+            self.online, self.source = self._make_online(params, model, tokenizer, model_name), "online"
+        if self.source == "unused":
+            self.ids, self.source = resolve_vocab(
+                self.spec, tokenizer=tokenizer, model_family=model.family, model_name=model_name,
+                task_family=params.family, force=self.cfg["force"])
+            log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.source, len(self.ids or ()))
+        return override(params, plan_vocab=self.ids) if self.ids else params
+
+    def _make_online(self, params, model, tokenizer, model_name: str):
+        """The run's OnlineVocab, seeded from ``online_seed`` (artifact path, bundled name, auto)."""
+        from .decoding.online import OnlineVocab
+
+        cfg = self.cfg
+        size = int(getattr(model, "vocab_size", 0) or len(tokenizer))
+        online = OnlineVocab(size, device=model.device, **{k: cfg[k] for k in _ONLINE_KW})
+        self.family = params.family or "math-word"
+        if cfg["seed"]:
+            if cfg["seed"] == "auto":
+                art = pick_artifact(model.family, self.family, model_name, tokenizer)
+                if art is None or art["kind"] not in ("calibrated", "online"):
+                    raise ValueError("online_seed=auto: no bundled calibrated artifact for model "
+                                     f"family {model.family!r} and task family {self.family!r}")
+            else:
+                art = load_artifact(find_artifact(cfg["seed"], what="online_seed"))
+            used = online.seed(artifact_statistics(art, tokenizer, model.family,
+                                                   force=cfg["force"]))
+            log.warning(f"pvf-dlm: vocab=online seeded from {art['_path']} ({used} tokens, "
+                        f"{len(online.eligible_ids())} eligible)")
+        mode = "frozen" if cfg["frozen"] else "learning"
+        log.info("pvf-dlm: vocab=online (%s; %s)", mode, online.settings())
+        return online
+
+    def update(self, gather=None) -> None:
+        """Fold the pending outcomes in; ``gather`` (all ranks' objects, in rank order) merges
+        every rank's when ``online_merge`` is on."""
+        if self.online is None:
+            return
+        if gather is not None and self.cfg["merge"]:
+            self.online.apply(gather(self.online.take_pending()))
+        else:
+            self.online.update()
+
+    def save(self, *, tokenizer, model_family: str, model_name: str, rank: int = 0,
+             world_size: int = 1) -> None:
+        """Write the online statistics to ``online_save`` (per rank without ``online_merge``)."""
+        path = self.cfg["save"]
+        if not path or self.online is None:
+            return
+        if world_size > 1 and not self.cfg["merge"]:
+            path = f"{path}.rank{rank}"
+        elif rank != 0:
+            return
+        save_artifact(online_artifact(self.online, tokenizer, model_family=model_family,
+                                      task_family=self.family, model_name=model_name,
+                                      requests=self.requests), path)
+
+    def info(self) -> dict:
+        """What ``get_model_info`` reports: source, size, online settings."""
+        out = {"vocab": self.source,
+               "vocab_size": len(self.ids or ()) if self.online is None
+               else len(self.online.eligible_ids())}
+        if self.online is not None:
+            out["online"] = dict(self.online.settings(), updates=self.online.updates)
+        return out

@@ -20,19 +20,10 @@ from typing import Iterable
 
 import torch
 
-from .explore import ExploreDecoder
-from .freedave import FreeDaveDecoder
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab
-from .pvf import PVFDecoder
-from .static import StaticDecoder
-from .threshold import ThresholdDecoder
-
-#: decoder name -> step class (constructed once per batch from DecodeParams); each describes
-#: itself (``name``, ``uses_vocab``, ``reveals``, ``rows_per_call``).
-DECODERS = {cls.name: cls for cls in (StaticDecoder, ThresholdDecoder, FreeDaveDecoder,
-                                      PVFDecoder, ExploreDecoder)}
+from .registry import DECODERS
 
 
 def _device(model, prompt_ids) -> torch.device:

@@ -13,7 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-DECODER_NAMES = ("static", "threshold", "freedave", "pvf", "explore")
+from .registry import DECODERS
+
+DECODER_NAMES = tuple(DECODERS)
 ROUTES = ("plan+ar", "plan", "ar", "none")
 PICKS = ("random", "planning")
 BASE_RULES = ("static", "threshold")

@@ -1,0 +1,335 @@
+"""End-to-end batched decoding: the real decode loop per decoder x cache x batch size.
+
+Part 1 (tiny fixtures, held-out `arith` items): for each decoder (pvf and explore with the `arith`
+preset and the bundled vocabulary), cache mode and batch size (default 1, 4, 16, 32), the items are
+decoded in batches of that size with ``decode_batch`` and every ``model.logits`` call is timed
+(device synchronised before and after). Reported: answer tokens per second (ratio of sums), mean
+NFE per request, rounds of the loop (one ``Batch.call`` each), physical model calls, wall time
+split into inside / outside model calls, the outside time per round and its ratio to batch 1 of
+the same decoder and cache (the host cost of a round should not grow with the batch).
+
+Part 2 (``--replay SHAPE``): a randomly initialised model of a real shape (or a reduced one, see
+``REPLAY_SHAPES``) replays the per-request call schedules recorded in part 1 at batch size 1
+(each request: the rows of each of its calls, full or cached, and the block it was in), with
+requests batched the way ``Batch.call`` pools them: per round, the full calls of all live
+requests as one model call and the cached ones as another, each request with its own KV cache.
+Reported: aggregate tokens per second per batch size (every request counted as producing
+``--gen-length`` tokens). Random weights decide nothing, which is why schedules are replayed.
+
+    python bench/e2e.py --fixtures tiny-llada --limit 32             # CPU
+    python bench/e2e.py --replay llada-8b/8 --json out.json          # + reduced 8B-shape replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoding import DECODERS, decode_batch, make_params  # noqa: E402
+from pvf_lmeval.decoding import batch as batch_mod  # noqa: E402
+from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
+from pvf_lmeval.models import load_model  # noqa: E402
+from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
+from pvf_lmeval.models.kv import cache_segments, is_cached_call  # noqa: E402
+from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
+
+import arith_bench  # noqa: E402  (bench/, beside this script)
+
+CACHES = ("none", "prefix", "dual")
+BATCH_SIZES = (1, 4, 16, 32)
+_LLADA_8B = dict(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
+                 ffn_hidden=12288, rope_theta=500000.0)
+#: replay shapes: the real LLaDA-8B shape, and the same shape with width, depth and vocabulary
+#: divided by 8 or 16 (CPU-sized; the proportions of the call costs are the 8B's, not the figures)
+REPLAY_SHAPES = {
+    "llada-8b": _LLADA_8B,
+    "llada-8b/8": dict(_LLADA_8B, vocab_size=126464 // 8, d_model=512, n_layers=4, n_heads=4,
+                       n_kv_heads=4, ffn_hidden=1536),
+    "llada-8b/16": dict(_LLADA_8B, vocab_size=126464 // 16, d_model=256, n_layers=2, n_heads=2,
+                        n_kv_heads=2, ffn_hidden=768),
+}
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class TimedModel:
+    """Wraps a model: times every ``logits`` call (synchronised), counts calls, and records each
+    call's rows per request (``schedule``: request -> [(rows, cached, block)])."""
+
+    def __init__(self, model, block_length: int):
+        self.model, self.B = model, block_length
+        self.inside = 0.0
+        self.calls = 0
+        self.record = False
+        self.P0 = 0
+        self.requests: list[int] = []
+        self.schedule: dict[int, list] = defaultdict(list)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        if self.record:     # batch size 1: every call is the current request's
+            cached = is_cached_call(cache_segments(cache, tokens.shape[0]))
+            block = (int(positions.reshape(-1)[0]) - self.P0) // self.B
+            self.schedule[self.requests[0]].append((int(tokens.shape[0]), cached, block))
+        sync(self.model.device)
+        t0 = time.perf_counter()
+        out = self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
+        sync(self.model.device)
+        self.inside += time.perf_counter() - t0
+        self.calls += 1
+        return out
+
+
+class RoundCounter:
+    """Counts ``Batch.call`` invocations (rounds of the loop, the initial call included)."""
+
+    def __init__(self):
+        self.n = 0
+        self._orig = batch_mod.Batch.call
+
+    def __enter__(self):
+        orig = self._orig
+
+        def counted(b, *a, **k):
+            self.n += 1
+            return orig(b, *a, **k)
+        batch_mod.Batch.call = counted
+        return self
+
+    def __exit__(self, *exc):
+        batch_mod.Batch.call = self._orig
+
+
+def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
+    extra = {}
+    if DECODERS[dec].uses_vocab:
+        extra["preset"] = "arith"
+        if "ids" not in vocab_cache:
+            from pvf_lmeval.vocab import resolve_vocab
+            vocab_cache["ids"], _ = resolve_vocab("auto", tokenizer=model.tokenizer,
+                                                  model_family=model.family, model_name=model.name,
+                                                  task_family="math-word")
+        extra["plan_vocab"] = vocab_cache["ids"]
+    return make_params(dec, gen_length=args.gen_length, block_length=args.block_length,
+                       cache=cache, **extra)
+
+
+def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
+    base = load_model(name, device=args.device)
+    prompts = arith_bench.prompt_ids(base.tokenizer, docs)
+    model = TimedModel(base, args.block_length)
+    rows, schedules, vocab_cache = [], {}, {}
+    for dec in args.decoders:
+        for cache in args.caches:
+            params = params_for(dec, cache, args, base, vocab_cache)
+            decode_batch(base, prompts[:2], params=params)                      # warm-up
+            for bs in args.batch_sizes:
+                model.inside, model.calls = 0.0, 0
+                model.record = bs == 1
+                model.schedule = defaultdict(list)
+                results = []
+                with RoundCounter() as rc:
+                    sync(base.device)
+                    t0 = time.perf_counter()
+                    for a in range(0, len(prompts), bs):
+                        chunk = prompts[a:a + bs]
+                        model.P0 = max(len(p) for p in chunk)
+                        model.requests = list(range(a, a + len(chunk)))
+                        results += decode_batch(model, chunk, params=params,
+                                                request_indices=model.requests)
+                    sync(base.device)
+                    wall = time.perf_counter() - t0
+                if bs == 1:
+                    schedules[(dec, cache)] = dict(model.schedule)
+                tokens = sum(r.gen_tokens for r in results)
+                outside = wall - model.inside
+                rows.append({
+                    "fixture": name, "decoder": dec, "cache": cache, "batch": bs,
+                    "requests": len(results), "tokens_per_s": tokens / wall,
+                    "nfe": sum(r.nfe for r in results) / len(results),
+                    "rounds": rc.n, "calls": model.calls, "wall_s": wall,
+                    "inside_s": model.inside, "outside_s": outside,
+                    "outside_share": outside / wall, "outside_ms_per_round": 1000 * outside / rc.n,
+                    "inside_ms_per_call": 1000 * model.inside / max(model.calls, 1)})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows, schedules
+
+
+def table(rows: list[dict], title: str) -> str:
+    base = {(r["fixture"], r["decoder"], r["cache"]): r["outside_ms_per_round"]
+            for r in rows if r["batch"] == 1}
+    out = [title, "",
+           "| fixture | decoder | cache | batch | tokens/s | NFE | rounds | calls | outside share "
+           "| outside ms/round | vs batch 1 | inside ms/call |",
+           "|" + "---|" * 12]
+    for r in rows:
+        b1 = base.get((r["fixture"], r["decoder"], r["cache"]))
+        ratio = f"{r['outside_ms_per_round'] / b1:.2f}x" if b1 else "-"
+        out.append(f"| {r['fixture']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
+                   f"{r['tokens_per_s']:.1f} | {r['nfe']:.1f} | {r['rounds']} | {r['calls']} | "
+                   f"{100 * r['outside_share']:.0f}% | {r['outside_ms_per_round']:.2f} | {ratio} | "
+                   f"{r['inside_ms_per_call']:.2f} |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- batched replay
+
+
+def random_model(shape: str, device, dtype) -> DiffusionLM:
+    cfg = TransformerConfig(**REPLAY_SHAPES[shape])
+    with torch.device("meta"):
+        net = BidirectionalTransformer(cfg)
+    net = net.to(dtype).to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    V = cfg.vocab_size
+    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=0,
+                       decodable=V, family="llada", name=f"random {shape}")
+
+
+def replay_batched(model, schedules: list[list], cache: str, prompt_len: int, L: int, B: int,
+                   device) -> float:
+    """Seconds to replay ``schedules`` (one per request: [(rows, cached, block)]) batched: per
+    round, every live request's next call; full and cached calls of a round pooled separately."""
+    g = torch.Generator().manual_seed(1)
+    V = model.vocab_size - 3
+    R = len(schedules)
+    y = torch.cat([torch.randint(4, V, (R, prompt_len), generator=g),
+                   torch.full((R, L), model.mask_id)], 1).to(device)
+    caches = [None] * R
+    if cache != "none":
+        caches = [KVCache(cache, prompt_len=prompt_len, gen_length=L, block_length=B,
+                          mask_id=model.mask_id, reveal_next=0, device=device) for _ in range(R)]
+    rounds = max(len(s) for s in schedules)
+    sync(device)
+    t0 = time.perf_counter()
+    for t in range(rounds):
+        groups = {True: [], False: []}
+        for i, s in enumerate(schedules):
+            if t < len(s):
+                rows, cached, block = s[t]
+                groups[bool(cached and caches[i] is not None and caches[i].kv is not None)].append(
+                    (i, rows, min(block, L // B - 1)))
+        for cached, members in groups.items():
+            if not members:
+                continue
+            seg, toks, pos = [], [], []
+            for i, rows, block in members:
+                s0 = prompt_len + block * B
+                hi = min(prompt_len + L, s0 + 2 * B)
+                c = caches[i]
+                if c is not None:
+                    if cached:
+                        c.span = (s0, prompt_len + L if cache == "prefix" else s0 + B)
+                        hi = min(hi, c.span[1])
+                    else:
+                        c.start_full(y[i, prompt_len:].unsqueeze(0).expand(rows, -1))
+                seg.append((c, rows))
+                toks.append(y[i].unsqueeze(0).expand(rows, -1))
+                pos.append((s0, hi, rows))
+            P = max(hi - s0 for s0, hi, _ in pos)
+            positions = torch.cat([torch.clamp(torch.arange(s0, s0 + P), max=hi - 1)
+                                   .unsqueeze(0).expand(n, -1) for s0, hi, n in pos]).to(device)
+            model.logits(torch.cat(toks), positions,
+                         cache=seg if caches[0] is not None else None)
+            for i, rows, block in members:
+                c = caches[i]
+                if c is not None and not cached:
+                    c.commit(y[i, prompt_len:])
+                s0 = prompt_len + block * B
+                y[i, s0 + t % B] = 7              # later canvases differ
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def run_replay(args, schedules: dict) -> list[dict]:
+    dtype = torch.bfloat16 if torch.device(args.device).type == "cuda" else torch.float32
+    model = random_model(args.replay, args.device, dtype)
+    if args.compile:
+        model.compile("blocks")
+    out = []
+    for (dec, cache), sched in schedules.items():
+        per_req = [sched[k] for k in sorted(sched)]
+        base_tps = None
+        for bs in args.batch_sizes:
+            reqs = (per_req * (1 + bs // max(len(per_req), 1)))[:max(bs, 1)]
+            replay_batched(model, reqs[:1], cache, args.prompt_len, args.gen_length,
+                           args.block_length, args.device)                       # warm-up
+            secs = replay_batched(model, reqs, cache, args.prompt_len, args.gen_length,
+                                  args.block_length, args.device)
+            tps = len(reqs) * args.gen_length / secs
+            base_tps = base_tps or tps
+            out.append({"shape": args.replay, "decoder": dec, "cache": cache, "batch": bs,
+                        "tokens_per_s": tps, "vs_batch_1": tps / base_tps, "seconds": secs})
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def replay_table(rows: list[dict], title: str) -> str:
+    out = [title, "", "| decoder | cache | batch | aggregate tokens/s | vs batch 1 |",
+           "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['decoder']} | {r['cache']} | {r['batch']} | {r['tokens_per_s']:.1f} | "
+                   f"{r['vs_batch_1']:.2f}x |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arith_bench.add_arguments(ap, limit_default=32)
+    ap.add_argument("--decoders", nargs="+", default=list(DECODERS))
+    ap.add_argument("--caches", nargs="+", default=list(CACHES))
+    ap.add_argument("--batch-sizes", nargs="+", type=int, default=list(BATCH_SIZES))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--replay", choices=sorted(REPLAY_SHAPES), default=None)
+    ap.add_argument("--prompt-len", type=int, default=64, help="replay: prompt tokens")
+    ap.add_argument("--compile", action="store_true", help="replay: compile=blocks")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    docs = arith_bench.held_out(args.limit)
+    note = (f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block_length "
+            f"{args.block_length}, device {args.device}, torch threads {torch.get_num_threads()}")
+    print(note, flush=True)
+    rows, schedules = [], {}
+    for name in args.fixtures:
+        r, s = run_fixture(name, args, docs)
+        rows += r
+        if name == args.fixtures[0]:
+            schedules = s
+    print("\n" + table(rows, f"Decode loop, {note}"))
+    replay_rows = []
+    if args.replay:
+        replay_rows = run_replay(args, schedules)
+        print("\n" + replay_table(replay_rows, f"Batched replay on random {args.replay} "
+                                  f"({'compile=blocks' if args.compile else 'eager'}), schedules "
+                                  f"of {args.fixtures[0]}, prompt {args.prompt_len}"))
+    if args.json:
+        args.json.write_text(json.dumps({"note": note, "loop": rows, "replay": replay_rows},
+                                        indent=1))
+
+
+if __name__ == "__main__":
+    main()

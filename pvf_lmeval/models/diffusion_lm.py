@@ -11,10 +11,31 @@ see either.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
 from .transformer import BidirectionalTransformer
+
+
+def _compiled(fn, options: dict):
+    """``torch.compile(fn)`` whose graphs serve every call of a batched run.
+
+    Every size is dynamic and no two sizes share a symbol (no duck shapes): rows, positions,
+    canvas length and head_dim may happen to be equal in one call and differ in the next, and a
+    shared symbol would turn that coincidence into a guard, i.e. a recompile, until dynamo's
+    recompile limit makes the calls run eager. What remains specialised is a size of 1 (one row,
+    one request) and whether there is an attention mask: a handful of graphs per function."""
+    from torch.fx.experimental import _config as fx_config
+
+    compiled = torch.compile(fn, **options)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with fx_config.patch(use_duck_shape=False):
+            return compiled(*args, **kwargs)
+    return call
 
 
 class DiffusionLM:
@@ -65,14 +86,14 @@ class DiffusionLM:
         Off unless asked for (``compile=true``)."""
         options.setdefault("dynamic", True)
         if scope == "model":
-            self.net.hidden = torch.compile(self.net.hidden, **options)
-            self.net.hidden_cached = torch.compile(self.net.hidden_cached, **options)
+            names, owners = ("hidden", "hidden_cached"), [self.net]
         elif scope == "blocks":
-            for block in self.net.blocks:
-                block.forward = torch.compile(block.forward, **options)
-                block.forward_cached = torch.compile(block.forward_cached, **options)
+            names, owners = ("forward", "forward_rows", "forward_cached"), list(self.net.blocks)
         else:
             raise ValueError(f"compile scope={scope!r} must be one of model, blocks")
+        for owner in owners:
+            for name in names:
+                setattr(owner, name, _compiled(getattr(owner, name), options))
         return self
 
     @torch.no_grad()

@@ -113,18 +113,19 @@ class Attention(nn.Module):
     def _qkv(self, x, cos, sin):
         return (self._heads(self.q_proj, x, self.n_heads, cos, sin), *self._kv(x, cos, sin))
 
-    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None, out_index=None):
-        """Attention output [N, T, d], or [N, P, d] for the query rows ``out_index`` only (every
-        position still serves as a key)."""
+    def forward(self, x, cos, sin, attn_bias, out_index=None):
+        """(attention output [N, T, d], or [N, P, d] for the query rows ``out_index`` only (every
+        position still serves as a key); keys after rotary and values [N, Hkv, T, D]).
+
+        Keys and values are always returned (a KV cache keeps them; otherwise they are dropped):
+        a compiled block then has one graph whether or not the caller keeps them."""
         q = self._heads(self.q_proj, take_rows(x, out_index), self.n_heads,
                         take_rows(cos, out_index), take_rows(sin, out_index))
         k, v = self._kv(x, cos, sin)
-        if kv_out is not None:      # keys after rotary: cached keys carry their positions
-            kv_out.append((k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,
                                              enable_gqa=self.n_kv_heads != self.n_heads)
         n, p = q.shape[0], q.shape[2]
-        return self.o_proj(out.transpose(1, 2).reshape(n, p, -1))
+        return self.o_proj(out.transpose(1, 2).reshape(n, p, -1)), k, v
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
         """Queries ``x`` [R, Q, d] against cached keys/values ``ck``/``cv`` [R, Hkv, T, D] (one
@@ -158,11 +159,20 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, attn_bias, kv_out: list | None = None, out_index=None):
-        """[N, T, d] -> [N, T, d], or [N, P, d] for the rows ``out_index`` (see ``take_rows``)."""
-        x = take_rows(x, out_index) + self.attn(self.attn_norm(x), cos, sin, attn_bias, kv_out,
-                                                out_index)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x, cos, sin, attn_bias):
+        """[N, T, d] -> ([N, T, d], this layer's keys and values)."""
+        return self._forward(x, cos, sin, attn_bias, None)
+
+    def forward_rows(self, x, cos, sin, attn_bias, out_index):
+        """[N, T, d] -> ([N, P, d] at the rows ``out_index`` [N, P], keys, values): the last
+        layer. A method of its own, so that a compiled block keeps separate (few) graphs for the
+        two kinds of call instead of recompiling between them."""
+        return self._forward(x, cos, sin, attn_bias, out_index)
+
+    def _forward(self, x, cos, sin, attn_bias, out_index):
+        a, k, v = self.attn(self.attn_norm(x), cos, sin, attn_bias, out_index)
+        x = take_rows(x, out_index) + a
+        return x + self.mlp(self.mlp_norm(x)), k, v
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
         x = x + self.attn.forward_cached(self.attn_norm(x), cos, sin, ck, cv, attn_bias)
@@ -228,9 +238,17 @@ class BidirectionalTransformer(nn.Module):
         if position_ids is None:     # one table row for all: broadcast, not N copies
             position_ids = torch.arange(t, device=tokens.device)[None]
         cos, sin = self._rotary(position_ids, x.dtype)
+        if out_index is not None and out_index.dim() == 1:
+            out_index = out_index.expand(n, -1).contiguous()   # one index form: one compiled graph
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, attn_bias, kv_out, out_index if i == last else None)
+            if i == last and out_index is not None:
+                x, k, v = block.forward_rows(x, cos, sin, attn_bias, out_index)
+            else:
+                x, k, v = block(x, cos, sin, attn_bias)
+            if kv_out is not None:      # keys after rotary: cached keys carry their positions
+                kv_out.append((k, v))
+            del k, v
         return self.norm(x)
 
     def hidden_cached(self, tokens: torch.Tensor, position_ids: torch.Tensor, kv: list,

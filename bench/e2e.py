@@ -99,10 +99,12 @@ class RoundCounter:
 
     def __init__(self):
         self.n = 0
-        self._orig = batch_mod.Batch.call
+        self._orig = getattr(getattr(batch_mod, "Batch", None), "call", None)
 
     def __enter__(self):
         orig = self._orig
+        if orig is None:        # an older checkout without Batch.call: rounds unknown
+            return self
 
         def counted(b, *a, **k):
             self.n += 1
@@ -111,12 +113,13 @@ class RoundCounter:
         return self
 
     def __exit__(self, *exc):
-        batch_mod.Batch.call = self._orig
+        if self._orig is not None:
+            batch_mod.Batch.call = self._orig
 
 
 def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
     extra = {}
-    if DECODERS[dec].uses_vocab:
+    if getattr(DECODERS[dec], "uses_vocab", dec in ("pvf", "explore")):
         extra["preset"] = "arith"
         if "ids" not in vocab_cache:
             from pvf_lmeval.vocab import resolve_vocab
@@ -163,25 +166,28 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                     "nfe": sum(r.nfe for r in results) / len(results),
                     "rounds": rc.n, "calls": model.calls, "wall_s": wall,
                     "inside_s": model.inside, "outside_s": outside,
-                    "outside_share": outside / wall, "outside_ms_per_round": 1000 * outside / rc.n,
+                    "outside_share": outside / wall,
+                    "outside_ms_per_round": 1000 * outside / rc.n if rc.n else float("nan"),
+                    "outside_ms_per_call": 1000 * outside / max(model.calls, 1),
                     "inside_ms_per_call": 1000 * model.inside / max(model.calls, 1)})
                 print(json.dumps(rows[-1]), flush=True)
     return rows, schedules
 
 
 def table(rows: list[dict], title: str) -> str:
-    base = {(r["fixture"], r["decoder"], r["cache"]): r["outside_ms_per_round"]
-            for r in rows if r["batch"] == 1}
+    key = "outside_ms_per_round" if all(r["rounds"] for r in rows) else "outside_ms_per_call"
+    base = {(r["fixture"], r["decoder"], r["cache"]): r[key] for r in rows if r["batch"] == 1}
+    unit = "round" if key == "outside_ms_per_round" else "call"
     out = [title, "",
            "| fixture | decoder | cache | batch | tokens/s | NFE | rounds | calls | outside share "
-           "| outside ms/round | vs batch 1 | inside ms/call |",
+           f"| outside ms/{unit} | vs batch 1 | inside ms/call |",
            "|" + "---|" * 12]
     for r in rows:
         b1 = base.get((r["fixture"], r["decoder"], r["cache"]))
-        ratio = f"{r['outside_ms_per_round'] / b1:.2f}x" if b1 else "-"
+        ratio = f"{r[key] / b1:.2f}x" if b1 else "-"
         out.append(f"| {r['fixture']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
-                   f"{r['tokens_per_s']:.1f} | {r['nfe']:.1f} | {r['rounds']} | {r['calls']} | "
-                   f"{100 * r['outside_share']:.0f}% | {r['outside_ms_per_round']:.2f} | {ratio} | "
+                   f"{r['tokens_per_s']:.1f} | {r['nfe']:.1f} | {r['rounds'] or '-'} | "
+                   f"{r['calls']} | {100 * r['outside_share']:.0f}% | {r[key]:.2f} | {ratio} | "
                    f"{r['inside_ms_per_call']:.2f} |")
     return "\n".join(out)
 

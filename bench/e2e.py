@@ -94,6 +94,34 @@ class TimedModel:
         return out
 
 
+class StatsTimer:
+    """Times the per-row statistics over the vocabulary (``stats_from_logits``, entropies): work
+    proportional to rows x positions x vocabulary, outside the model call but not host overhead."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._orig = {n: getattr(batch_mod, n, None)
+                      for n in ("stats_from_logits", "entropy_from_logits")}
+
+    def __enter__(self):
+        for name, fn in self._orig.items():
+            if fn is None:
+                continue
+
+            def timed(*a, _fn=fn, **k):
+                t0 = time.perf_counter()
+                out = _fn(*a, **k)
+                self.seconds += time.perf_counter() - t0
+                return out
+            setattr(batch_mod, name, timed)
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self._orig.items():
+            if fn is not None:
+                setattr(batch_mod, name, fn)
+
+
 class RoundCounter:
     """Counts ``Batch.call`` invocations (rounds of the loop, the initial call included)."""
 
@@ -145,7 +173,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                 model.record = bs == 1
                 model.schedule = defaultdict(list)
                 results = []
-                with RoundCounter() as rc:
+                with RoundCounter() as rc, StatsTimer() as stt:
                     sync(base.device)
                     t0 = time.perf_counter()
                     for a in range(0, len(prompts), bs):
@@ -169,6 +197,8 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                     "outside_share": outside / wall,
                     "outside_ms_per_round": 1000 * outside / rc.n if rc.n else float("nan"),
                     "outside_ms_per_call": 1000 * outside / max(model.calls, 1),
+                    "stats_s": stt.seconds,
+                    "host_ms_per_round": 1000 * (outside - stt.seconds) / rc.n if rc.n else float("nan"),
                     "inside_ms_per_call": 1000 * model.inside / max(model.calls, 1)})
                 print(json.dumps(rows[-1]), flush=True)
     return rows, schedules
@@ -178,17 +208,23 @@ def table(rows: list[dict], title: str) -> str:
     key = "outside_ms_per_round" if all(r["rounds"] for r in rows) else "outside_ms_per_call"
     base = {(r["fixture"], r["decoder"], r["cache"]): r[key] for r in rows if r["batch"] == 1}
     unit = "round" if key == "outside_ms_per_round" else "call"
+    host = {(r["fixture"], r["decoder"], r["cache"]): r.get("host_ms_per_round")
+            for r in rows if r["batch"] == 1}
     out = [title, "",
            "| fixture | decoder | cache | batch | tokens/s | NFE | rounds | calls | outside share "
-           f"| outside ms/{unit} | vs batch 1 | inside ms/call |",
-           "|" + "---|" * 12]
+           f"| outside ms/{unit} | vs batch 1 | of which statistics | rest vs batch 1 "
+           "| inside ms/call |",
+           "|" + "---|" * 14]
     for r in rows:
-        b1 = base.get((r["fixture"], r["decoder"], r["cache"]))
+        k = (r["fixture"], r["decoder"], r["cache"])
+        b1, h1 = base.get(k), host.get(k)
         ratio = f"{r[key] / b1:.2f}x" if b1 else "-"
+        stats = f"{1000 * r['stats_s'] / max(r['rounds'] or r['calls'], 1):.2f} ms"
+        rest = f"{r['host_ms_per_round'] / h1:.2f}x" if h1 and r["rounds"] else "-"
         out.append(f"| {r['fixture']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
                    f"{r['tokens_per_s']:.1f} | {r['nfe']:.1f} | {r['rounds'] or '-'} | "
                    f"{r['calls']} | {100 * r['outside_share']:.0f}% | {r[key]:.2f} | {ratio} | "
-                   f"{r['inside_ms_per_call']:.2f} |")
+                   f"{stats} | {rest} | {r['inside_ms_per_call']:.2f} |")
     return "\n".join(out)
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .rules import rules_for
+
 # Route codes (int8 in tensors); index into ROUTE_NAMES for the public label.
 NONE, BASE, PLAN, AR, FORCED, EXPLORE = 0, 1, 2, 3, 4, 5
 ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore")
@@ -88,12 +90,17 @@ class Choice:
     labels: [R, L] int8: route codes of everything that row commits.
     tally:  optional [R] long counters to add to the request's record (``plan_tried``,
             ``plan_passed``).
+    extra:  optional [R, L] bool: positions also committed, with the token of the stats the
+            step was given, on top of the picked row (``rules=reference``: a token forced after
+            the call). The state is then no row of the call: the step must not use the picked
+            row's stats for it (it makes a fresh call next round).
     memo:   tensors the trace reads (only read when decoding with ``trace=True``).
     """
 
     pick: Tensor
     labels: Tensor
     tally: dict = field(default_factory=dict)
+    extra: Tensor | None = None
     memo: dict = field(default_factory=dict)
 
 
@@ -179,20 +186,32 @@ def leftmost_positions(members: Tensor, k: int) -> Tensor:
 
 
 def threshold_select(conf: Tensor, members: Tensor, tau: float,
-                     factor: float | None = None) -> tuple[Tensor, Tensor]:
+                     factor: float | None = None, *, last_rank_commits_all: bool = False,
+                     force: bool = True) -> tuple[Tensor, Tensor]:
     """Fast-dLLM rule over ``members`` [..., L]: returns (selected, forced) masks.
 
     Without ``factor``: members with ``conf >= tau``. With ``factor`` f: members whose rank n
     (1-based, conf descending) has ``conf >= 1 - f/(n+1)`` (a prefix of the ranking). If no member
-    qualifies, the single most confident member is selected and flagged ``forced``.
+    qualifies, the single most confident member is selected and flagged ``forced`` (``force``
+    False: nothing is selected then, the caller forces later).
+
+    ``last_rank_commits_all`` (``rules=reference``, factor rule only): as in Fast-dLLM's code,
+    whose top-ranked member always passes, when the first member that fails is the last one in
+    the ranking, every member is selected, the failing one included.
     """
     rank = rank_desc(conf, members)
     if factor is None:
         clear = members & (conf >= tau)
     else:
         clear = members & (conf >= 1.0 - factor / (rank + 2).to(conf.dtype))
+        if last_rank_commits_all:
+            n = members.sum(-1, keepdim=True)
+            first_fail = clear.sum(-1, keepdim=True).clamp(min=1)      # the top always passes
+            clear = clear | (members & (n >= 2) & (first_fail == n - 1))
     top = members & (rank == 0)
     forced = top & ~clear.any(dim=-1, keepdim=True)
+    if not force:
+        forced = torch.zeros_like(forced)
     return clear | forced, forced
 
 
@@ -242,6 +261,7 @@ class Step:
         self.p = params
         self.reveal = params.reveal_next if self.reveals else 0
         self.rows = self.rows_per_call(params)
+        self.rules = rules_for(params.rules)
 
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
         raise NotImplementedError

@@ -6,6 +6,8 @@ position of the active block, outside the threshold set, with ``band_lo <= p <= 
 the planning vocabulary, falling back to random when there are none. Draws come from the request's
 seeded generator (one uniform per generation position per step, drawn every step). No
 verification; one single-row call per step; the extra token is labelled ``explore``.
+``rules=reference`` (switch 3): the most confident position is forced only when neither the
+threshold set nor the extra pick commits anything.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import EXPLORE, Branches, Stats, Step, base_labels, single_row, threshold_select
+from .common import (EXPLORE, Branches, Stats, Step, base_labels, single_row, static_select,
+                     threshold_select)
 
 
 class ExploreDecoder(Step):
@@ -24,7 +27,8 @@ class ExploreDecoder(Step):
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
         p = self.p
         W = b.working_set(y, self.reveal)
-        sel, forced = threshold_select(st.conf, W, p.threshold)
+        late = self.rules.force_after_routes    # rules=reference: force only if nothing else
+        sel, forced = threshold_select(st.conf, W, p.threshold, force=not late)
         lo, hi = p.band
         elig = b.working_set(y) & ~sel & (st.conf >= lo) & (st.conf <= hi)
         pool = elig
@@ -33,6 +37,9 @@ class ExploreDecoder(Step):
             pool = torch.where(plan.any(-1, keepdim=True), plan, elig)
         keys = torch.where(pool, b.rand(ids), torch.full_like(st.conf, -1.0))
         extra = (b.idx == keys.argmax(-1, keepdim=True)) & pool
+        if late:
+            forced = static_select(st.conf, W, 1) & ~(sel | extra).any(-1, keepdim=True)
+            sel = sel | forced
         labels = torch.where(extra, torch.full_like(sel, EXPLORE, dtype=torch.int8),
                              base_labels(sel, forced))
         return single_row(b, torch.where(sel | extra, st.tok, y), labels)

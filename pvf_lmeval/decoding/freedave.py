@@ -54,7 +54,9 @@ class FreeDaveDecoder(Step):
         if self.p.base_rule == "static":
             sel = static_select(conf, Wd, 1)
         else:
-            sel = threshold_select(conf, Wd, self.p.threshold, self.p.factor)[0]
+            sel = threshold_select(
+                conf, Wd, self.p.threshold, self.p.factor,
+                last_rank_commits_all=self.rules.factor_last_rank_commits_all)[0]
         return torch.where(sel, tok, drafts)
 
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:

@@ -124,6 +124,8 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         made = br.n > 0
         pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
         y = br.rows.gather(1, pick.view(-1, 1, 1).expand(-1, 1, L)).squeeze(1)
+        if ch.extra is not None:
+            y = torch.where(ch.extra & made[:, None], st.tok, y)
         labels = torch.where(made[:, None], ch.labels, br.labels)
         st = out.pick(pick)
         b.commit_caches(ids, y)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .registry import DECODERS
+from .rules import RULES
 
 DECODER_NAMES = tuple(DECODERS)
 ROUTES = ("plan+ar", "plan", "ar", "none")
@@ -104,6 +105,7 @@ class DecodeParams:
     pick: str = "random"
     band: tuple[float, float] = (0.2, 0.6)
     cache: str = "none"
+    rules: str = "paper"
     preset: str | None = None
 
     @property
@@ -271,6 +273,7 @@ def validate_params(p: DecodeParams) -> DecodeParams:
     _choice("routes", p.routes, ROUTES)
     _choice("pick", p.pick, PICKS)
     _choice("cache", p.cache, CACHES)
+    _choice("rules", p.rules, RULES)
     lo, hi = p.band
     if not (0.0 <= lo <= hi <= 1.0):
         raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
@@ -282,7 +285,7 @@ _INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", 
 _FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo")
 _BOOLS = ("early_stop", "plan_self_check")
 _CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS,
-            "cache": CACHES}
+            "cache": CACHES, "rules": RULES}
 
 
 def coerce(name: str, v: Any) -> Any:

@@ -20,6 +20,15 @@ Every request has width + 1 row slots; its route decides how many it sends. Rout
 by ``routes``: ``plan`` (never AR), ``ar`` (never planning), ``none``. Labels: base / forced /
 plan / ar.
 
+``rules=reference`` (:mod:`.rules`, switches 3-8) changes the step where the authors' code
+differs: no forced token in the base set (it is forced only when nothing else is committed);
+impact set and C_total over every position of W_t masked before the base commit, an empty
+impact set passing; a top-probability self-check of every candidate; a failed planning step
+continues with AR fills from its base row in the next round (which skips planning); and a round
+whose AR verifies nothing (or whose forced token is decided after the call) is followed by a
+fresh call on the committed state, as the reference discards those results. Per-request modes
+carry these decisions from one round to the next.
+
 Online vocabulary (see :mod:`.online`): candidates are the eligible in-band positions plus up
 to ``explore`` slots of explorable ones (which also fill slots the eligible ones leave unused);
 every tried candidate's outcome (non-vacuous, A, VIG from the entropies of the same call) is
@@ -31,9 +40,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (AR, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
+from .common import (AR, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
                      rank_desc, static_select, threshold_select)
 from .verify import rows_of, verify_plans
+
+# Per-request modes between rounds (``rules=reference`` only; always NORMAL under the paper's).
+NORMAL = 0
+FRESH = 1          # make a fresh call on the committed state, commit nothing (switch 7)
+AR_NEXT = 2        # planning failed last round: AR from the base row's stats, no planning (6)
+AR_NEXT_EMPTY = 3  # ... and that round committed nothing (the forced token is still owed, 3)
 
 
 def _at(x: Tensor, pos: Tensor) -> Tensor:
@@ -56,6 +71,18 @@ class PVFDecoder(Step):
         super().__init__(params)
         self.use_plan = params.routes in ("plan+ar", "plan")
         self.use_ar = params.routes in ("plan+ar", "ar")
+        self._batch = None
+        self._mode: Tensor | None = None        # [n] per-request modes (rules=reference)
+
+    def _modes(self, b, ids: list[int]) -> Tensor:
+        """The live requests' modes [R] (all NORMAL under the paper's rules)."""
+        if self._batch is not b:
+            self._batch = b
+            self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
+        return self._mode.index_select(0, torch.tensor(ids, device=b.device))
+
+    def _set_modes(self, b, ids: list[int], mode: Tensor) -> None:
+        self._mode.index_copy_(0, torch.tensor(ids, device=b.device), mode)
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
         """Planning candidates [R, L] among the in-band positions and their count [R]."""
@@ -77,19 +104,27 @@ class PVFDecoder(Step):
 
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
         p, K, L = self.p, self.p.width, b.L
+        ref = self.rules
         W = b.working_set(y, self.reveal)
-        sel, forced = threshold_select(st.conf, W, p.threshold)
+        sel, forced = threshold_select(st.conf, W, p.threshold, force=not ref.force_after_routes)
         zb = torch.where(sel, st.tok, y)
         labels = base_labels(sel, forced)
-        fin = b.finished(zb)
+        mode = self._modes(b, ids) if ref.name != "paper" else None
 
         rest = W & ~sel
         none = torch.zeros_like(rest)
         band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
+        if mode is not None:
+            band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
+            elig = elig & (mode != FRESH)[:, None]
         cand, n_cand = self._candidates(b, st, band)
         k_plan = n_cand.clamp(max=K)
         k_ar = elig.sum(-1).clamp(max=K)
+        if mode is not None:
+            zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode,
+                                                   (k_plan == 0) & (k_ar == 0))
+        fin = b.finished(zb)
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
 
@@ -106,10 +141,32 @@ class PVFDecoder(Step):
                            ar_rows)
         n = torch.where(plan, k_plan + 1, torch.where(ar, k_ar + 1, torch.ones_like(k_ar)))
         n = torch.where(fin, torch.zeros_like(n), n)
+        memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
+        if mode is not None:
+            memo.update(y=y, sel=sel, mode=mode, top=top)
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
-                        memo=dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar,
-                                  k_plan=k_plan, k_ar=k_ar))
+                        memo=memo)
+
+    def _reference_base(self, b, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
+                        labels: Tensor, mode: Tensor, no_route: Tensor):
+        """``rules=reference``: the row a request sends when it tries no route this round.
+
+        FRESH: its committed state as it is (a fresh call, nothing committed). AR_NEXT with
+        nothing to fill: the reference commits no impact set then, only the forced token when
+        the failed planning round committed nothing. A normal round without candidates: the
+        base set, or the forced token when it is empty (nothing else can be committed). Returns
+        (z_base [R, L], labels, top [R, L] = the most confident position of W_t)."""
+        top = static_select(st.conf, W, 1)
+        empty = ~sel.any(-1)
+        owe = no_route & (((mode == NORMAL) & empty) | (mode == AR_NEXT_EMPTY))
+        keep_y = (mode == FRESH) | ((mode != NORMAL) & no_route)
+        force = top & owe[:, None]
+        zb = torch.where(keep_y[:, None], y, zb)
+        zb = torch.where(force, st.tok, zb)
+        labels = torch.where(keep_y[:, None], torch.zeros_like(labels), labels)
+        labels = torch.where(force, torch.full_like(labels, FORCED), labels)
+        return zb, labels, top
 
     def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
@@ -120,18 +177,25 @@ class PVFDecoder(Step):
         labels = br.labels
         slot = torch.arange(K, device=zb.device)
 
+        ref = self.rules
         # planning route: verify, then the best verified branch by C_total
         masked_b = W & (zb == b.mask_id)
-        verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold)
+        verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold,
+                               impact_over=W if ref.impact_includes_committed else None)
         tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
         pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
         if br.entropy:
             b.vocab.record(_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig,
                            keep=tried)
         ok = verdict.passed & tried
-        if p.plan_self_check:
+        if ref.self_check_max_prob:
+            ok &= _at(out.pmax[:, 1:], pos) >= p.plan_lo
+        elif p.plan_self_check:
             ok &= _at(out.pcur[:, 1:], pos) >= p.plan_lo
-        live = W.unsqueeze(1) & (br.rows == b.mask_id)                           # [R, K+1, L]
+        if ref.c_total_over_step_masks:
+            live = W.unsqueeze(1).expand_as(br.rows)                             # [R, K+1, L]
+        else:
+            live = W.unsqueeze(1) & (br.rows == b.mask_id)
         c_total = torch.where(live, out.pmax, torch.zeros_like(out.pmax)).sum(-1)
         score = torch.where(ok, c_total[:, 1:], torch.full_like(c_total[:, 1:], float("-inf")))
         best = first_true(score == score.max(-1, keepdim=True).values)          # tie: earlier
@@ -151,12 +215,38 @@ class PVFDecoder(Step):
                                                                      labels))
         tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
                  "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
-        return Choice(pick, labels, tally, memo=dict(pos=pos, ok=ok, c_total=c_total,
-                                                     any_ok=any_ok, pos_ar=pos_ar, ver=ver,
-                                                     kstar=kstar))
+        extra = None
+        if "mode" in m:
+            labels, extra = self._reference_next(b, ids, m, labels, any_ok, kstar)
+        return Choice(pick, labels, tally, extra=extra,
+                      memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
+                                ver=ver, kstar=kstar))
+
+    def _reference_next(self, b, ids: list[int], m: dict, labels: Tensor, any_ok: Tensor,
+                        kstar: Tensor) -> tuple[Tensor, Tensor]:
+        """``rules=reference``: the forced token owed after the routes (switch 3) and each
+        request's mode for the next round (switches 6, 7). Returns (labels, extra commits)."""
+        mode, sel, top, plan, ar = m["mode"], m["sel"], m["top"], m["plan"], m["ar"]
+        failed_plan = plan & ~any_ok
+        failed_ar = ar & (kstar == 0)
+        owed = ~sel.any(-1) & (mode != AR_NEXT)       # nothing committed in this step yet
+        ar_next = self.rules.ar_after_failed_plan
+        force = (failed_ar | (failed_plan & ~torch.tensor(ar_next))) & owed
+        extra = top & force[:, None]
+        labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
+        nxt = torch.full_like(mode, NORMAL)
+        if self.rules.ar_after_failed_plan:
+            nxt = torch.where(failed_plan, torch.where(sel.any(-1), AR_NEXT, AR_NEXT_EMPTY), nxt)
+        if self.rules.fresh_call_after_failed_fill:
+            nxt = torch.where(failed_ar, torch.full_like(nxt, FRESH), nxt)
+        nxt = torch.where(force, torch.full_like(nxt, FRESH), nxt)   # not a row of the call
+        self._set_modes(b, ids, nxt)
+        return labels, extra
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
         m, c = br.memo, choice.memo
+        if "mode" in m and int(m["mode"][r]) == FRESH:
+            return {"route": "fresh"}
         if bool(m["plan"][r]):
             k = int(m["k_plan"][r])
             return {"route": "plan" if bool(c["any_ok"][r]) else "base",

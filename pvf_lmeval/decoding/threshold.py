@@ -20,5 +20,7 @@ class ThresholdDecoder(Step):
 
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
         W = b.working_set(y)
-        sel, forced = threshold_select(st.conf, W, self.p.threshold, self.p.factor)
+        sel, forced = threshold_select(
+            st.conf, W, self.p.threshold, self.p.factor,
+            last_rank_commits_all=self.rules.factor_last_rank_commits_all)
         return single_row(b, torch.where(sel, st.tok, y), base_labels(sel, forced))

@@ -33,18 +33,25 @@ class Verdict:
 
 
 def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
-                 tau_high: float) -> Verdict:
+                 tau_high: float, *, impact_over: Tensor | None = None) -> Verdict:
     """Verify K planning branches of R requests.
 
     ``base``: stats [R, L] of z_base; ``plans``: stats [R, K, L] of the branches; ``own``
     [R, K, L] bool: each branch's candidate position; ``masked_base`` [R, L]: positions of W_t
     still masked in z_base. VIG needs entropies in both ``base`` and ``plans``.
+
+    ``impact_over`` (``rules=reference``, switch 4): the impact set is taken over these
+    positions [R, L] (W_t masked before the base commit) with no position left out, and an empty
+    impact set passes; ``nonvacuous`` still reports whether it was empty.
     """
-    imp = masked_base & (base.pmax >= tau_high)                        # S_imp [R, L]
-    imp_j = imp.unsqueeze(1) & ~own                                     # [R, K, L]
+    if impact_over is None:
+        imp = masked_base & (base.pmax >= tau_high)                    # S_imp [R, L]
+        imp_j = imp.unsqueeze(1) & ~own                                 # [R, K, L]
+    else:
+        imp_j = (impact_over & (base.pmax >= tau_high)).unsqueeze(1).expand_as(own)
     agree = ((plans.tok == base.tok.unsqueeze(1)) | ~imp_j).all(-1)
     nonvac = imp_j.any(-1)
-    passed = nonvac & agree
+    passed = agree if impact_over is not None else nonvac & agree
     vig = None
     if base.ent is not None and plans.ent is not None:
         R = masked_base.unsqueeze(1) & ~own                            # [R, K, L]

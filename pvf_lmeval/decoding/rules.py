@@ -1,0 +1,69 @@
+"""``rules=paper|reference``: the paper's decoding rules, or the published reference code's.
+
+Researchers compare our numbers with papers, and papers' numbers come from their authors' code,
+which differs from the paper's text in a few places. ``rules=reference`` switches each known
+difference to the published code's behaviour; ``rules=paper`` (the default) follows the paper
+(SPEC.md). Every difference is one named switch below, read by the step code where it applies;
+``docs/reference-differences.md`` lists them with their measured effect.
+
+Switches (numbers as in the documentation's table):
+
+1. ``factor_last_rank_commits_all`` (Fast-dLLM's factor rule, ``threshold`` and ``freedave``
+   with ``base_rule=threshold``): when the first position that fails its factor threshold is the
+   last one in the confidence ranking, every remaining masked position of the block is committed,
+   the failing one included.
+2. Capitalised tokens (a token whose text starts with an upper-case letter) are planning tokens
+   besides the vocabulary. Decoders never see strings: the adapter adds those ids to the planning
+   vocabulary (``vocab.capitalised_ids``); ``capitalised_plan_tokens`` says it should.
+3. ``force_after_routes`` (``pvf``, ``explore``): the most confident position is forced only when
+   the step commits nothing else (after planning, AR or the exploration pick), not as part of the
+   base set before them.
+4. ``impact_includes_committed`` (``pvf``): the impact set is taken over every position of W_t
+   masked *before* the base commit (so it includes the base set and the candidate's own
+   position), and an empty impact set passes.
+5. ``c_total_over_step_masks`` (``pvf``): C_total sums over every position of W_t masked before
+   the base commit (base set and the candidate's own position included).
+6. ``ar_after_failed_plan`` (``pvf``): when every planning branch fails, the step goes on to
+   commit the impact set and to try AR fills from the base row, with a second model call (here:
+   the next round, which skips planning).
+7. ``fresh_call_after_failed_fill`` (``pvf``): when AR verifies no fill (or a failed planning step
+   has nothing to fill), that call's results are discarded and the next step makes a fresh call
+   on the committed state instead of reusing them.
+8. ``self_check_max_prob`` (``pvf``): the reference always checks that a candidate's position
+   keeps a top probability ``>= plan_lo`` under its own branch (the highest probability there,
+   not the placed token's, which is what ``plan_self_check`` tests under the paper's rules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RULES = ("paper", "reference")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The switches of one rule set (see the module docstring)."""
+
+    name: str = "paper"
+    factor_last_rank_commits_all: bool = False
+    capitalised_plan_tokens: bool = False
+    force_after_routes: bool = False
+    impact_includes_committed: bool = False
+    c_total_over_step_masks: bool = False
+    ar_after_failed_plan: bool = False
+    fresh_call_after_failed_fill: bool = False
+    self_check_max_prob: bool = False
+
+
+PAPER = Rules()
+REFERENCE = Rules("reference", *([True] * 8))
+
+
+def rules_for(name: str) -> Rules:
+    """The rule set called ``name`` (``paper`` or ``reference``)."""
+    if name == "paper":
+        return PAPER
+    if name == "reference":
+        return REFERENCE
+    raise ValueError(f"rules={name!r} must be one of {', '.join(RULES)}")

@@ -146,7 +146,7 @@ class Batch:
     # ------------------------------------------------------------ the model call
 
     def call(self, ids: list[int], rows: Tensor, n: Tensor, *, entropy: bool = False,
-             max_rows: int | None = None) -> Stats:
+             max_rows: int | None = None, cover: Tensor | None = None) -> Stats:
         """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each request
         ``ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
 
@@ -154,6 +154,8 @@ class Batch:
         of its rows to the end of the block after the latest one (the next step's stats need the
         active + next block of whichever row is committed); rows without a mask do not widen it.
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
+        ``cover`` [R] (optional): a generation position per request from which on the call
+        must cover stats too (``rules=reference`` reads positions its rows already filled).
         """
         R, M, L = rows.shape
         B, nb = self.B, self.nb
@@ -161,6 +163,8 @@ class Batch:
         a = first_true(masked) // B                                        # [R, M]; nb: no mask
         valid = torch.arange(M, device=rows.device) < n[:, None]
         lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
+        if cover is not None:               # the step needs stats from this block on too
+            lo_b = torch.minimum(lo_b, cover // B)
         hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
         cols = [n, lo_b, hi_b]
         cached = [r for r, i in enumerate(ids) if self.caches[i] is not None

@@ -72,6 +72,8 @@ class Branches:
              state is finished, no mask left or stopped early).
     labels:  [R, L] int8: route codes of the base state's commits.
     entropy: whether the call also computes entropies (``Stats.ent``).
+    cover:   optional [R] long: the call must also cover stats from this generation position
+             on (else it starts at the rows' earliest active block).
     memo:    whatever the step's ``choose`` needs from this round (tensors).
     """
 
@@ -80,6 +82,7 @@ class Branches:
     labels: Tensor
     entropy: bool = False
     memo: dict = field(default_factory=dict)
+    cover: Tensor | None = None
 
 
 @dataclass
@@ -94,6 +97,9 @@ class Choice:
             step was given, on top of the picked row (``rules=reference``: a token forced after
             the call). The state is then no row of the call: the step must not use the picked
             row's stats for it (it makes a fresh call next round).
+    remask: optional [R, L] bool: positions of the picked row that are masked again (they
+            conditioned the call but are not committed; ``rules=reference``). The picked row's
+            stats still feed the next round, as in the reference code.
     memo:   tensors the trace reads (only read when decoding with ``trace=True``).
     """
 
@@ -101,6 +107,7 @@ class Choice:
     labels: Tensor
     tally: dict = field(default_factory=dict)
     extra: Tensor | None = None
+    remask: Tensor | None = None
     memo: dict = field(default_factory=dict)
 
 

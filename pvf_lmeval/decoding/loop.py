@@ -118,12 +118,14 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     t = 0
     while ids:
         br = step.branches(b, ids, y, st)
-        out = b.call(ids, br.rows, br.n, entropy=br.entropy, max_rows=getattr(step, "max_rows",
-                                                                                None))
+        out = b.call(ids, br.rows, br.n, entropy=br.entropy, cover=br.cover,
+                     max_rows=getattr(step, "max_rows", None))
         ch = step.choose(b, ids, y, st, br, out)
         made = br.n > 0
         pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
         y = br.rows.gather(1, pick.view(-1, 1, 1).expand(-1, 1, L)).squeeze(1)
+        if ch.remask is not None:           # rules=reference only
+            y = torch.where(ch.remask & made[:, None], torch.full_like(y, b.mask_id), y)
         if ch.extra is not None:
             y = torch.where(ch.extra & made[:, None], st.tok, y)
         labels = torch.where(made[:, None], ch.labels, br.labels)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (AR, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
+from .common import (AR, BASE, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
                      rank_desc, static_select, threshold_select)
 from .verify import rows_of, verify_plans
 
@@ -73,12 +73,15 @@ class PVFDecoder(Step):
         self.use_ar = params.routes in ("plan+ar", "ar")
         self._batch = None
         self._mode: Tensor | None = None        # [n] per-request modes (rules=reference)
+        self._prev_W: Tensor | None = None      # [n, L] previous round's W_t and S_base
+        self._prev_sel: Tensor | None = None
 
     def _modes(self, b, ids: list[int]) -> Tensor:
         """The live requests' modes [R] (all NORMAL under the paper's rules)."""
         if self._batch is not b:
             self._batch = b
             self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
+            self._prev_W = self._prev_sel = None
         return self._mode.index_select(0, torch.tensor(ids, device=b.device))
 
     def _set_modes(self, b, ids: list[int], mode: Tensor) -> None:
@@ -115,9 +118,13 @@ class PVFDecoder(Step):
         none = torch.zeros_like(rest)
         band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
+        remask = None
         if mode is not None:
             band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
             elig = elig & (mode != FRESH)[:, None]
+            arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
+            W, zb, labels, elig, remask = self._reference_ar_next(b, ids, y, st, arn, W, zb,
+                                                                  labels, elig)
         cand, n_cand = self._candidates(b, st, band)
         k_plan = n_cand.clamp(max=K)
         k_ar = elig.sum(-1).clamp(max=K)
@@ -143,10 +150,49 @@ class PVFDecoder(Step):
         n = torch.where(fin, torch.zeros_like(n), n)
         memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
         if mode is not None:
-            memo.update(y=y, sel=sel, mode=mode, top=top)
+            memo.update(y=y, sel=sel, mode=mode, top=top, remask=remask)
+        # the reference reads stats at positions its rows filled in the step's block: cover it
+        cover = first_true(W).clamp(max=L - 1) if mode is not None else None
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
-                        memo=memo)
+                        memo=memo, cover=cover)
+
+    def _reference_ar_next(self, b, ids: list[int], y: Tensor, st: Stats, arn: Tensor,
+                           W: Tensor, zb: Tensor, labels: Tensor, elig: Tensor):
+        """``rules=reference``, switch 6: the AR fills that follow a failed planning round, as
+        the reference builds them inside that step. ``st`` are the base row's stats; the step's
+        working set W' and base set S' are those of the failed round (``_prev``). High-confidence
+        positions H = W' with top probability >= tau under the base row; the rows hold H (the
+        base set keeps its tokens); fills are the leftmost positions of W' \ H with p >= ar_lo,
+        which can be base-set positions (the reference then re-fills them); only H inside the
+        failed round's active block is committed, with the base row's tokens (also where the
+        base set had put its own), the rest of H is masked again. Returns (W, z_base, labels,
+        eligible, (positions to mask again, positions to rewrite)), unchanged for other
+        requests."""
+        pW, psel = self._prev(b, ids)
+        hc = pW & (st.pmax >= self.p.threshold)
+        block = b.blk == (first_true(pW) // b.B)[:, None]
+        keep = hc & ~psel & (y == b.mask_id)
+        zb_ar = torch.where(keep, st.tok, y)
+        remask = keep & ~block & arn[:, None]
+        # the reference commits H inside the block with the base row's prediction, which
+        # overwrites base-set tokens there (the rows still carry the base set's own tokens)
+        rewrite = hc & psel & block & arn[:, None]
+        lab_ar = torch.where(keep & block, torch.full_like(labels, BASE), torch.zeros_like(labels))
+        elig_ar = pW & ~hc & (st.conf >= self.p.ar_lo)
+        if not self.use_ar:
+            elig_ar = torch.zeros_like(elig_ar)
+        a = arn[:, None]
+        return (torch.where(a, pW, W), torch.where(a, zb_ar, zb), torch.where(a, lab_ar, labels),
+                torch.where(a, elig_ar, elig), (remask, rewrite))
+
+    def _prev(self, b, ids: list[int]) -> tuple[Tensor, Tensor]:
+        """The working set and base set [R, L] of each request's previous round."""
+        if self._prev_W is None or self._prev_W.shape[0] != b.n:
+            self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
+            self._prev_sel = torch.zeros_like(self._prev_W)
+        i = torch.tensor(ids, device=b.device)
+        return self._prev_W.index_select(0, i), self._prev_sel.index_select(0, i)
 
     def _reference_base(self, b, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
                         labels: Tensor, mode: Tensor, no_route: Tensor):
@@ -215,10 +261,13 @@ class PVFDecoder(Step):
                                                                      labels))
         tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
                  "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
-        extra = None
+        extra = remask = None
         if "mode" in m:
             labels, extra = self._reference_next(b, ids, m, labels, any_ok, kstar)
-        return Choice(pick, labels, tally, extra=extra,
+            remask, rewrite = m["remask"]
+            remask, rewrite = remask & ar[:, None], rewrite & ar[:, None]
+            extra = rewrite if extra is None else extra | rewrite
+        return Choice(pick, labels, tally, extra=extra, remask=remask,
                       memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
                                 ver=ver, kstar=kstar))
 
@@ -229,11 +278,18 @@ class PVFDecoder(Step):
         mode, sel, top, plan, ar = m["mode"], m["sel"], m["top"], m["plan"], m["ar"]
         failed_plan = plan & ~any_ok
         failed_ar = ar & (kstar == 0)
-        owed = ~sel.any(-1) & (mode != AR_NEXT)       # nothing committed in this step yet
+        arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
+        committed = torch.where(arn, (labels == BASE).any(-1), sel.any(-1))
+        owed = ~committed & (mode != AR_NEXT)         # nothing committed in this step yet
         ar_next = self.rules.ar_after_failed_plan
         force = (failed_ar | (failed_plan & ~torch.tensor(ar_next))) & owed
         extra = top & force[:, None]
         labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
+        if ar_next:                 # remember this round's W_t and S_base for an AR_NEXT round
+            i = torch.tensor(ids, device=b.device)
+            self._prev(b, ids)
+            self._prev_W.index_copy_(0, i, m["W"])
+            self._prev_sel.index_copy_(0, i, sel)
         nxt = torch.full_like(mode, NORMAL)
         if self.rules.ar_after_failed_plan:
             nxt = torch.where(failed_plan, torch.where(sel.any(-1), AR_NEXT, AR_NEXT_EMPTY), nxt)

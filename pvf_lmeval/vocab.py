@@ -332,7 +332,12 @@ class RunVocab:
         """``params`` carrying the fixed vocabulary (unchanged for ``vocab=online``); the first
         call resolves the artifact or builds the online statistics."""
         from .decoding.params import override
+        from .decoding.rules import rules_for
 
+        capitalised = rules_for(params.rules).capitalised_plan_tokens
+        if self.spec == "online" and capitalised:
+            raise ValueError("pvf-dlm: rules=reference adds capitalised tokens to a fixed planning "
+                             "vocabulary; vocab=online learns its own (use rules=paper or a fixed vocab)")
         if self.source == "unused" and self.spec == "online":
             self.online, self.source = self._make_online(params, model, tokenizer, model_name), "online"
         if self.source == "unused":
@@ -340,7 +345,12 @@ class RunVocab:
                 self.spec, tokenizer=tokenizer, model_family=model.family, model_name=model_name,
                 task_family=params.family, force=self.cfg["force"])
             log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.source, len(self.ids or ()))
-        return override(params, plan_vocab=self.ids) if self.ids else params
+        ids = self.ids
+        if capitalised:             # rules=reference, switch 2: the authors' code plans on them
+            if getattr(self, "_capitalised", None) is None:
+                self._capitalised = capitalised_ids(tokenizer)
+            ids = tuple(sorted(set(ids or ()) | self._capitalised))
+        return override(params, plan_vocab=ids) if ids else params
 
     def _make_online(self, params, model, tokenizer, model_name: str):
         """The run's OnlineVocab, seeded from ``online_seed`` (artifact path, bundled name, auto)."""

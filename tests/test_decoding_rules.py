@@ -319,3 +319,67 @@ def test_reference_batch_sizes_identical(llada, one_thread, cache):
                 got += [key(r) for r in decode_batch(llada, prompts[a:a + bs], "pvf",
                                                      request_indices=idx[a:a + bs], **kw)]
             assert got == single, (cache, temperature, bs)
+
+
+def test_single_switches_by_name():
+    r = rules_for("paper+fresh_call_after_failed_fill+self_check_max_prob")
+    assert r.fresh_call_after_failed_fill and r.self_check_max_prob and not r.force_after_routes
+    assert rules_for("impact_includes_committed").impact_includes_committed
+    with pytest.raises(ValueError, match="switches joined by '\\+' from: factor_last_rank"):
+        rules_for("paper+fresh_call")
+    fresh, _ = pvf(_failed_fill_table, rules="fresh_call_after_failed_fill")
+    assert fresh.steps[1]["route"] == "fresh"
+
+
+# ------------------------------------------------------------ 2. capitalised planning tokens
+
+def test_capitalised_ids_of_a_real_tokenizer(llada):
+    from pvf_lmeval.vocab import capitalised_ids
+
+    tok = llada.tokenizer
+    caps = capitalised_ids(tok)
+    texts = {i: tok.decode([i]).strip() for i in caps}
+    assert caps and all(t[0].isupper() for t in texts.values())
+    lower = [i for i in range(len(tok)) if tok.decode([i]).strip()[:1].islower()]
+    assert lower and not caps & set(lower)
+    assert not caps & set(tok.all_special_ids)
+
+
+def test_adapter_adds_capitalised_tokens_under_reference_rules(one_thread):
+    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.vocab import capitalised_ids
+
+    paper = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", preset="arith",
+                           vocab="none")
+    assert paper.params.plan_vocab is None
+    ref = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", preset="arith",
+                         vocab="none", rules="reference")
+    assert set(ref.params.plan_vocab) == capitalised_ids(ref.tokenizer)
+    with pytest.raises(ValueError, match="rules=reference adds capitalised tokens"):
+        PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", preset="arith",
+                       vocab="online", rules="reference")
+
+
+# ------------------------------------------------------------ 9. calls counted but not made
+
+def test_unmade_call_counted_after_a_failed_plan_with_nothing_to_fill():
+    def table(g):
+        f = filled(g)
+        if not f:
+            return {0: (10, .95), 1: (30, .5)}
+        if f == {0}:
+            return {3: (13, .95)}        # impact set {3}; nothing else reaches ar_lo
+        if f == {0, 1}:
+            return {3: (14, .95)}        # the plan fails
+        return {}
+    from decoding_tables import PROMPT, TableModel
+    from pvf_lmeval.decoding import decode
+
+    base, m0 = pvf(table, rules="ar_after_failed_plan")
+    assert base.steps[1]["route"] == "base" and m0.canvases[2] == [[10] + [None] * 7]
+    m1 = TableModel(table)
+    counted = decode(m1, PROMPT, "pvf", plan_vocab=VOCAB, gen_length=8, block_length=8,
+                     trace=True,
+                     rules="ar_after_failed_plan+count_unmade_calls")
+    assert (counted.tokens, m1.nfe) == (base.tokens, m0.nfe)       # the same calls made
+    assert counted.nfe == base.nfe + 1                             # ... one more counted

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .registry import DECODERS
-from .rules import RULES
+from .rules import rules_for
 
 DECODER_NAMES = tuple(DECODERS)
 ROUTES = ("plan+ar", "plan", "ar", "none")
@@ -273,7 +273,7 @@ def validate_params(p: DecodeParams) -> DecodeParams:
     _choice("routes", p.routes, ROUTES)
     _choice("pick", p.pick, PICKS)
     _choice("cache", p.cache, CACHES)
-    _choice("rules", p.rules, RULES)
+    rules_for(p.rules)
     lo, hi = p.band
     if not (0.0 <= lo <= hi <= 1.0):
         raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
@@ -285,7 +285,7 @@ _INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", 
 _FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo")
 _BOOLS = ("early_stop", "plan_self_check")
 _CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS,
-            "cache": CACHES, "rules": RULES}
+            "cache": CACHES}
 
 
 def coerce(name: str, v: Any) -> Any:
@@ -299,6 +299,9 @@ def coerce(name: str, v: Any) -> Any:
     if name in _CHOICES:
         return _choice(name, v, _CHOICES[name], "is not one of" if name == "decoder"
                        else "must be one of")
+    if name == "rules":
+        rules_for(str(v))
+        return str(v)
     if name == "band":
         return _band(v)
     if name == "plan_vocab":

@@ -129,8 +129,11 @@ class PVFDecoder(Step):
         k_plan = n_cand.clamp(max=K)
         k_ar = elig.sum(-1).clamp(max=K)
         if mode is not None:
-            zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode,
-                                                   (k_plan == 0) & (k_ar == 0))
+            no_route = (k_plan == 0) & (k_ar == 0)
+            zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode, no_route)
+            if ref.count_unmade_calls:
+                self._count_unmade(b, ids, no_route & (((mode == AR_NEXT) | (mode == AR_NEXT_EMPTY))
+                                                       | band.any(-1)) & ~b.finished(zb))
         fin = b.finished(zb)
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
@@ -163,7 +166,7 @@ class PVFDecoder(Step):
         the reference builds them inside that step. ``st`` are the base row's stats; the step's
         working set W' and base set S' are those of the failed round (``_prev``). High-confidence
         positions H = W' with top probability >= tau under the base row; the rows hold H (the
-        base set keeps its tokens); fills are the leftmost positions of W' \ H with p >= ar_lo,
+        base set keeps its tokens); fills are the leftmost positions of W' minus H with p >= ar_lo,
         which can be base-set positions (the reference then re-fills them); only H inside the
         failed round's active block is committed, with the base row's tokens (also where the
         base set had put its own), the rest of H is masked again. Returns (W, z_base, labels,
@@ -185,6 +188,13 @@ class PVFDecoder(Step):
         a = arn[:, None]
         return (torch.where(a, pW, W), torch.where(a, zb_ar, zb), torch.where(a, lab_ar, labels),
                 torch.where(a, elig_ar, elig), (remask, rewrite))
+
+    @staticmethod
+    def _count_unmade(b, ids: list[int], unmade: Tensor) -> None:
+        """Switch 9: one more call on the NFE of requests whose reference step counts a call it
+        does not make (one host read per round, reference rules only)."""
+        for r in unmade.nonzero().flatten().tolist():
+            b.nfe[ids[r]] += 1
 
     def _prev(self, b, ids: list[int]) -> tuple[Tensor, Tensor]:
         """The working set and base set [R, L] of each request's previous round."""

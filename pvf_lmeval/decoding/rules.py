@@ -6,6 +6,9 @@ difference to the published code's behaviour; ``rules=paper`` (the default) foll
 (SPEC.md). Every difference is one named switch below, read by the step code where it applies;
 ``docs/reference-differences.md`` lists them with their measured effect.
 
+``rules=`` also takes the paper's rules plus single switches, ``paper+<switch>+...``, so that
+each difference can be measured (and used) on its own.
+
 Switches (numbers as in the documentation's table):
 
 1. ``factor_last_rank_commits_all`` (Fast-dLLM's factor rule, ``threshold`` and ``freedave``
@@ -32,6 +35,10 @@ Switches (numbers as in the documentation's table):
 8. ``self_check_max_prob`` (``pvf``): the reference always checks that a candidate's position
    keeps a top probability ``>= plan_lo`` under its own branch (the highest probability there,
    not the placed token's, which is what ``plan_self_check`` tests under the paper's rules).
+9. ``count_unmade_calls`` (``pvf``, NFE only): the reference counts a model call when it enters
+   its fallback, also when the fallback then finds nothing to fill and makes no call (after a
+   failed plan whose base row leaves no AR position; or in-band positions without a planning
+   token and no AR position). Outputs are unchanged; NFE counts that call too.
 """
 
 from __future__ import annotations
@@ -54,16 +61,29 @@ class Rules:
     ar_after_failed_plan: bool = False
     fresh_call_after_failed_fill: bool = False
     self_check_max_prob: bool = False
+    count_unmade_calls: bool = False
 
 
 PAPER = Rules()
-REFERENCE = Rules("reference", *([True] * 8))
+REFERENCE = Rules("reference", *([True] * 9))
+
+
+SWITCHES = tuple(f for f in Rules.__dataclass_fields__ if f != "name")
 
 
 def rules_for(name: str) -> Rules:
-    """The rule set called ``name`` (``paper`` or ``reference``)."""
+    """The rule set called ``name``: ``paper``, ``reference``, or the paper's rules plus some
+    switches, ``paper+<switch>+<switch>...`` (the leading ``paper+`` may be left out), e.g.
+    ``rules=fresh_call_after_failed_fill`` for one difference on its own."""
     if name == "paper":
         return PAPER
     if name == "reference":
         return REFERENCE
-    raise ValueError(f"rules={name!r} must be one of {', '.join(RULES)}")
+    parts = [x for x in str(name).split("+") if x]
+    if parts and parts[0] == "paper":
+        parts = parts[1:]
+    bad = [x for x in parts if x not in SWITCHES]
+    if not parts or bad:
+        raise ValueError(f"rules={name!r} must be one of {', '.join(RULES)}, or switches joined "
+                         f"by '+' from: {', '.join(SWITCHES)}")
+    return Rules(str(name), **{x: True for x in parts})

@@ -33,10 +33,11 @@ import arith_bench  # noqa: E402  (bench/, beside this script)
 PVF_SWITCHES = [s for s in SWITCHES if s != "factor_last_rank_commits_all"]
 
 
-def configs():
-    """(decoder, rules, extra params) rows, the paper's rules first for each decoder."""
+def configs(switches: bool = True):
+    """(decoder, rules, extra params) rows, the paper's rules first for each decoder; without
+    ``switches`` only the two rule sets."""
     rows = [("pvf", "paper", {"preset": "arith"})]
-    rows += [("pvf", s, {"preset": "arith"}) for s in PVF_SWITCHES]
+    rows += [("pvf", s, {"preset": "arith"}) for s in (PVF_SWITCHES if switches else ())]
     rows += [("pvf", "reference", {"preset": "arith"}),
              ("threshold", "paper", {"factor": 1.0}),
              ("threshold", "reference", {"factor": 1.0})]
@@ -79,22 +80,26 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--early-stop", choices=("on", "off"), default="off")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-switches", action="store_true",
+                    help="only rules=paper and rules=reference (no single-switch rows)")
+    ap.add_argument("--no-header", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     docs = arith_bench.held_out(args.limit)
     extract = arith_bench.extract_answer()
     targets = [d["target"] for d in docs]
-    print(f"held-out arith items: {len(docs)}, gen_length {args.gen_length}, block "
-          f"{args.block_length}, greedy, cache=none, early_stop={args.early_stop}\n")
-    print("| fixture | decoder | rules | accuracy ± s.e. | Δacc (pts) | NFE | ΔNFE | branch rows "
-          "| TPF | plan tok | AR tok | forced tok |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    if not args.no_header:
+        print(f"held-out arith items: {len(docs)}, gen_length {args.gen_length}, block "
+              f"{args.block_length}, greedy, cache=none, early_stop={args.early_stop}\n")
+        print("| fixture | decoder | rules | accuracy ± s.e. | Δacc (pts) | NFE | ΔNFE "
+              "| branch rows | TPF | plan tok | AR tok | forced tok |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for fixture in args.fixtures:
         model = load_model(fixture, device="cpu")
         prompts = arith_bench.prompt_ids(model.tokenizer, docs)
         caps = capitalised_ids(model.tokenizer)
         base = {}
-        for decoder, rules, extra in configs():
+        for decoder, rules, extra in configs(not args.no_switches):
             m = run(model, prompts, targets, extract, decoder, rules, extra, args, caps)
             ref = base.setdefault(decoder, m)
             d_acc = "" if m is ref else f"{100 * (m['acc'] - ref['acc']):+.1f}"

@@ -3,7 +3,7 @@
 Researchers compare our numbers with papers, and papers' numbers come from their authors' code,
 which differs from the paper's text in a few places. ``rules=reference`` switches each known
 difference to the published code's behaviour; ``rules=paper`` (the default) follows the paper
-(SPEC.md). Every difference is one named switch below, read by the step code where it applies;
+(docs/decoding.md). Every difference is one named switch below, read by the step code where it applies;
 ``docs/reference-differences.md`` lists them with their measured effect.
 
 ``rules=`` also takes the paper's rules plus single switches, ``paper+<switch>+...``, so that

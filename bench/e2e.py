@@ -40,9 +40,10 @@ from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
 from pvf_lmeval.models.kv import cache_segments, is_cached_call  # noqa: E402
-from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
+from pvf_lmeval.models.transformer import TransformerConfig  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
+from throughput import random_weights_model  # noqa: E402  (bench/, beside this script)
 
 CACHES = ("none", "prefix", "dual")
 BATCH_SIZES = (1, 4, 16, 32)
@@ -232,22 +233,8 @@ def table(rows: list[dict], title: str) -> str:
 
 
 def random_model(shape: str, device, dtype) -> DiffusionLM:
-    cfg = TransformerConfig(**REPLAY_SHAPES[shape])
-    with torch.device("meta"):
-        net = BidirectionalTransformer(cfg)
-    net = net.to(dtype).to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    V = cfg.vocab_size
-    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=0,
-                       decodable=V, family="llada", name=f"random {shape}")
+    return random_weights_model(TransformerConfig(**REPLAY_SHAPES[shape]), device, dtype, shift=0,
+                                family="llada", name=f"random {shape}")
 
 
 def replay_batched(model, schedules: list[list], cache: str, prompt_len: int, L: int, B: int,

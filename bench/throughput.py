@@ -264,21 +264,29 @@ def width_table(model, prompt_len: int, L: int, B: int, reps: int, device, label
 
 def random_model(shape: str, device, dtype) -> DiffusionLM:
     cfg, shift = SHAPES[shape]
+    return random_weights_model(cfg, device, dtype, shift=shift, family=shape.split("-")[0],
+                                name=f"random {shape}")
+
+
+def random_weights_model(cfg, device, dtype, *, shift: int, family: str, name: str
+                         ) -> DiffusionLM:
+    """A DiffusionLM of config ``cfg`` with seeded random weights (norms 1, biases 0), allocated
+    directly on ``device`` in ``dtype``; the last three ids serve as mask, pad and end of text."""
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)
     net = net.to(dtype).to_empty(device=device)      # allocate in the target dtype directly
     gen = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
-        for name, p in net.named_parameters():
-            if name.endswith("norm.weight"):
+        for pname, p in net.named_parameters():
+            if pname.endswith("norm.weight"):
                 p.fill_(1.0)
-            elif name.endswith(".bias"):
+            elif pname.endswith(".bias"):
                 p.zero_()
             else:
                 p.normal_(0.0, 0.02, generator=gen)
     V = cfg.vocab_size
     return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=shift,
-                       decodable=V, family=shape.split("-")[0], name=f"random {shape}")
+                       decodable=V, family=family, name=name)
 
 
 def replay_schedule(sched: dict, dec: str, mode: str, L: int, B: int) -> list[list[int]]:

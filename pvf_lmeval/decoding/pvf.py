@@ -75,17 +75,18 @@ class PVFDecoder(Step):
         self._mode: Tensor | None = None        # [n] per-request modes (rules=reference)
         self._prev_W: Tensor | None = None      # [n, L] previous round's W_t and S_base
         self._prev_sel: Tensor | None = None
+        self._idx: Tensor | None = None         # this round's live request numbers
 
     def _modes(self, b, ids: list[int]) -> Tensor:
-        """The live requests' modes [R] (all NORMAL under the paper's rules)."""
+        """The live requests' modes [R]; starts the round's per-request state (``_idx``: the
+        live requests' numbers on the device, used until this round's ``choose`` ends)."""
         if self._batch is not b:
             self._batch = b
             self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
-            self._prev_W = self._prev_sel = None
-        return self._mode.index_select(0, torch.tensor(ids, device=b.device))
-
-    def _set_modes(self, b, ids: list[int], mode: Tensor) -> None:
-        self._mode.index_copy_(0, torch.tensor(ids, device=b.device), mode)
+            self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
+            self._prev_sel = torch.zeros_like(self._prev_W)
+        self._idx = torch.tensor(ids, device=b.device)
+        return self._mode.index_select(0, self._idx)
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
         """Planning candidates [R, L] among the in-band positions and their count [R]."""
@@ -172,7 +173,7 @@ class PVFDecoder(Step):
         base set had put its own), the rest of H is masked again. Returns (W, z_base, labels,
         eligible, (positions to mask again, positions to rewrite)), unchanged for other
         requests."""
-        pW, psel = self._prev(b, ids)
+        pW, psel = self._prev()
         hc = pW & (st.pmax >= self.p.threshold)
         block = b.blk == (first_true(pW) // b.B)[:, None]
         keep = hc & ~psel & (y == b.mask_id)
@@ -196,13 +197,9 @@ class PVFDecoder(Step):
         for r in unmade.nonzero().flatten().tolist():
             b.nfe[ids[r]] += 1
 
-    def _prev(self, b, ids: list[int]) -> tuple[Tensor, Tensor]:
-        """The working set and base set [R, L] of each request's previous round."""
-        if self._prev_W is None or self._prev_W.shape[0] != b.n:
-            self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
-            self._prev_sel = torch.zeros_like(self._prev_W)
-        i = torch.tensor(ids, device=b.device)
-        return self._prev_W.index_select(0, i), self._prev_sel.index_select(0, i)
+    def _prev(self) -> tuple[Tensor, Tensor]:
+        """The working set and base set [R, L] of each live request's previous round."""
+        return self._prev_W.index_select(0, self._idx), self._prev_sel.index_select(0, self._idx)
 
     def _reference_base(self, b, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
                         labels: Tensor, mode: Tensor, no_route: Tensor):
@@ -292,21 +289,20 @@ class PVFDecoder(Step):
         committed = torch.where(arn, (labels == BASE).any(-1), sel.any(-1))
         owed = ~committed & (mode != AR_NEXT)         # nothing committed in this step yet
         ar_next = self.rules.ar_after_failed_plan
-        force = (failed_ar | (failed_plan & ~torch.tensor(ar_next))) & owed
+        # nothing committed and no later round to commit in: force now (not a row of the call)
+        force = (failed_ar if ar_next else failed_ar | failed_plan) & owed
         extra = top & force[:, None]
         labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
         if ar_next:                 # remember this round's W_t and S_base for an AR_NEXT round
-            i = torch.tensor(ids, device=b.device)
-            self._prev(b, ids)
-            self._prev_W.index_copy_(0, i, m["W"])
-            self._prev_sel.index_copy_(0, i, sel)
+            self._prev_W.index_copy_(0, self._idx, m["W"])
+            self._prev_sel.index_copy_(0, self._idx, sel)
         nxt = torch.full_like(mode, NORMAL)
         if self.rules.ar_after_failed_plan:
             nxt = torch.where(failed_plan, torch.where(sel.any(-1), AR_NEXT, AR_NEXT_EMPTY), nxt)
         if self.rules.fresh_call_after_failed_fill:
             nxt = torch.where(failed_ar, torch.full_like(nxt, FRESH), nxt)
         nxt = torch.where(force, torch.full_like(nxt, FRESH), nxt)   # not a row of the call
-        self._set_modes(b, ids, nxt)
+        self._mode.index_copy_(0, self._idx, nxt)
         return labels, extra
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:

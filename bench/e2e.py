@@ -8,6 +8,12 @@ NFE per request, rounds of the loop (one ``Batch.call`` each), physical model ca
 split into inside / outside model calls, the outside time per round and its ratio to batch 1 of
 the same decoder and cache (the host cost of a round should not grow with the batch).
 
+``--clock cpu`` measures every figure of part 1 in CPU seconds of the decoding thread
+(``time.thread_time``) instead of wall seconds: with one torch thread on a CPU every operation
+runs on that thread, so the split inside / outside the model no longer depends on what else
+the machine runs (other processes' load inflates wall time by up to 2x on a shared machine).
+Not for GPUs (the thread sleeps while it waits for the device).
+
 Part 2 (``--replay SHAPE``): a randomly initialised model of a real shape (or a reduced one, see
 ``REPLAY_SHAPES``) replays the per-request call schedules recorded in part 1 at batch size 1
 (each request: the rows of each of its calls, full or cached, and the block it was in), with
@@ -16,7 +22,7 @@ requests as one model call and the cached ones as another, each request with its
 Reported: aggregate tokens per second per batch size (every request counted as producing
 ``--gen-length`` tokens). Random weights decide nothing, which is why schedules are replayed.
 
-    python bench/e2e.py --fixtures tiny-llada --limit 32             # CPU
+    python bench/e2e.py --fixtures tiny-llada --limit 32 --clock cpu # CPU
     python bench/e2e.py --replay llada-8b/8 --json out.json          # + reduced 8B-shape replay
 """
 
@@ -60,6 +66,10 @@ REPLAY_SHAPES = {
 }
 
 
+#: the clock of part 1 (``--clock``): wall seconds, or CPU seconds of the decoding thread
+CLOCK = time.perf_counter
+
+
 def sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
@@ -87,10 +97,10 @@ class TimedModel:
             block = (int(positions.reshape(-1)[0]) - self.P0) // self.B
             self.schedule[self.requests[0]].append((int(tokens.shape[0]), cached, block))
         sync(self.model.device)
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         out = self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
         sync(self.model.device)
-        self.inside += time.perf_counter() - t0
+        self.inside += CLOCK() - t0
         self.calls += 1
         return out
 
@@ -110,9 +120,9 @@ class StatsTimer:
                 continue
 
             def timed(*a, _fn=fn, **k):
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 out = _fn(*a, **k)
-                self.seconds += time.perf_counter() - t0
+                self.seconds += CLOCK() - t0
                 return out
             setattr(batch_mod, name, timed)
         return self
@@ -176,7 +186,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                 results = []
                 with RoundCounter() as rc, StatsTimer() as stt:
                     sync(base.device)
-                    t0 = time.perf_counter()
+                    t0 = CLOCK()
                     for a in range(0, len(prompts), bs):
                         chunk = prompts[a:a + bs]
                         model.P0 = max(len(p) for p in chunk)
@@ -184,7 +194,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                         results += decode_batch(model, chunk, params=params,
                                                 request_indices=model.requests)
                     sync(base.device)
-                    wall = time.perf_counter() - t0
+                    wall = CLOCK() - t0
                 if bs == 1:
                     schedules[(dec, cache)] = dict(model.schedule)
                 tokens = sum(r.gen_tokens for r in results)
@@ -335,12 +345,21 @@ def main(argv=None) -> None:
     ap.add_argument("--replay", choices=sorted(REPLAY_SHAPES), default=None)
     ap.add_argument("--prompt-len", type=int, default=64, help="replay: prompt tokens")
     ap.add_argument("--compile", action="store_true", help="replay: compile=blocks")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="part 1: wall seconds, or CPU seconds of the decoding thread (one "
+                         "torch thread, CPU only)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and (args.threads != 1 or torch.device(args.device).type != "cpu"):
+        ap.error("--clock cpu needs --device cpu and --threads 1 (every operation on the "
+                 "decoding thread)")
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     docs = arith_bench.held_out(args.limit)
     note = (f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block_length "
-            f"{args.block_length}, device {args.device}, torch threads {torch.get_num_threads()}")
+            f"{args.block_length}, device {args.device}, torch threads {torch.get_num_threads()}, "
+            f"{'CPU seconds of the decoding thread' if args.clock == 'cpu' else 'wall seconds'}")
     print(note, flush=True)
     rows, schedules = [], {}
     for name in args.fixtures:

@@ -117,8 +117,8 @@ def test_cached_call_with_left_padding_and_two_requests(request, name):
 
 
 class _Recorder:
-    """Records, per model call, the rows, the recomputed span (None: full) and the working blocks
-    of the cached canvas the call could use (None before the first refresh)."""
+    """Records, per model call, the rows, the recomputed span (None: full) and the cached canvas
+    the call could use (None before the first refresh)."""
 
     def __init__(self, model):
         self.model, self.calls = model, []
@@ -127,9 +127,7 @@ class _Recorder:
         return getattr(self.model, name)
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
-        ref = None
-        if cache is not None and cache._ref is not None:
-            ref = _working_blocks(cache._ref[None], cache)[0]
+        ref = None if cache is None or cache.ref is None else cache.ref.clone()
         self.calls.append((tokens.shape[0], None if cache is None else cache.span,
                            positions.tolist(), tokens.clone(), ref))
         return self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
@@ -197,6 +195,7 @@ def test_refresh_rules(llada, mode, dec):
         assert r.nfe == len(rec.calls)
         assert rec.calls[0][1] is None and rec.calls[0][4] is None    # the first call is full
         for n, span, pos, tokens, ref in rec.calls[1:]:
+            ref = _working_blocks(ref[None], cache)[0]       # the cached canvas's working blocks
             rows = [w for w in _working_blocks(tokens[:, P0:], cache) if w is not None]
             inside = all(ref[0] <= a and hi <= ref[1] for a, hi in rows)
             # full exactly when a live row has a working block the cached canvas did not

@@ -5,14 +5,16 @@ share the decoding parameters. Prompts are left-padded to a common width ``P0`` 
 distinct from the mask id, so that every request's generation region is the same columns of the
 canvas; the attention mask hides the padding from every query and rotary positions ignore it.
 Per request: its randomness (a generator seeded from seed, request index and repeat index), its
-KV cache (``cache=prefix|dual``) and its call accounting. Nothing is shared between requests but
-the physical model calls, so batching changes no output and no per-request NFE.
+KV cache (``cache=prefix|dual``: its row of the batch's cache tensors, ``cache.BatchKV``) and its
+call accounting. Nothing is shared between requests but the physical model calls, so batching
+changes no output and no per-request NFE.
 
 ``Batch.call`` takes the branch rows of every live request as one tensor ``[R, M, L]`` with a
 row count per request, and assembles them into physical model calls with index operations: one
 per round, or two when KV caches make some requests' calls full and others' cached (each request
 still counts one call), or more when a step caps the rows of a physical call (calibration). Its
 host reads: one small tensor (row counts, position ranges, cache flags of every request).
+Cache decisions and commits are tensor operations over all requests at once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .cache import KVCache, full_call_flags
+from .cache import BatchKV
 from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
 
 
@@ -77,12 +79,12 @@ class Batch:
         self._seeds = [mix_seed(params.seed, r, k) for r, k in zip(request_indices,
                                                                    repeat_indices)]
         self._gens: list[torch.Generator | None] = [None] * self.n
-        # one cache per request, created here, so nothing leaks between requests
-        self.caches: list[KVCache | None] = [None] * self.n
+        # the batch's caches, created here, so nothing leaks between batches
+        self.cache: BatchKV | None = None
         if params.cache != "none":
-            self.caches = [KVCache(params.cache, prompt_len=self.P0, gen_length=self.L,
-                                   block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
-                                   device=self.device) for _ in range(self.n)]
+            self.cache = BatchKV(params.cache, n=self.n, prompt_len=self.P0, gen_length=self.L,
+                                 block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
+                                 device=self.device)
         self.nfe = [0] * self.n
         self.rows = [0] * self.n
 
@@ -167,21 +169,13 @@ class Batch:
             lo_b = torch.minimum(lo_b, cover // B)
         hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
         cols = [n, lo_b, hi_b]
-        cached = [r for r, i in enumerate(ids) if self.caches[i] is not None
-                  and self.caches[i].kv is not None]
-        if cached:
-            ci = torch.tensor(cached, device=rows.device) if len(cached) < R else None
-            cs = [self.caches[ids[r]] for r in cached]
-            pick = (lambda t: t) if ci is None else (lambda t: t.index_select(0, ci))
-            rev = cs[0]._revealed(pick(rows), pick(a))
-            fl = full_call_flags(torch.stack([c._ref for c in cs]),
-                                 torch.stack([c._ok for c in cs]).reshape(-1), pick(a),
-                                 pick(valid), rev, B=B, nb=nb, reveal=cs[0].reveal,
-                                 mask_id=self.mask_id)                     # [C, 3]
-            full = torch.zeros((R, 3), dtype=torch.long, device=rows.device)
-            full[:, 0] = 1
-            full = full.index_copy(0, ci, fl) if ci is not None else fl
-            cols += list(full.unbind(-1))
+        kc = self.cache
+        if kc is not None:
+            if max_rows is not None:
+                raise ValueError("max_rows (rows per physical call) cannot be combined with a "
+                                 "KV cache: a request's rows must share one call")
+            req = torch.tensor(ids, device=rows.device)
+            cols += list(kc.flags(req, rows, a, valid).unbind(-1))
         host = torch.stack(cols, dim=-1).tolist()                          # the one read
         full_group, cached_group = [], []
         for r, i in enumerate(ids):
@@ -191,29 +185,30 @@ class Batch:
             if hb < 0:
                 raise RuntimeError("forward called on rows without any mask")
             lo, hi = lb * B, min(L, (hb + 2) * B)
-            c = self.caches[i]
-            if c is not None:
-                flags = host[r][3:] if len(host[r]) > 3 else [1, 0, 0]
-                lo, hi = c.plan(flags, rows[r, :k], lo, hi)
-            seat = (r, i, k, lo, hi)
-            (cached_group if c is not None and c.span is not None else full_group).append(seat)
-        tok = torch.full((R * M, L), self.mask_id, dtype=torch.long, device=self.device)
+            if kc is not None and not host[r][3]:
+                span = kc.span(host[r][4], host[r][5])
+                cached_group.append((r, i, k, lo, min(hi, span[1]), span))
+            else:
+                full_group.append((r, i, k, lo, hi, None))
+        # flat outputs with one spare slot at the end, where padded query positions write
+        tok = torch.full((R * M * L + 1,), self.mask_id, dtype=torch.long, device=self.device)
         nf = 4 if entropy else 3
-        val = torch.zeros((nf, R * M, L), dtype=torch.float32, device=self.device)
+        val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=self.device)
         flat = rows.reshape(R * M, L)
         for group in (full_group, cached_group):
             for chunk in _chunks(group, max_rows):
                 self._physical(chunk, flat, M, tok, val, entropy)
-        tok, val = tok.view(R, M, L), val.view(nf, R, M, L)
+        tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
         return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
 
     def _physical(self, seats: list[tuple], flat: Tensor, M: int, tok_out: Tensor,
                   val_out: Tensor, entropy: bool) -> None:
-        """One model call over ``seats`` [(r, request, rows, lo, hi, first row)...]; writes each
-        row's stats into ``tok_out`` [R*M, L] / ``val_out`` [k, R*M, L] at its layout row."""
+        """One model call over ``seats`` [(r, request, rows, lo, hi, span, first row)...]; writes
+        each row's stats into ``tok_out`` [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat
+        [R*M, L] plus a spare slot) at its layout row."""
         dev = self.device
         layout, owner, lens = [], [], []
-        for r, i, k, lo, hi, j0 in seats:
+        for r, i, k, lo, hi, _, j0 in seats:
             layout += range(r * M + j0, r * M + j0 + k)
             owner += [i] * k
             lens.append(hi - lo)
@@ -222,24 +217,29 @@ class Batch:
         gen = flat.index_select(0, index[0])
         tokens = torch.cat([self.prompt.index_select(0, index[1]), gen], dim=1)    # [N, T]
         P = max(lens)
+        at = index[0][:, None] * self.L                                         # [N, 1]
         if len(seats) == 1:
-            _, i, k, lo, hi, _ = seats[0]
+            _, i, k, lo, hi, *_ = seats[0]
             positions = torch.arange(self.P0 + lo, self.P0 + hi, device=dev)
             gpos = positions.expand(N, P) - self.P0
+            at = at + gpos
         else:
-            lo_len = torch.tensor([[lo, hi - lo] for _, _, k, lo, hi, _ in seats
+            lo_len = torch.tensor([[lo, hi - lo] for _, _, k, lo, hi, *_ in seats
                                    for _ in range(k)], device=dev)              # [N, 2]
-            step = torch.minimum(torch.arange(P, device=dev)[None], lo_len[:, 1:] - 1)
+            j = torch.arange(P, device=dev)[None]
+            step = torch.minimum(j, lo_len[:, 1:] - 1)
             gpos = lo_len[:, :1] + step                                          # [N, P]
             positions = gpos + self.P0
+            # positions past a row's range repeat its last one: their outputs go to the spare
+            at = torch.where(j < lo_len[:, 1:], at + gpos, tok_out.shape[0] - 1)
         attention = None
         if self.attention is not None and any(self.padded[i] for _, i, *_ in seats):
             attention = self.attention.index_select(0, index[1])
         cache = None
-        if any(self.caches[i] is not None for _, i, *_ in seats):
-            cache = [(self.caches[i], k) for _, i, k, *_ in seats]
-            if len(cache) == 1:
-                cache = cache[0][0]          # one request: its cache object serves every row
+        if self.cache is not None:
+            spans = None if seats[0][5] is None else [s[5] for s in seats]
+            cache = self.cache.call([s[1] for s in seats], [s[2] for s in seats], spans,
+                                    gen=gen, row_r=index[0] // M)
         logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
         for _, i, k, *_ in seats:
             self.nfe[i] += 1
@@ -251,17 +251,17 @@ class Batch:
         tok, conf, pmax, pcur = stats_from_logits(logits, gen.gather(1, gpos), self.mask_id,
                                                   self.temperature, noise)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
-        lay = index[0]
-        tok_out.index_copy_(0, lay, tok_out.index_select(0, lay).scatter_(1, gpos, tok.to(dev)))
-        cur = val_out.index_select(1, lay)
-        cur.scatter_(2, gpos.expand(len(vals), N, P), torch.stack(vals).to(dev))
-        val_out.index_copy_(1, lay, cur)
+        # each row's stats land at (its layout row, its positions) of the flat outputs
+        at = at.reshape(-1)
+        tok_out.index_put_((at,), tok.to(dev).reshape(-1))
+        for f, v in enumerate(vals):
+            val_out[f].index_put_((at,), v.to(dev).reshape(-1))
 
     def _noise(self, seats: list[tuple], P: int, V: int) -> Tensor:
         """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws
         [hi - lo, V] from its generator, shared by its rows, repeated along the padding."""
         per = []
-        for _, i, k, lo, hi, _ in seats:
+        for _, i, k, lo, hi, *_ in seats:
             g = self.generator(i)
             z = gumbel_like((hi - lo, V), g, g.device)
             if hi - lo < P:
@@ -273,28 +273,26 @@ class Batch:
         return torch.repeat_interleave(torch.stack(per), counts, dim=0)
 
     def commit_caches(self, ids: list[int], y: Tensor) -> None:
-        """After a round committed states ``y`` [R, L]: a cache whose call was full keeps the
-        committed row's keys/values."""
-        for r, i in enumerate(ids):
-            c = self.caches[i]
-            if c is not None and c.pending is not None:
-                c.commit(y[r])
+        """After a round committed states ``y`` [R, L] (live order): requests whose call was
+        full keep the committed row's keys/values (one set of tensor operations for all)."""
+        if self.cache is not None:
+            self.cache.commit(y)
 
 
 def _chunks(group: list[tuple], max_rows: int | None):
-    """Seats (r, request, rows, lo, hi) cut into physical calls of at most ``max_rows`` rows;
-    yields lists of (r, request, rows, lo, hi, first row)."""
+    """Seats (r, request, rows, lo, hi, span) cut into physical calls of at most ``max_rows``
+    rows; yields lists of (r, request, rows, lo, hi, span, first row)."""
     if not group:
         return
     if max_rows is None:
         yield [(*s, 0) for s in group]
         return
     out, room = [], max_rows
-    for r, i, k, lo, hi in group:
+    for r, i, k, lo, hi, span in group:
         j0 = 0
         while j0 < k:
             take = min(room, k - j0)
-            out.append((r, i, take, lo, hi, j0))
+            out.append((r, i, take, lo, hi, span, j0))
             j0 += take
             room -= take
             if room == 0:

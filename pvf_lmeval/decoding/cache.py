@@ -1,11 +1,15 @@
-"""Per-request KV cache state for ``cache=prefix|dual`` (SPEC "Cache modes"), decoding side.
+"""KV cache state for ``cache=prefix|dual`` (SPEC "Cache modes"), decoding side.
 
 The decoding side decides, before every model call, whether the call is *full* (the whole
 canvas; it (re)builds the cache) or *cached* (only a span of positions is recomputed, every
 other key/value comes from the cache), and after every step which row of a full call was
 committed. The model fills ``pending`` (per-layer keys/values of every row of a full call, rows
 along dim 0) and reads ``kv`` (the committed row's, [1, ...]) and ``span``; see
-``pvf_lmeval.models.kv``. One object per request: nothing is shared between requests or ranks.
+``pvf_lmeval.models.kv``. Two layouts of the same state: :class:`KVCache`, one request's (the
+model-level API, used by tests and the call-cost benchmarks), and :class:`BatchKV`, the decode
+loop's: every request of a batch in one tensor per layer, indexed by request, so that deciding,
+planning and committing a round costs the same few tensor operations whatever the number of
+requests. Nothing is shared between requests' caches (each has its own row) or between ranks.
 
 Rules (with bidirectional attention every cached key depends on the whole canvas, so caching
 is an approximation that is exact only right after a refresh):
@@ -83,6 +87,11 @@ class KVCache:
         self.full_calls = 0
         self.cached_calls = 0
 
+    @property
+    def ref(self) -> Tensor | None:
+        """The cached canvas's generation region [L] (None before the first full call)."""
+        return self._ref
+
     def flags(self, rg: Tensor, a: Tensor) -> list[Tensor]:
         """0-d tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
         active blocks ``a`` [N]; the caller reads them back with its own scalars (one sync)."""
@@ -139,3 +148,135 @@ class KVCache:
         self.kv = kv
         self._ref = yg.clone()
         self._rows = None
+
+
+class BatchKV:
+    """The caches of the ``n`` requests of a batch (see the module docstring), one row each.
+
+    ``kv``: per layer, keys and values [n, Hkv, T, D] of every request's committed canvas
+    (model-owned contents, allocated at the first commit; a request's row is meaningful once it
+    has made a full call). ``ref`` [n, L]: each request's cached canvas (generation region);
+    ``ok`` [n]: its committed row was matched (False before its first full call, which makes
+    that call full). ``full_calls``/``cached_calls`` count the requests' calls of each kind.
+    """
+
+    def __init__(self, mode: str, *, n: int, prompt_len: int, gen_length: int,
+                 block_length: int, mask_id: int, reveal_next: int, device):
+        if mode not in ("prefix", "dual"):
+            raise ValueError(f"cache={mode!r} must be one of none, prefix, dual")
+        self.mode = mode
+        self.n, self.P0, self.L, self.B = n, prompt_len, gen_length, block_length
+        self.nb = gen_length // block_length
+        self.mask_id = mask_id
+        self.reveal = reveal_next
+        self.blk = torch.arange(gen_length, device=device) // block_length
+        self.kv: list | None = None
+        self.ref = torch.full((n, gen_length), mask_id, dtype=torch.long, device=device)
+        self.ok = torch.zeros(n, dtype=torch.bool, device=device)
+        self.held = [False] * n             # host: the request has committed a full call
+        self.full_calls = 0
+        self.cached_calls = 0
+        self._pending: list[tuple] = []     # this round's full calls: (keys/values, rows, ...)
+
+    def flags(self, req: Tensor, rows: Tensor, a: Tensor, valid: Tensor) -> Tensor:
+        """[R, 3] long (need_full, cached active block, cached reveal) for the requests ``req``
+        [R] sending rows ``rows`` [R, M, L] (active blocks ``a`` [R, M], ``valid`` [R, M])."""
+        rev = revealed(rows, a, self.blk, reveal=self.reveal, nb=self.nb, mask_id=self.mask_id)
+        return full_call_flags(self.ref.index_select(0, req), self.ok.index_select(0, req), a,
+                               valid, rev, B=self.B, nb=self.nb, reveal=self.reveal,
+                               mask_id=self.mask_id)
+
+    def span(self, a_ref: int, rev: int) -> tuple[int, int]:
+        """Generation positions [s0, s1) a cached call recomputes, from the read-back flags."""
+        s0 = a_ref * self.B
+        s1 = self.L if self.mode == "prefix" else min(self.L, (a_ref + 1 + rev) * self.B)
+        return s0, s1
+
+    def call(self, req: list[int], rows: list[int], spans: list[tuple[int, int]] | None,
+             *, gen: Tensor, row_r: Tensor) -> "KVCall":
+        """The ``cache`` argument of one physical model call over requests ``req`` (``rows[s]``
+        rows each, contiguous, in order): cached over generation ``spans`` or full (None).
+        A full call's rows (generation regions ``gen`` [N, L], live index ``row_r`` [N] of the
+        request of each row) are kept until :meth:`commit` picks each request's committed one."""
+        if spans is None:
+            self.full_calls += len(req)
+        else:
+            self.cached_calls += len(req)
+        return KVCall(self, req, rows, spans, gen, row_r)
+
+    def commit(self, y: Tensor) -> None:
+        """After a round committed states ``y`` [R, L] (live order): every request whose call
+        was full keeps its committed row's keys/values (the first row equal to its committed
+        state; ``ok`` False, and the next call full, when none is)."""
+        for kv_out, call in self._pending:
+            dev = y.device
+            N = call.gen.shape[0]
+            seg = torch.repeat_interleave(torch.arange(len(call.req), device=dev),
+                                          torch.tensor(call.rows, device=dev))        # [N]
+            match = (call.gen == y.index_select(0, call.row_r)).all(-1)               # [N]
+            j = torch.arange(N, device=dev)
+            first = torch.full((len(call.req),), N, device=dev).scatter_reduce(
+                0, seg, torch.where(match, j, torch.full_like(j, N)), "amin")
+            last = torch.zeros_like(first).scatter_reduce(0, seg, j, "amax")
+            pick = torch.where(first < N, first, last)
+            req = torch.tensor(call.req, device=dev)
+            if self.kv is None:
+                self.kv = [(k.new_empty((self.n, *k.shape[1:])), v.new_empty((self.n, *v.shape[1:])))
+                           for k, v in kv_out]
+            # requests a..b-1 (the usual case: every live request's first call, or a batch
+            # whose requests refresh together): the rows go straight into the store's slice
+            a, b = call.req[0], call.req[-1] + 1
+            run = b - a == len(call.req)
+            # layer by layer, dropping each layer's pending rows once the committed ones are
+            # copied: the peak is the pending rows plus one layer
+            for layer in range(len(kv_out)):
+                k, v = kv_out[layer]
+                kv_out[layer] = None
+                for kept, new in zip(self.kv[layer], (k, v)):
+                    if run:
+                        torch.index_select(new, 0, pick, out=kept[a:b])
+                    else:
+                        kept.index_copy_(0, req, new.index_select(0, pick))
+                del k, v
+            self.ok.index_copy_(0, req, first < N)
+            for i in call.req:
+                self.held[i] = True
+            self.ref.index_copy_(0, req, y.index_select(0, call.row_r.index_select(0, pick)))
+        self._pending = []
+
+
+class KVCall:
+    """One physical model call's view of a :class:`BatchKV`: what ``model.logits`` gets as
+    ``cache`` (the protocol of ``pvf_lmeval.models.kv``). ``rows``: rows per request segment;
+    ``spans``: canvas positions [s0, s1) each segment recomputes, None for a full call."""
+
+    def __init__(self, store: BatchKV, req: list[int], rows: list[int],
+                 spans: list[tuple[int, int]] | None, gen: Tensor, row_r: Tensor):
+        self.store, self.req, self.rows = store, req, rows
+        self.spans = None if spans is None else [(store.P0 + s0, store.P0 + s1)
+                                                 for s0, s1 in spans]
+        self.gen, self.row_r = gen, row_r
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The recomputed span of a one-request call (None: full)."""
+        return None if self.spans is None else self.spans[0]
+
+    @property
+    def ref(self) -> Tensor | None:
+        """The cached canvas of a one-request call (None before its first full call)."""
+        if not self.store.held[self.req[0]]:
+            return None
+        return self.store.ref[self.req[0]]
+
+    def layer_kv(self) -> list[tuple[Tensor, Tensor]]:
+        """Per layer, the segments' cached keys and values [S, Hkv, T, D] (a view when the
+        call is every request of the batch in order)."""
+        if self.req == list(range(self.store.n)):
+            return self.store.kv
+        idx = torch.tensor(self.req, device=self.store.ref.device)
+        return [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.store.kv]
+
+    def keep(self, kv_out: list) -> None:
+        """A full call's per-layer keys/values of every row [N, ...], until the commit."""
+        self.store._pending.append((kv_out, self))

@@ -127,22 +127,27 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
                       noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
 
-    The mask token's logit is set to -inf first (in place on a float32 view/copy of ``logits``:
-    the decoder owns the tensor the model returns). ``noise`` [P, V] (Gumbel) is added to
-    ``logits / temperature`` for the choice of ``tok`` only; it is shared by every row so that
-    branches of one call compare like with like.
+    The mask token's logit is set to -inf first. ``noise`` [P, V] or [N, P, V] (Gumbel) is added
+    to ``logits / temperature`` for the choice of ``tok`` only; it is shared by every row of a
+    request so that branches of one call compare like with like.
+
+    One read of the vocabulary for the maximum and two passes for the normaliser, in place: the
+    float32 ``logits`` are overwritten (the decoder owns the tensor the model returns; a copy
+    is made only for other dtypes). The normaliser is torch.logsumexp's own arithmetic
+    (max-shifted sum of exponentials, bit for bit), reusing the maximum the top-1 needs anyway.
     """
     lg = logits.float()
     lg[..., mask_id] = float("-inf")
-    lse = torch.logsumexp(lg, dim=-1)
     mx, tok = lg.max(dim=-1)
-    pmax = torch.exp(mx - lse)
     if temperature > 0:
         tok = (lg / temperature + noise).argmax(dim=-1)
-        conf = torch.exp(lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1) - lse)
-    else:
-        conf = pmax
-    pcur = torch.exp(lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1) - lse)
+        at_tok = lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    at_cur = lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1)
+    shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
+    lse = lg.sub_(shift.unsqueeze(-1)).exp_().sum(dim=-1).log_().add_(shift)
+    pmax = torch.exp(mx - lse)
+    conf = torch.exp(at_tok - lse) if temperature > 0 else pmax
+    pcur = torch.exp(at_cur - lse)
     return tok, conf, pmax, pcur
 
 

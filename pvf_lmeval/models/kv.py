@@ -1,18 +1,23 @@
 """KV-cached model calls (SPEC "Cache modes"): the model side of ``cache=prefix|dual``.
 
-The decoding side owns one cache object per request (``pvf_lmeval.decoding.cache.KVCache``) and
-says, before each call, what the call is: ``span is None`` → a *full* call over the whole canvas,
-whose per-layer keys (after rotary, so cached keys carry their positions) and values are kept
-for every row in ``cache.pending``; the decoder later keeps the committed row's in ``cache.kv``.
-``span = (s0, s1)`` (canvas positions) → a *cached* call that recomputes only those positions of
-each row (one position earlier for shifted checkpoints, Dream: its logits at ``s0`` come from the
-output at ``s0 - 1``), attending to the cached keys of every other position and to the row's own
-fresh keys. Branch rows of one request share its cache: their queries are folded into one
-sequence per request, which attends to the request's cache once (never copied per row), with a
-block-diagonal mask over the fresh keys.
+The decoding side owns the caches (``pvf_lmeval.decoding.cache``) and says, before each call,
+what the call is. ``cache`` as passed to ``DiffusionLM.logits`` is either
 
-``cache`` as passed to ``DiffusionLM.logits`` is one cache object (all rows belong to it) or a
-list of ``(cache_or_None, n_rows)`` segments (batched requests, rows contiguous, in order).
+- a *call view* (the decode loop's ``KVCall``): ``rows`` (rows per request segment; segments
+  contiguous, in order), ``spans`` (canvas positions [s0, s1) each segment recomputes, or None
+  for a full call), ``layer_kv()`` (per layer, the segments' cached keys and values
+  [S, Hkv, T, D]) and ``keep(kv_out)`` (a full call hands over every row's per-layer keys and
+  values [N, Hkv, T, D]); or
+- one request's ``KVCache`` (all rows belong to it), or a list of ``(KVCache_or_None, n_rows)``
+  segments, which :func:`cache_segments` wraps into the same view.
+
+A *full* call runs the whole canvas and hands its keys (after rotary, so cached keys carry their
+positions) and values over. A *cached* call recomputes only each segment's span (one position
+earlier for shifted checkpoints, Dream: its logits at ``s0`` come from the output at
+``s0 - 1``), attending to the cached keys of every other position and to the row's own fresh
+keys. Branch rows of one request share its cache: their queries are folded into one sequence
+per request, which attends to the request's cache once (never copied per row), with a
+block-diagonal mask over the fresh keys.
 """
 
 from __future__ import annotations
@@ -20,54 +25,83 @@ from __future__ import annotations
 import torch
 
 
-def cache_segments(cache, n_rows: int) -> list | None:
-    """Normalise the ``cache`` argument to ``[(cache_or_None, n_rows), ...]`` (None: no cache)."""
+class _Segments:
+    """The call view of ``[(KVCache_or_None, n_rows), ...]`` (one-request caches)."""
+
+    def __init__(self, segs: list):
+        self.segs = segs
+        self.rows = [int(n) for _, n in segs]
+        spans = [c is not None and c.span is not None for c, _ in segs]
+        if any(spans) and not all(spans):
+            raise ValueError("a model call mixes cached and full rows; split it into two calls")
+        self.spans = [c.span for c, _ in segs] if all(spans) else None
+
+    @property
+    def span(self):
+        return None if self.spans is None else self.spans[0]
+
+    def layer_kv(self) -> list:
+        if len(self.segs) == 1:
+            return self.segs[0][0].kv
+        return [(torch.cat([c.kv[layer][0] for c, _ in self.segs]),
+                 torch.cat([c.kv[layer][1] for c, _ in self.segs]))
+                for layer in range(len(self.segs[0][0].kv))]
+
+    def keep(self, kv_out: list) -> None:
+        a = 0
+        for c, n in self.segs:
+            if c is not None:
+                c.pending = [(k[a:a + n], v[a:a + n]) for k, v in kv_out]
+            a += n
+
+
+def cache_segments(cache, n_rows: int):
+    """The call view of the ``cache`` argument (see the module docstring), or None (no cache)."""
     if cache is None:
         return None
-    segs = list(cache) if isinstance(cache, (list, tuple)) else [(cache, n_rows)]
-    if sum(int(n) for _, n in segs) != n_rows:
-        raise ValueError(f"cache segments cover {sum(n for _, n in segs)} rows, the call has {n_rows}")
-    if all(c is None for c, _ in segs):
-        return None
-    return segs
+    if hasattr(cache, "layer_kv"):
+        view = cache
+    else:
+        segs = list(cache) if isinstance(cache, (list, tuple)) else [(cache, n_rows)]
+        if all(c is None for c, _ in segs):
+            total = sum(int(n) for _, n in segs)
+            if total != n_rows:
+                raise ValueError(f"cache segments cover {total} rows, the call has {n_rows}")
+            return None
+        view = _Segments(segs)
+    if sum(view.rows) != n_rows:
+        raise ValueError(f"cache segments cover {sum(view.rows)} rows, the call has {n_rows}")
+    return view
 
 
-def is_cached_call(segs: list | None) -> bool:
-    """True if the call recomputes spans only (every segment has a cache with a span)."""
-    if segs is None:
-        return False
-    spans = [c is not None and c.span is not None for c, _ in segs]
-    if any(spans) and not all(spans):
-        raise ValueError("a model call mixes cached and full rows; split it into two calls")
-    return all(spans)
+def is_cached_call(view) -> bool:
+    """True if the call recomputes spans only (``view`` from :func:`cache_segments`)."""
+    return view is not None and view.spans is not None
 
 
-def keep_pending(segs: list, kv_out: list) -> None:
-    """After a full call: each segment's cache keeps the keys/values of its rows (per layer)."""
-    a = 0
-    for c, n in segs:
-        if c is not None:
-            c.pending = [(k[a:a + n], v[a:a + n]) for k, v in kv_out]
-        a += n
+def keep_pending(view, kv_out: list) -> None:
+    """After a full call: the caches keep the keys/values of its rows (per layer)."""
+    view.keep(kv_out)
 
 
-def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_mask, segs: list,
+def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_mask, view,
                 shift: int) -> torch.Tensor:
     """Final hidden states [N, P, d] feeding canvas ``positions`` ([P] or [N, P]) of ``tokens``
     [N, T], recomputing only each segment's span (see the module docstring)."""
     N, T = tokens.shape
     dev = tokens.device
-    R = len(segs)
-    ns = [int(n) for _, n in segs]
-    starts = [sum(ns[:r]) for r in range(R)]
-    s0s = [max(0, int(c.span[0]) - shift) for c, _ in segs]
-    lens = [int(c.span[1]) - s0 for (c, _), s0 in zip(segs, s0s)]
-    if min(lens) < 1 or max(int(c.span[1]) for c, _ in segs) > T:
-        raise ValueError(f"cache spans {[c.span for c, _ in segs]} do not fit a canvas of {T}")
+    ns = view.rows
+    R = len(ns)
+    s0s = [max(0, int(s0) - shift) for s0, _ in view.spans]
+    lens = [int(s1) - s0 for (_, s1), s0 in zip(view.spans, s0s)]
+    if min(lens) < 1 or max(int(s1) for _, s1 in view.spans) > T:
+        raise ValueError(f"cache spans {view.spans} do not fit a canvas of {T}")
     S, nmax = max(lens), max(ns)
     Q = nmax * S
-    row_idx = torch.tensor([[a + min(i, n - 1) for i in range(nmax)] for a, n in zip(starts, ns)],
-                           device=dev)                                      # [R, nmax]
+    n_t = torch.tensor(ns, device=dev)
+    starts = torch.cumsum(n_t, 0) - n_t
+    ii = torch.arange(nmax, device=dev)
+    row_idx = starts[:, None] + torch.minimum(ii[None], n_t[:, None] - 1)      # [R, nmax]
     s0 = torch.tensor(s0s, device=dev)
     ln = torch.tensor(lens, device=dev)
     j = torch.arange(S, device=dev)
@@ -82,7 +116,6 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
         pad = (~real).sum(-1)
         keep_c &= real
     pos_ids = (qpos - pad[:, None]).clamp(min=0)[:, None, :].expand(R, nmax, S).reshape(R, Q)
-    ii = torch.arange(nmax, device=dev)
     valid_k = (j[None, :] < ln[:, None])                                    # [R, S]
     keep_f = ((ii[:, None] == ii[None, :])[None, :, None, :, None]
               & valid_k[:, None, None, None, :]).expand(R, nmax, S, nmax, S).reshape(R, Q, Q)
@@ -90,17 +123,12 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
     dtype = net.embed.weight.dtype
     bias = torch.zeros(R, 1, Q, T + Q, dtype=dtype, device=dev)
     bias.masked_fill_(~keep[:, None], torch.finfo(dtype).min)
-    if R == 1:
-        kv = segs[0][0].kv
-    else:
-        kv = [(torch.cat([c.kv[layer][0] for c, _ in segs]), torch.cat([c.kv[layer][1] for c, _ in segs]))
-              for layer in range(len(segs[0][0].kv))]
-    h = net.hidden_cached(qtok.reshape(R, Q), pos_ids, kv, bias).view(R, nmax, S, -1)
+    h = net.hidden_cached(qtok.reshape(R, Q), pos_ids, view.layer_kv(), bias).view(R, nmax, S, -1)
     src = (positions.to(dev) - shift).clamp(min=0)
     if src.dim() == 1:
         src = src.expand(N, -1)
-    row_req = torch.repeat_interleave(torch.arange(R, device=dev), torch.tensor(ns, device=dev))
-    row_i = torch.cat([torch.arange(n, device=dev) for n in ns])
+    row_req = torch.repeat_interleave(torch.arange(R, device=dev), n_t)
+    row_i = torch.arange(N, device=dev) - starts[row_req]
     jj = (src - s0[row_req][:, None]).clamp(0, S - 1)                       # [N, P]
     return h[row_req[:, None], row_i[:, None], jj]
 

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoder_names import PLANNING_DECODERS  # noqa: E402  (torch-free)
 
 
 def run_name(decoder: str, threshold: float | None) -> str:
@@ -39,7 +42,7 @@ def plan(args) -> list[tuple[str, list[str]]]:
             model_args = [f"pretrained={args.model}", f"decoder={decoder}"]
             if thr is not None:
                 model_args.append(f"threshold={thr:g}")
-            if decoder in ("pvf", "explore") and args.preset:
+            if decoder in PLANNING_DECODERS and args.preset:
                 model_args.append(f"preset={args.preset}")
             if args.gen_length:
                 model_args.append(f"gen_length={args.gen_length}")

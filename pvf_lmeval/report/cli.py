@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..decoder_names import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table
 from .render import render
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
                    help="relative rise of NFE and branch rows allowed (default 0: none)")
     g.add_argument("--check-speed", action="store_true",
                    help="also check tokens/s, as the ratio to --speed-ref measured in the same runs")
-    g.add_argument("--speed-ref", choices=["threshold", "static"], default="threshold",
+    g.add_argument("--speed-ref", choices=list(REFERENCE_DECODERS), default="threshold",
                    help="reference decoder of --check-speed (default threshold)")
     g.add_argument("--speed-tol", type=float, default=0.10,
                    help="relative fall of the speed ratio allowed (default 0.10)")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..decoder_names import DECODER_NAMES, REFERENCE_DECODERS
 from . import identity as ident
 from .runs import Entry
 
 #: table order of the decoders this package ships; other model types sort after them
-DECODER_ORDER = ["static", "threshold", "freedave", "pvf", "explore"]
-REFERENCES = ("static", "threshold")
+DECODER_ORDER = list(DECODER_NAMES)
+REFERENCES = REFERENCE_DECODERS
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from ..decoder_names import REFERENCE_DECODERS
 from . import identity as ident
 from .compare import Table, describe, reference
 from .runs import ReportError, num
@@ -35,7 +36,7 @@ def baseline_dict(table: Table) -> dict:
             if e is None:
                 continue
             speed = {}
-            for base in ("static", "threshold"):
+            for base in REFERENCE_DECODERS:
                 ratio = row.cells[col.key].get(f"tps_speedup_{base}")
                 if ratio is not None:
                     speed[base] = ratio

@@ -17,6 +17,8 @@ import json
 import math
 import re
 
+from ..decoder_names import PLANNING_DECODERS  # noqa: F401  (re-exported: report code reads it here)
+
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``
 TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length", "mc_num")
@@ -34,8 +36,6 @@ DECODER_PARAMS = {
             "plan_self_check"),
     "explore": ("threshold", "pick", "band", "reveal_next"),
 }
-#: decoders that read the planning vocabulary
-PLANNING_DECODERS = ("pvf", "explore")
 #: not identity parameters: the decoder is a key of its own, the preset is applied already (its values
 #: are in the parameters) and the vocabulary is recorded as resolved
 NOT_PARAMS = ("decoder", "preset", "plan_vocab")

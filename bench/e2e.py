@@ -6,7 +6,10 @@ decoded in batches of that size with ``decode_batch`` and every ``model.logits``
 (device synchronised before and after). Reported: answer tokens per second (ratio of sums), mean
 NFE per request, rounds of the loop (one ``Batch.call`` each), physical model calls, wall time
 split into inside / outside model calls, the outside time per round and its ratio to batch 1 of
-the same decoder and cache (the host cost of a round should not grow with the batch).
+the same decoder and cache (the host cost of a round should not grow with the batch), and two
+parts of the outside time that are data work proportional to the rows rather than host
+overhead: the statistics over the vocabulary and the KV cache commits (README, "Batched
+decoding", says what counts as the model call).
 
 ``--clock cpu`` measures every figure of part 1 in CPU seconds of the decoding thread
 (``time.thread_time``) instead of wall seconds: with one torch thread on a CPU every operation
@@ -105,14 +108,14 @@ class TimedModel:
         return out
 
 
-class StatsTimer:
-    """Times the per-row statistics over the vocabulary (``stats_from_logits``, entropies): work
-    proportional to rows x positions x vocabulary, outside the model call but not host overhead."""
+class Timer:
+    """Times calls of functions ``names`` (attributes of ``owner``, missing ones skipped) with
+    ``CLOCK`` while active."""
 
-    def __init__(self):
+    def __init__(self, owner, names):
         self.seconds = 0.0
-        self._orig = {n: getattr(batch_mod, n, None)
-                      for n in ("stats_from_logits", "entropy_from_logits")}
+        self.owner = owner
+        self._orig = {n: getattr(owner, n, None) for n in names}
 
     def __enter__(self):
         for name, fn in self._orig.items():
@@ -124,13 +127,26 @@ class StatsTimer:
                 out = _fn(*a, **k)
                 self.seconds += CLOCK() - t0
                 return out
-            setattr(batch_mod, name, timed)
+            setattr(self.owner, name, timed)
         return self
 
     def __exit__(self, *exc):
         for name, fn in self._orig.items():
             if fn is not None:
-                setattr(batch_mod, name, fn)
+                setattr(self.owner, name, fn)
+
+
+def stats_timer() -> Timer:
+    """The per-row statistics over the vocabulary (``stats_from_logits``, entropies): work
+    proportional to rows x positions x vocabulary, outside the model call but not host overhead."""
+    return Timer(batch_mod, ("stats_from_logits", "entropy_from_logits"))
+
+
+def cache_commit_timer() -> Timer:
+    """Keeping the committed rows' keys/values after full calls (``Batch.commit_caches``): a
+    copy of every refreshing request's keys/values (bytes proportional to the requests) plus
+    the bookkeeping around it (per request in checkouts before the batched cache layout)."""
+    return Timer(batch_mod.Batch, ("commit_caches",))
 
 
 class RoundCounter:
@@ -184,7 +200,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                 model.record = bs == 1
                 model.schedule = defaultdict(list)
                 results = []
-                with RoundCounter() as rc, StatsTimer() as stt:
+                with RoundCounter() as rc, stats_timer() as stt, cache_commit_timer() as kvt:
                     sync(base.device)
                     t0 = CLOCK()
                     for a in range(0, len(prompts), bs):
@@ -208,34 +224,43 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                     "outside_share": outside / wall,
                     "outside_ms_per_round": 1000 * outside / rc.n if rc.n else float("nan"),
                     "outside_ms_per_call": 1000 * outside / max(model.calls, 1),
-                    "stats_s": stt.seconds,
-                    "host_ms_per_round": 1000 * (outside - stt.seconds) / rc.n if rc.n else float("nan"),
+                    "stats_s": stt.seconds, "cache_commit_s": kvt.seconds,
+                    "rest_ms_per_round": 1000 * (outside - stt.seconds) / rc.n if rc.n else float("nan"),
+                    "host_ms_per_round": (1000 * (outside - stt.seconds - kvt.seconds) / rc.n
+                                          if rc.n else float("nan")),
                     "inside_ms_per_call": 1000 * model.inside / max(model.calls, 1)})
                 print(json.dumps(rows[-1]), flush=True)
     return rows, schedules
 
 
 def table(rows: list[dict], title: str) -> str:
+    """Outside-model time per round (per call for checkouts without rounds) and its parts:
+    statistics over the vocabulary, cache commits, and the rest ("host": deciding, assembling,
+    bookkeeping), each against batch 1 of the same fixture, decoder and cache."""
     key = "outside_ms_per_round" if all(r["rounds"] for r in rows) else "outside_ms_per_call"
-    base = {(r["fixture"], r["decoder"], r["cache"]): r[key] for r in rows if r["batch"] == 1}
     unit = "round" if key == "outside_ms_per_round" else "call"
-    host = {(r["fixture"], r["decoder"], r["cache"]): r.get("host_ms_per_round")
-            for r in rows if r["batch"] == 1}
+    b1 = {(r["fixture"], r["decoder"], r["cache"]): r for r in rows if r["batch"] == 1}
+
+    def vs(r, k):
+        ref = b1.get((r["fixture"], r["decoder"], r["cache"]))
+        return f"{r[k] / ref[k]:.2f}x" if ref and ref.get(k) and r.get(k) == r.get(k) else "-"
+
     out = [title, "",
            "| fixture | decoder | cache | batch | tokens/s | NFE | rounds | calls | outside share "
-           f"| outside ms/{unit} | vs batch 1 | of which statistics | rest vs batch 1 "
-           "| inside ms/call |",
-           "|" + "---|" * 14]
+           f"| outside ms/{unit} | vs batch 1 | statistics ms | cache commits ms "
+           "| outside less statistics, vs batch 1 | host ms | host vs batch 1 | inside ms/call |",
+           "|" + "---|" * 17]
     for r in rows:
-        k = (r["fixture"], r["decoder"], r["cache"])
-        b1, h1 = base.get(k), host.get(k)
-        ratio = f"{r[key] / b1:.2f}x" if b1 else "-"
-        stats = f"{1000 * r['stats_s'] / max(r['rounds'] or r['calls'], 1):.2f} ms"
-        rest = f"{r['host_ms_per_round'] / h1:.2f}x" if h1 and r["rounds"] else "-"
+        n = max(r["rounds"] or r["calls"], 1)
         out.append(f"| {r['fixture']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
                    f"{r['tokens_per_s']:.1f} | {r['nfe']:.1f} | {r['rounds'] or '-'} | "
-                   f"{r['calls']} | {100 * r['outside_share']:.0f}% | {r[key]:.2f} | {ratio} | "
-                   f"{stats} | {rest} | {r['inside_ms_per_call']:.2f} |")
+                   f"{r['calls']} | {100 * r['outside_share']:.0f}% | {r[key]:.2f} | "
+                   f"{vs(r, key)} | {1000 * r['stats_s'] / n:.2f} | "
+                   f"{1000 * r.get('cache_commit_s', 0.0) / n:.2f} | "
+                   f"{vs(r, 'rest_ms_per_round') if r['rounds'] else '-'} | "
+                   f"{r['host_ms_per_round']:.2f} | "
+                   f"{vs(r, 'host_ms_per_round') if r['rounds'] else '-'} | "
+                   f"{r['inside_ms_per_call']:.2f} |")
     return "\n".join(out)
 
 

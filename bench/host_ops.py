@@ -1,0 +1,92 @@
+"""Host operations per round of the decode loop: how many torch operations are dispatched
+outside ``model.logits`` per round, per decoder x cache x batch size (tiny fixture, held-out
+`arith` items). A count, not a time: it does not depend on the machine's load, and it grows
+with the batch only where the host does work per request (one operation per request per round
+would add R - 1 operations at batch R).
+
+    python bench/host_ops.py --fixtures tiny-llada --limit 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pvf_lmeval.decoding import decode_batch  # noqa: E402
+from pvf_lmeval.models import load_model  # noqa: E402
+
+import arith_bench  # noqa: E402  (bench/, beside this script)
+from e2e import RoundCounter, params_for  # noqa: E402
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts dispatched aten operations while ``counting`` is True."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+        self.counting = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += self.counting
+        return func(*args, **(kwargs or {}))
+
+
+class Uncounted:
+    """A model whose ``logits`` calls are not counted by ``counter``."""
+
+    def __init__(self, model, counter: OpCounter):
+        self.model, self.counter = model, counter
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def logits(self, *a, **k):
+        self.counter.counting = False
+        try:
+            return self.model.logits(*a, **k)
+        finally:
+            self.counter.counting = True
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arith_bench.add_arguments(ap, fixtures_default=["tiny-llada"], limit_default=32)
+    ap.add_argument("--decoders", nargs="+", default=["threshold", "pvf"])
+    ap.add_argument("--caches", nargs="+", default=["none", "dual"])
+    ap.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 16])
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    docs = arith_bench.held_out(args.limit)
+    print("| fixture | decoder | cache | batch | rounds | operations outside the model per "
+          "round | vs batch 1 |\n|---|---|---|---|---|---|---|")
+    for name in args.fixtures:
+        base = load_model(name, device="cpu")
+        prompts = arith_bench.prompt_ids(base.tokenizer, docs)
+        counter = OpCounter()
+        model = Uncounted(base, counter)
+        for dec in args.decoders:
+            for cache in args.caches:
+                params = params_for(dec, cache, args, base, {})
+                first = None
+                for bs in args.batch_sizes:
+                    counter.n = 0
+                    with RoundCounter() as rc, counter:
+                        for a in range(0, len(prompts), bs):
+                            decode_batch(model, prompts[a:a + bs], params=params,
+                                         request_indices=list(range(a, a + len(prompts[a:a + bs]))))
+                    per = counter.n / rc.n
+                    first = first or per
+                    print(f"| {name} | {dec} | {cache} | {bs} | {rc.n} | {per:.1f} | "
+                          f"{per / first:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -30,7 +30,7 @@ def _model(request, name):
 def test_cache_param_validated():
     with pytest.raises(ValueError) as ei:
         make_params("threshold", cache="full")
-    assert str(ei.value) == "cache='full' must be one of none, prefix, dual"
+    assert str(ei.value) == "cache='full' must be one of none, prefix, dual, dual_base"
     assert make_params("pvf", cache="dual").cache == "dual"
     assert make_params("pvf").cache == "none"
 
@@ -290,3 +290,48 @@ def test_full_call_frees_the_old_cache_and_commit_keeps_one_row(llada):
     assert c.pending is None and all(k.shape[0] == 1 and v.shape[0] == 1 for k, v in c.kv)
     k = c.kv[0][0]
     assert k.untyped_storage().nbytes() == k.numel() * k.element_size()  # not a view of 4 rows
+
+
+def test_dual_base_refreshes_from_the_base_row(llada):
+    """``cache=dual_base``: a refresh is a full call on the base row alone, followed in the same
+    round by a cached call of the other rows on its keys (two calls, both counted); the other
+    rows differ from the base row only inside the recomputed span. Single-row decoders decode
+    exactly as with ``dual``; outputs and NFE do not depend on the batch size."""
+    prompts, _ = arith_prompts(llada.tokenizer, 6)
+    kw = dict(preset="arith", reveal_next=4, plan_vocab=range(0, 600, 2), gen_length=64,
+              block_length=16)
+    pairs = 0
+    for p in prompts:
+        rec = _Recorder(llada)
+        r = decode(rec, p, "pvf", cache="dual_base", trace=True, **kw)
+        assert r.nfe == len(rec.calls) and rec.calls[0][1] is None
+        before = [1] + [s["nfe"] for s in r.steps]          # calls made before each step
+        for t, s in enumerate(r.steps):
+            if s["nfe"] - before[t] != 2:
+                assert s["nfe"] - before[t] <= 1
+                continue
+            (n0, span0, _, tok0, _), (n1, span1, _, tok1, _) = rec.calls[before[t]:s["nfe"]]
+            assert span0 is None and n0 == 1 and span1 is not None and n1 >= 1
+            outside = torch.ones(tok1.shape[1], dtype=torch.bool)
+            outside[span1[0]:span1[1]] = False
+            assert torch.equal(tok1[:, outside], tok0[:, outside].expand(n1, -1))
+            pairs += 1
+        d = decode(llada, p, "pvf", cache="dual", trace=True, **kw)
+        steps = [1] + [s["nfe"] for s in d.steps]
+        assert all(b - a <= 1 for a, b in zip(steps, steps[1:]))       # dual: one call a step
+    assert pairs > 0                     # refreshes from the base row happened
+    for dec in ("threshold", "static"):
+        a = decode(llada, prompts[0], dec, cache="dual", gen_length=64, block_length=16)
+        b = decode(llada, prompts[0], dec, cache="dual_base", gen_length=64, block_length=16)
+        assert (a.tokens, a.nfe) == (b.tokens, b.nfe)
+    idx = list(range(10, 16))
+    single = [(x.tokens, x.nfe, x.branch_rows) for x in
+              (decode(llada, p, "pvf", cache="dual_base", request_index=i, **kw)
+               for p, i in zip(prompts, idx))]
+    for bs in (3, 6):
+        got = []
+        for a in range(0, 6, bs):
+            got += [(x.tokens, x.nfe, x.branch_rows) for x in
+                    decode_batch(llada, prompts[a:a + bs], "pvf", cache="dual_base",
+                                 request_indices=idx[a:a + bs], **kw)]
+        assert got == single

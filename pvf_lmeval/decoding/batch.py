@@ -177,7 +177,8 @@ class Batch:
             req = torch.tensor(ids, device=rows.device)
             cols += list(kc.flags(req, rows, a, valid).unbind(-1))
         host = torch.stack(cols, dim=-1).tolist()                          # the one read
-        full_group, cached_group = [], []
+        # seats: (r, request, rows, lo, hi, span or None, first row)
+        refresh_group, full_group, cached_group = [], [], []
         for r, i in enumerate(ids):
             k, lb, hb = host[r][:3]
             if k == 0:
@@ -187,22 +188,31 @@ class Batch:
             lo, hi = lb * B, min(L, (hb + 2) * B)
             if kc is not None and not host[r][3]:
                 span = kc.span(host[r][4], host[r][5])
-                cached_group.append((r, i, k, lo, min(hi, span[1]), span))
+                cached_group.append((r, i, k, lo, min(hi, span[1]), span, 0))
+            elif kc is not None and kc.base_refresh and host[r][6]:
+                # dual_base: the base row alone refreshes the cache, the others are cached
+                span = kc.span(host[r][7], host[r][8])
+                refresh_group.append((r, i, 1, lo, hi, None, 0))
+                cached_group.append((r, i, k - 1, lo, min(hi, span[1]), span, 1))
             else:
-                full_group.append((r, i, k, lo, hi, None))
+                full_group.append((r, i, k, lo, hi, None, 0))
+        if kc is not None and not cached_group and not refresh_group:
+            # every calling request refreshes (always so for one request): free the old caches
+            # before the full call, so that they do not sit beside its activations and rows
+            kc.kv = None
         # flat outputs with one spare slot at the end, where padded query positions write
         tok = torch.full((R * M * L + 1,), self.mask_id, dtype=torch.long, device=self.device)
         nf = 4 if entropy else 3
         val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=self.device)
         flat = rows.reshape(R * M, L)
-        for group in (full_group, cached_group):
+        for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
-                self._physical(chunk, flat, M, tok, val, entropy)
+                self._physical(chunk, flat, M, tok, val, entropy, refresh)
         tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
         return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
 
     def _physical(self, seats: list[tuple], flat: Tensor, M: int, tok_out: Tensor,
-                  val_out: Tensor, entropy: bool) -> None:
+                  val_out: Tensor, entropy: bool, refresh: bool = False) -> None:
         """One model call over ``seats`` [(r, request, rows, lo, hi, span, first row)...]; writes
         each row's stats into ``tok_out`` [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat
         [R*M, L] plus a spare slot) at its layout row."""
@@ -239,7 +249,7 @@ class Batch:
         if self.cache is not None:
             spans = None if seats[0][5] is None else [s[5] for s in seats]
             cache = self.cache.call([s[1] for s in seats], [s[2] for s in seats], spans,
-                                    gen=gen, row_r=index[0] // M)
+                                    gen=gen, row_r=index[0] // M, refresh=refresh)
         logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
         for _, i, k, *_ in seats:
             self.nfe[i] += 1
@@ -280,19 +290,19 @@ class Batch:
 
 
 def _chunks(group: list[tuple], max_rows: int | None):
-    """Seats (r, request, rows, lo, hi, span) cut into physical calls of at most ``max_rows``
-    rows; yields lists of (r, request, rows, lo, hi, span, first row)."""
+    """Seats (r, request, rows, lo, hi, span, first row) cut into physical calls of at most
+    ``max_rows`` rows; yields lists of seats."""
     if not group:
         return
     if max_rows is None:
-        yield [(*s, 0) for s in group]
+        yield group
         return
     out, room = [], max_rows
-    for r, i, k, lo, hi, span in group:
+    for r, i, k, lo, hi, span, first in group:
         j0 = 0
         while j0 < k:
             take = min(room, k - j0)
-            out.append((r, i, take, lo, hi, span, j0))
+            out.append((r, i, take, lo, hi, span, first + j0))
             j0 += take
             room -= take
             if room == 0:

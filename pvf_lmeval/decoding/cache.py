@@ -155,15 +155,20 @@ class BatchKV:
 
     ``kv``: per layer, keys and values [n, Hkv, T, D] of every request's committed canvas
     (model-owned contents, allocated at the first commit; a request's row is meaningful once it
-    has made a full call). ``ref`` [n, L]: each request's cached canvas (generation region);
+    has made a full call; the caller drops it, None, when every calling request refreshes, and
+    the next commit allocates it again). ``ref`` [n, L]: each request's cached canvas (generation region);
     ``ok`` [n]: its committed row was matched (False before its first full call, which makes
     that call full). ``full_calls``/``cached_calls`` count the requests' calls of each kind.
     """
 
     def __init__(self, mode: str, *, n: int, prompt_len: int, gen_length: int,
                  block_length: int, mask_id: int, reveal_next: int, device):
-        if mode not in ("prefix", "dual"):
-            raise ValueError(f"cache={mode!r} must be one of none, prefix, dual")
+        if mode not in ("prefix", "dual", "dual_base"):
+            raise ValueError(f"cache={mode!r} must be one of none, prefix, dual, dual_base")
+        #: dual_base: a refresh runs the base row alone over the whole canvas and the other
+        #: rows as cached calls on its keys (see :meth:`flags`); otherwise the dual cache
+        self.base_refresh = mode == "dual_base"
+        mode = "dual" if self.base_refresh else mode
         self.mode = mode
         self.n, self.P0, self.L, self.B = n, prompt_len, gen_length, block_length
         self.nb = gen_length // block_length
@@ -180,11 +185,22 @@ class BatchKV:
 
     def flags(self, req: Tensor, rows: Tensor, a: Tensor, valid: Tensor) -> Tensor:
         """[R, 3] long (need_full, cached active block, cached reveal) for the requests ``req``
-        [R] sending rows ``rows`` [R, M, L] (active blocks ``a`` [R, M], ``valid`` [R, M])."""
+        [R] sending rows ``rows`` [R, M, L] (active blocks ``a`` [R, M], ``valid`` [R, M]).
+
+        With ``dual_base``, three more columns: whether a full call may refresh from the base row
+        (row 0) alone (more than one row, and every other row that holds a mask works inside
+        the base row's working blocks, as the cached call on its keys requires), and the base
+        row's active block and reveal (the cached call's span)."""
         rev = revealed(rows, a, self.blk, reveal=self.reveal, nb=self.nb, mask_id=self.mask_id)
-        return full_call_flags(self.ref.index_select(0, req), self.ok.index_select(0, req), a,
-                               valid, rev, B=self.B, nb=self.nb, reveal=self.reveal,
-                               mask_id=self.mask_id)
+        fl = full_call_flags(self.ref.index_select(0, req), self.ok.index_select(0, req), a,
+                             valid, rev, B=self.B, nb=self.nb, reveal=self.reveal,
+                             mask_id=self.mask_id)
+        if not self.base_refresh:
+            return fl
+        a0, rev0 = a[:, :1], rev[:, :1].long()
+        outside = (a < a0) | (a + rev.long() > a0 + rev0)
+        fits = ~(valid & (a < self.nb) & outside).any(-1) & (valid.sum(-1) > 1) & (a0[:, 0] < self.nb)
+        return torch.cat([fl, torch.stack([fits.long(), a0[:, 0], rev0[:, 0]], -1)], -1)
 
     def span(self, a_ref: int, rev: int) -> tuple[int, int]:
         """Generation positions [s0, s1) a cached call recomputes, from the read-back flags."""
@@ -193,16 +209,45 @@ class BatchKV:
         return s0, s1
 
     def call(self, req: list[int], rows: list[int], spans: list[tuple[int, int]] | None,
-             *, gen: Tensor, row_r: Tensor) -> "KVCall":
+             *, gen: Tensor, row_r: Tensor, refresh: bool = False) -> "KVCall":
         """The ``cache`` argument of one physical model call over requests ``req`` (``rows[s]``
         rows each, contiguous, in order): cached over generation ``spans`` or full (None).
         A full call's rows (generation regions ``gen`` [N, L], live index ``row_r`` [N] of the
-        request of each row) are kept until :meth:`commit` picks each request's committed one."""
+        request of each row) are kept until :meth:`commit` picks each request's committed one;
+        a ``refresh`` (``dual_base``: one base row per request) is kept at once, so that the
+        request's other rows can be a cached call on it in the same round."""
         if spans is None:
             self.full_calls += len(req)
         else:
             self.cached_calls += len(req)
-        return KVCall(self, req, rows, spans, gen, row_r)
+        return KVCall(self, req, rows, spans, gen, row_r, refresh)
+
+    def _keep(self, kv_out: list, call: "KVCall", pick: Tensor, ok: Tensor, ref: Tensor) -> None:
+        """Requests ``call.req`` keep rows ``pick`` [S] of a full call's keys/values ``kv_out``;
+        ``ok`` [S] and ``ref`` [S, L] become theirs."""
+        req = torch.tensor(call.req, device=ref.device)
+        if self.kv is None:
+            self.kv = [(k.new_empty((self.n, *k.shape[1:])), v.new_empty((self.n, *v.shape[1:])))
+                       for k, v in kv_out]
+        # requests a..b-1 (the usual case: every live request's first call, or a batch
+        # whose requests refresh together): the rows go straight into the store's slice
+        a, b = call.req[0], call.req[-1] + 1
+        run = b - a == len(call.req)
+        # layer by layer, dropping each layer's pending rows once the committed ones are
+        # copied: the peak is the pending rows plus one layer
+        for layer in range(len(kv_out)):
+            k, v = kv_out[layer]
+            kv_out[layer] = None
+            for kept, new in zip(self.kv[layer], (k, v)):
+                if run:
+                    torch.index_select(new, 0, pick, out=kept[a:b])
+                else:
+                    kept.index_copy_(0, req, new.index_select(0, pick))
+            del k, v
+        self.ok.index_copy_(0, req, ok)
+        self.ref.index_copy_(0, req, ref)
+        for i in call.req:
+            self.held[i] = True
 
     def commit(self, y: Tensor) -> None:
         """After a round committed states ``y`` [R, L] (live order): every request whose call
@@ -219,29 +264,8 @@ class BatchKV:
                 0, seg, torch.where(match, j, torch.full_like(j, N)), "amin")
             last = torch.zeros_like(first).scatter_reduce(0, seg, j, "amax")
             pick = torch.where(first < N, first, last)
-            req = torch.tensor(call.req, device=dev)
-            if self.kv is None:
-                self.kv = [(k.new_empty((self.n, *k.shape[1:])), v.new_empty((self.n, *v.shape[1:])))
-                           for k, v in kv_out]
-            # requests a..b-1 (the usual case: every live request's first call, or a batch
-            # whose requests refresh together): the rows go straight into the store's slice
-            a, b = call.req[0], call.req[-1] + 1
-            run = b - a == len(call.req)
-            # layer by layer, dropping each layer's pending rows once the committed ones are
-            # copied: the peak is the pending rows plus one layer
-            for layer in range(len(kv_out)):
-                k, v = kv_out[layer]
-                kv_out[layer] = None
-                for kept, new in zip(self.kv[layer], (k, v)):
-                    if run:
-                        torch.index_select(new, 0, pick, out=kept[a:b])
-                    else:
-                        kept.index_copy_(0, req, new.index_select(0, pick))
-                del k, v
-            self.ok.index_copy_(0, req, first < N)
-            for i in call.req:
-                self.held[i] = True
-            self.ref.index_copy_(0, req, y.index_select(0, call.row_r.index_select(0, pick)))
+            self._keep(kv_out, call, pick, first < N,
+                       y.index_select(0, call.row_r.index_select(0, pick)))
         self._pending = []
 
 
@@ -251,8 +275,9 @@ class KVCall:
     ``spans``: canvas positions [s0, s1) each segment recomputes, None for a full call."""
 
     def __init__(self, store: BatchKV, req: list[int], rows: list[int],
-                 spans: list[tuple[int, int]] | None, gen: Tensor, row_r: Tensor):
-        self.store, self.req, self.rows = store, req, rows
+                 spans: list[tuple[int, int]] | None, gen: Tensor, row_r: Tensor,
+                 refresh: bool = False):
+        self.store, self.req, self.rows, self.refresh = store, req, rows, refresh
         self.spans = None if spans is None else [(store.P0 + s0, store.P0 + s1)
                                                  for s0, s1 in spans]
         self.gen, self.row_r = gen, row_r
@@ -278,5 +303,11 @@ class KVCall:
         return [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.store.kv]
 
     def keep(self, kv_out: list) -> None:
-        """A full call's per-layer keys/values of every row [N, ...], until the commit."""
-        self.store._pending.append((kv_out, self))
+        """A full call's per-layer keys/values of every row [N, ...], until the commit (a
+        refresh: its rows, one per request, at once)."""
+        if self.refresh:
+            pick = torch.arange(len(self.req), device=self.gen.device)
+            self.store._keep(kv_out, self, pick, torch.ones_like(pick, dtype=torch.bool),
+                             self.gen)
+        else:
+            self.store._pending.append((kv_out, self))

@@ -20,8 +20,9 @@ DECODER_NAMES = tuple(DECODERS)
 ROUTES = ("plan+ar", "plan", "ar", "none")
 PICKS = ("random", "planning")
 BASE_RULES = ("static", "threshold")
-#: KV cache modes (SPEC "Cache modes"): none = whole canvas every call (the paper's setting)
-CACHES = ("none", "prefix", "dual")
+#: KV cache modes (SPEC "Cache modes"): none = whole canvas every call (the paper's setting);
+#: dual_base = dual, refreshed by the base row alone (docs/decoding.md, "Cache modes")
+CACHES = ("none", "prefix", "dual", "dual_base")
 
 #: preset name -> task family (used by ``vocab=auto`` elsewhere).
 PRESETS = {

@@ -214,7 +214,8 @@ def main(argv=None):
     if args.family == "llada":
         fmt = LLADA
         cfg = TransformerConfig(vocab_size=n_tok, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4,
-                                ffn_hidden=384, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512)
+                                ffn_hidden=384, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512,
+                                rope_full_precision=True)
         special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id}
     else:
         fmt = DREAM

@@ -67,16 +67,22 @@ def make_item(rng: random.Random) -> dict:
     return {"question": question, "answer": answer, "target": str(value)}
 
 
-def make_split(seed: int, count: int, exclude: set[str]) -> list[dict]:
+def unique_items(make, seed: int, count: int, exclude: set[str], keep=None) -> list[dict]:
+    """``count`` items from ``make(rng)`` (seeded by ``seed``) whose questions are new: not in
+    ``exclude`` and not repeated; ``keep(item) -> bool``, when given, drops items it rejects."""
     rng = random.Random(seed)
     out, seen = [], set(exclude)
     while len(out) < count:
-        item = make_item(rng)
-        if item["question"] in seen:
+        item = make(rng)
+        if item["question"] in seen or (keep is not None and not keep(item)):
             continue
         seen.add(item["question"])
         out.append(item)
     return out
+
+
+def make_split(seed: int, count: int, exclude: set[str]) -> list[dict]:
+    return unique_items(make_item, seed, count, exclude)
 
 
 SPLITS = {"test": (1001, 1000), "calibration": (2002, 400), "train": (3003, 200_000)}

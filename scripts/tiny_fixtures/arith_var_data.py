@@ -26,7 +26,7 @@ import json
 import random
 from pathlib import Path
 
-from arith_data import GAINS, ITEMS, LOSSES, MAX_AMOUNT, MAX_VALUE, NAMES
+from arith_data import GAINS, ITEMS, LOSSES, MAX_AMOUNT, MAX_VALUE, NAMES, unique_items
 
 FEMALE = {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"}
 LINKS = ["Then", "Next", "After that", "Later"]
@@ -126,17 +126,8 @@ def make_item(rng: random.Random) -> dict:
 def make_split(seed: int, count: int, exclude: set[str], length=None) -> list[dict]:
     """``count`` items with unseen questions; ``length(answer) -> tokens`` keeps only answers of
     MIN_TOKENS..MAX_TOKENS tokens (None: keep all)."""
-    rng = random.Random(seed)
-    out, seen = [], set(exclude)
-    while len(out) < count:
-        item = make_item(rng)
-        if item["question"] in seen:
-            continue
-        if length is not None and not MIN_TOKENS <= length(item["answer"]) <= MAX_TOKENS:
-            continue
-        seen.add(item["question"])
-        out.append(item)
-    return out
+    keep = None if length is None else (lambda it: MIN_TOKENS <= length(it["answer"]) <= MAX_TOKENS)
+    return unique_items(make_item, seed, count, exclude, keep)
 
 
 SPLITS = {"test": (5005, 1000), "calibration": (6006, 400), "train": (7007, 200_000)}

@@ -135,6 +135,23 @@ def filled(gen: list) -> frozenset:
     return frozenset(i for i, t in enumerate(gen) if t is not None)
 
 
+# Two planning candidates in the calibration band [.15, .25), gen_length 4. Empty canvas: the
+# base set is {0}; candidates 1 (token 30, p .2) and 2 (token 31, p .18). Under the base commit
+# positions 1..3 are confident (S_imp = {1, 2, 3}); branch 30 agrees on {2, 3} (A = 1, entropy
+# drops); branch 31 disagrees at 3 (A = 0).
+BAND_EMPTY = {0: (10, .95), 1: (30, .2), 2: (31, .18), 3: (11, .5)}
+BAND_BASE = {1: (13, .95), 2: (14, .92), 3: (11, .95)}
+BAND_PLAN30 = {2: (14, .97), 3: (11, .99)}
+BAND_PLAN31 = {1: (13, .95), 3: (12, .95)}
+
+
+def band_pair_table(g):
+    """The table of the two band candidates above (any other state: confident token 12)."""
+    f = filled(g)
+    return {frozenset(): BAND_EMPTY, frozenset({0}): BAND_BASE, frozenset({0, 1}): BAND_PLAN30,
+            frozenset({0, 2}): BAND_PLAN31}.get(f, {i: (12, .95) for i in range(4)})
+
+
 def run(decoder: str, table, *, model_kw=None, **kw):
     """Decode PROMPT with a TableModel over ``table``; returns (result, model). Traced."""
     from pvf_lmeval.decoding import decode

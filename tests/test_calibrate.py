@@ -8,7 +8,10 @@ import json
 import pytest
 import torch
 
-from decoding_tables import MASK, PROMPT, RandomModel, TableModel, dist_logits, filled
+from decoding_tables import BAND_BASE as BASE
+from decoding_tables import BAND_PLAN30 as PLAN30
+from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_logits,
+                             filled)
 from pvf_lmeval.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
                                   build_artifact, calibrate_prompt, fingerprint, load_prompts,
                                   main, run_calibration)
@@ -22,19 +25,8 @@ def H(d) -> float:
 
 CFG = CalibConfig(gen_length=4, block_length=4)
 
-# Prompt 1: z_base = {0}; candidates 1 (token 30, p .2) and 2 (token 31, p .18); position 3 is
-# confident under z_base (S_imp = {1, 2, 3}). Branch 30 agrees on {2, 3}: A = 1; branch 31
-# disagrees at 3: A = 0.
-EMPTY = {0: (10, .95), 1: (30, .2), 2: (31, .18), 3: (11, .5)}
-BASE = {1: (13, .95), 2: (14, .92), 3: (11, .95)}
-PLAN30 = {2: (14, .97), 3: (11, .99)}
-PLAN31 = {1: (13, .95), 3: (12, .95)}
-
-
-def table1(g):
-    f = filled(g)
-    return {frozenset(): EMPTY, frozenset({0}): BASE, frozenset({0, 1}): PLAN30,
-            frozenset({0, 2}): PLAN31}.get(f, {i: (12, .95) for i in range(4)})
+# Prompt 1: the two band candidates of decoding_tables (A = 1 for branch 30, 0 for 31).
+table1 = band_pair_table
 
 
 # Prompt 2: the only confident position under z_base is the candidate itself: vacuous (m += 0).

@@ -7,26 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding_tables import PROMPT, TableModel, filled
+from decoding_tables import PROMPT, TableModel, band_pair_table
 from pvf_lmeval.calibrate import CalibConfig, calibrate_prompt
 from pvf_lmeval.decoding import decode
 from pvf_lmeval.decoding.common import Stats
 from pvf_lmeval.decoding.online import OnlineVocab
 from pvf_lmeval.decoding.verify import verify_plans
 
-# y = empty: z_base = {0}; candidates 1 (token 30, p .2) and 2 (token 31, p .18), both in the
-# calibration band [.15, .25). Under z_base positions 1..3 are confident (S_imp = {1, 2, 3});
-# branch 30 agrees on {2, 3} (A = 1, entropy drops); branch 31 disagrees at 3 (A = 0).
-EMPTY = {0: (10, .95), 1: (30, .2), 2: (31, .18), 3: (11, .5)}
-BASE = {1: (13, .95), 2: (14, .92), 3: (11, .95)}
-PLAN30 = {2: (14, .97), 3: (11, .99)}
-PLAN31 = {1: (13, .95), 3: (12, .95)}
-
-
-def table(g):
-    f = filled(g)
-    return {frozenset(): EMPTY, frozenset({0}): BASE, frozenset({0, 1}): PLAN30,
-            frozenset({0, 2}): PLAN31}.get(f, {i: (12, .95) for i in range(4)})
+# The two band candidates of decoding_tables: branch 30 passes (A = 1), branch 31 fails (A = 0).
+table = band_pair_table
 
 
 def test_pvf_and_calibration_measure_the_same_a_and_vig():

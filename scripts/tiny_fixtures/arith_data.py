@@ -88,24 +88,32 @@ def make_split(seed: int, count: int, exclude: set[str]) -> list[dict]:
 SPLITS = {"test": (1001, 1000), "calibration": (2002, 400), "train": (3003, 200_000)}
 
 
+def write_splits(out: Path, splits: dict, train: int, make, describe=lambda rows: "") -> None:
+    """Writes ``out/<split>.jsonl`` for each split of ``splits`` ({name: (seed, count)}), in
+    order, each split's questions unseen by the earlier ones; ``make(seed, count, exclude)``
+    draws a split, the train split gets ``train`` items (0: skipped), ``describe(rows)`` adds
+    to the printed line."""
+    out.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    for split, (seed, count) in splits.items():
+        if split == "train":
+            count = train
+            if not count:
+                continue
+        rows = make(seed, count, used)
+        used.update(r["question"] for r in rows)
+        with open(out / f"{split}.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        print(f"{split}: {len(rows)} items{describe(rows)} -> {out / f'{split}.jsonl'}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--train", type=int, default=SPLITS["train"][1], help="training items (0 = skip)")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    for split, (seed, count) in SPLITS.items():
-        if split == "train":
-            count = args.train
-            if not count:
-                continue
-        rows = make_split(seed, count, used)
-        used.update(r["question"] for r in rows)
-        with open(args.out / f"{split}.jsonl", "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-        print(f"{split}: {len(rows)} items -> {args.out / f'{split}.jsonl'}")
+    write_splits(args.out, SPLITS, args.train, make_split)
 
 
 if __name__ == "__main__":

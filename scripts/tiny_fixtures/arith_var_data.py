@@ -22,11 +22,10 @@ already used, and the training stream drops every held-out key.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 
-from arith_data import GAINS, ITEMS, LOSSES, MAX_AMOUNT, MAX_VALUE, NAMES, unique_items
+from arith_data import GAINS, ITEMS, LOSSES, MAX_AMOUNT, MAX_VALUE, NAMES, unique_items, write_splits
 
 FEMALE = {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"}
 LINKS = ["Then", "Next", "After that", "Later"]
@@ -156,22 +155,14 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--train", type=int, default=0, help="also write this many training items")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
     length = fixture_length()
-    used: set[str] = set()
-    for split, (seed, count) in SPLITS.items():
-        if split == "train":
-            count = args.train
-            if not count:
-                continue
-        rows = make_split(seed, count, used, length)
-        used.update(r["question"] for r in rows)
-        with open(args.out / f"{split}.jsonl", "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+
+    def describe(rows):
         lens = [length(r["answer"]) for r in rows]
-        print(f"{split}: {len(rows)} items, answer tokens {min(lens)}-{max(lens)} "
-              f"(mean {sum(lens) / len(lens):.0f}) -> {args.out / f'{split}.jsonl'}")
+        return f", answer tokens {min(lens)}-{max(lens)} (mean {sum(lens) / len(lens):.0f})"
+
+    write_splits(args.out, SPLITS, args.train,
+                 lambda seed, count, used: make_split(seed, count, used, length), describe)
 
 
 if __name__ == "__main__":

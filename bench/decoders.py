@@ -93,6 +93,9 @@ def main(argv=None) -> None:
     ap.add_argument("--slow-limit", type=int, default=None,
                     help="static and freedave on the first N of the items only (stated in the table)")
     ap.add_argument("--only", nargs="+", default=None, help="row labels to run (threshold always runs)")
+    ap.add_argument("--skip-threshold", action="store_true",
+                    help="with --only: do not run threshold (the ratio columns then show —; for "
+                         "splitting one table over several processes)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="requests decoded together (outputs and NFE do not depend on it)")
@@ -119,7 +122,8 @@ def main(argv=None) -> None:
         targets = [d["target"] for d in docs]
         results, subset_ref = {}, {}
         for label, decoder, extra in CONFIGS:
-            if args.only is not None and label != "threshold" and label not in args.only:
+            if args.only is not None and label not in args.only and (
+                    label != "threshold" or args.skip_threshold):
                 continue
             n = args.slow_limit if label in SLOW and args.slow_limit else len(prompts)
             results[label] = run_config(model, prompts[:n], targets[:n], extract, decoder, extra,
@@ -132,11 +136,15 @@ def main(argv=None) -> None:
                 results[label]["threshold_same_items"] = subset_ref[n]
             print(f"{name} {label}: {results[label]}", file=sys.stderr, flush=True)
         for label, r in results.items():
-            base = r.get("threshold_same_items", results["threshold"])
+            base = r.get("threshold_same_items", results.get("threshold"))
+            if base is None:
+                nfe_ratio = wall_ratio = "—"
+            else:
+                nfe_ratio, wall_ratio = f"{r['nfe'] / base['nfe']:.2f}x", f"{r['wall'] / base['wall']:.2f}x"
             rows_out.append(
                 f"| {name} | {label} | {r['items']} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
                 f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['wall'] * 1000:.1f} ms "
-                f"| {r['nfe'] / base['nfe']:.2f}x | {r['wall'] / base['wall']:.2f}x |")
+                f"| {nfe_ratio} | {wall_ratio} |")
         raw[name] = results
     print("\n" + "\n".join(rows_out))
     if args.json:

@@ -22,8 +22,10 @@ Part 2 (``--replay SHAPE``): a randomly initialised model of a real shape (or a 
 (each request: the rows of each of its calls, full or cached, and the block it was in), with
 requests batched the way ``Batch.call`` pools them: per round, the full calls of all live
 requests as one model call and the cached ones as another, each request with its own KV cache.
-Reported: aggregate tokens per second per batch size (every request counted as producing
-``--gen-length`` tokens). Random weights decide nothing, which is why schedules are replayed.
+Every batch size replays the same requests (the largest batch's worth), in consecutive groups
+of that size, once untimed (so that a compiled model has compiled every shape of that size) and
+once timed. Reported: aggregate tokens per second per batch size (every request counted as
+producing ``--gen-length`` tokens). Random weights decide nothing, which is why schedules are replayed.
 
     python bench/e2e.py --fixtures tiny-llada --limit 32 --clock cpu # CPU
     python bench/e2e.py --replay llada-8b/8 --json out.json          # + reduced 8B-shape replay
@@ -333,19 +335,26 @@ def run_replay(args, schedules: dict) -> list[dict]:
     if args.compile:
         model.compile("blocks")
     out = []
+    n_req = max(args.batch_sizes)
     for (dec, cache), sched in schedules.items():
         per_req = [sched[k] for k in sorted(sched)]
+        # The same requests at every batch size (the recorded ones, cycled to the largest batch),
+        # replayed in consecutive groups of that size.
+        reqs = (per_req * (1 + n_req // max(len(per_req), 1)))[:n_req]
         base_tps = None
         for bs in args.batch_sizes:
-            reqs = (per_req * (1 + bs // max(len(per_req), 1)))[:max(bs, 1)]
-            replay_batched(model, reqs[:1], cache, args.prompt_len, args.gen_length,
-                           args.block_length, args.device)                       # warm-up
-            secs = replay_batched(model, reqs, cache, args.prompt_len, args.gen_length,
-                                  args.block_length, args.device)
+            def one_pass() -> float:
+                return sum(replay_batched(model, reqs[g:g + bs], cache, args.prompt_len,
+                                          args.gen_length, args.block_length, args.device)
+                           for g in range(0, len(reqs), bs))
+
+            one_pass()      # warm-up: every shape of this batch size (compiles them, if compiled)
+            secs = one_pass()
             tps = len(reqs) * args.gen_length / secs
             base_tps = base_tps or tps
             out.append({"shape": args.replay, "decoder": dec, "cache": cache, "batch": bs,
-                        "tokens_per_s": tps, "vs_batch_1": tps / base_tps, "seconds": secs})
+                        "requests": len(reqs), "tokens_per_s": tps, "vs_batch_1": tps / base_tps,
+                        "seconds": secs})
             print(json.dumps(out[-1]), flush=True)
     return out
 

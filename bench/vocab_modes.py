@@ -131,6 +131,8 @@ def main(argv=None) -> None:
     ap.add_argument("--explore", type=int, default=1, help="online: reserved exploration slots")
     ap.add_argument("--explore-max", type=int, default=30, help="online: events before exploration stops")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ap.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or auto")
     ap.add_argument("--only", nargs="+", default=None, help="row labels to run")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     ap.add_argument("--save-online", type=Path, default=None,
@@ -143,14 +145,14 @@ def main(argv=None) -> None:
     print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; online: batch {args.batch}, level {args.level}, explore "
           f"{args.explore}, explore_max {args.explore_max}; torch threads "
-          f"{torch.get_num_threads()}; device cpu\n", flush=True)
+          f"{torch.get_num_threads()}; device {args.device}, {args.dtype}\n", flush=True)
     header = ("| fixture | vocabulary | accuracy | ± s.e. | NFE | branch rows | plan share "
               "| plan pass rate | tried/request | eligible | ms/request |")
     lines = [header, "|" + "---|" * 11]
     raw = {}
     online_kw = dict(level=args.level, explore=args.explore, explore_max=args.explore_max)
     for name in args.fixtures:
-        model = load_model(name)
+        model = load_model(name, device=args.device, dtype=args.dtype)
         tok = model.tokenizer
         prompts = arith_bench.prompt_ids(tok, docs)
         targets = [d["target"] for d in docs]

@@ -132,13 +132,14 @@ def make_split(seed: int, count: int, exclude: set[str], length=None) -> list[di
 SPLITS = {"test": (5005, 1000), "calibration": (6006, 400), "train": (7007, 200_000)}
 
 
-def fixture_length():
-    """Answer length in tokens under the bundled tiny-llada tokenizer (both fixtures' BPE
-    vocabularies were trained on the same corpus)."""
+def fixture_length(tokenizer: Path | None = None):
+    """Answer length in tokens under ``tokenizer`` (a tokenizer.json; default: the bundled
+    tiny-llada one, whose BPE both fixtures share)."""
     from tokenizers import Tokenizer
 
     here = Path(__file__).resolve().parent.parent.parent
-    tok = Tokenizer.from_file(str(here / "pvf_lmeval" / "fixtures" / "tiny-llada" / "tokenizer.json"))
+    path = tokenizer or here / "pvf_lmeval" / "fixtures" / "tiny-llada" / "tokenizer.json"
+    tok = Tokenizer.from_file(str(path))
     return lambda text: len(tok.encode(" " + text).ids)
 
 
@@ -154,8 +155,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--train", type=int, default=0, help="also write this many training items")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="tokenizer.json that measures answer lengths (default: the bundled one)")
     args = ap.parse_args(argv)
-    length = fixture_length()
+    length = fixture_length(args.tokenizer)
 
     def describe(rows):
         lens = [length(r["answer"]) for r in rows]

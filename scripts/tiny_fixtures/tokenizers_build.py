@@ -57,6 +57,19 @@ def train_bpe(corpus: list[str]) -> Tokenizer:
     return tok
 
 
+def fixture_corpus(per_task: int = 20_000) -> list[str]:
+    """The text the fixtures' BPE is trained on: ``per_task`` training-stream items of `arith` and
+    of `arith_var` (unfiltered, fixed seeds) as prompt plus answer. Fixed, so that the tokenizer
+    (which the task data's length filter and every token-id artifact depend on) does not move
+    with a training run's data seed."""
+    import arith_data
+    import arith_var_data
+
+    items = (arith_data.make_split(arith_data.SPLITS["train"][0], per_task, set())
+             + arith_var_data.make_split(arith_var_data.SPLITS["train"][0], per_task, set()))
+    return [f"Question: {it['question']}\nAnswer: {it['answer']}" for it in items]
+
+
 def write_tokenizer(bpe: Tokenizer, folder: Path, family: str) -> dict:
     """Write tokenizer.json + tokenizer_config.json; return the special ids by name."""
     tok = Tokenizer.from_str(bpe.to_str())

@@ -8,10 +8,18 @@ padding, as in LLaDA's SFT. A share of the prompts is wrapped in the fixture's c
 that ``--apply_chat_template`` works too. ``--var-share`` mixes the two tasks: each batch is drawn
 from one task (so that its answer areas have one length), `arith_var` with that probability.
 
+From scratch the tokenizer is a byte-level BPE trained on a fixed corpus of both tasks
+(``tokenizers_build.fixture_corpus``), or the one of ``--tokenizer-from``; ``--init-from``
+continues a checkpoint and keeps its tokenizer. Runs on any device (``--device``, CUDA when
+present); ``--time-budget S`` times a few steps there and sets ``--steps`` so that the steps end
+S seconds after the start (the value lands in training.json). Training items are drawn fresh up
+to ``POOL`` per task, then cycled.
+
     python scripts/tiny_fixtures/train.py --family llada --out pvf_lmeval/fixtures/tiny-llada
     python scripts/tiny_fixtures/train.py --family dream --steps 20 --out /tmp/smoke   # smoke run
 
-Seeded: the same arguments give the same checkpoint (on the same torch build and thread count).
+Seeded: the same arguments give the same checkpoint (on the same torch build, device and thread
+count).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 import arith_var_data  # noqa: E402
 from arith_data import SPLITS, make_split  # noqa: E402
-from tokenizers_build import DREAM_SPECIALS, LLADA_SPECIALS, train_bpe, write_tokenizer  # noqa: E402
+from tokenizers_build import DREAM_SPECIALS, LLADA_SPECIALS, fixture_corpus, train_bpe, write_tokenizer  # noqa: E402
 
 from pvf_lmeval.models.checkpoints import DREAM, LLADA  # noqa: E402
 from pvf_lmeval.models.loader import save_checkpoint  # noqa: E402
@@ -42,6 +50,9 @@ from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerC
 
 ANSWER_LEN = {"arith": 96, "arith_var": 256}
 CHAT_SHARE = 0.3
+# Training items per task at most; a longer run cycles through them again, reshuffled.
+# Drawing fresh items for every step of a long GPU run would cost minutes of host time.
+POOL = 60_000
 
 
 def raw_prompt(q: str) -> str:
@@ -63,18 +74,30 @@ def encode_items(tok, items, family, ids, rng, answer_len):
     """[(prompt_ids, answer_area_ids)] with the answer area padded to ``answer_len``."""
     eos = ids["<|endoftext|>"]
     eot = ids["<|eot_id|>" if family == "llada" else "<|im_end|>"]
+    chat = [rng.random() < CHAT_SHARE for _ in items]
+    prompts = tok.encode_batch([chat_prompt(it["question"], family) if c else raw_prompt(it["question"])
+                                for it, c in zip(items, chat)])
+    answers = tok.encode_batch([it["answer"] if c else " " + it["answer"] for it, c in zip(items, chat)])
     out, too_long = [], 0
-    for it in items:
-        chat = rng.random() < CHAT_SHARE
-        prompt = chat_prompt(it["question"], family) if chat else raw_prompt(it["question"])
-        answer = it["answer"] if chat else " " + it["answer"]
-        p = tok.encode(prompt).ids
-        a = tok.encode(answer).ids + ([eot] if chat else [])
+    for p, a, c in zip(prompts, answers, chat):
+        a = a.ids + ([eot] if c else [])
         if len(a) > answer_len:
             too_long += 1
             continue
-        out.append((p, a + [eos] * (answer_len - len(a))))
+        out.append((p.ids, a + [eos] * (answer_len - len(a))))
     return out, too_long
+
+
+def var_training_items(seed, count, exclude, tok):
+    """``count`` arith_var training items with answers of MIN_TOKENS..MAX_TOKENS tokens under
+    ``tok``: unfiltered draws filtered in one batched encode (the task data's per-item filter
+    keeps the same distribution, but is too slow for a pool of this size)."""
+    items = arith_var_data.make_split(seed, int(count * 1.5) + 100, exclude)
+    lens = [len(e.ids) for e in tok.encode_batch([" " + it["answer"] for it in items])]
+    kept = [it for it, n in zip(items, lens)
+            if arith_var_data.MIN_TOKENS <= n <= arith_var_data.MAX_TOKENS]
+    assert len(kept) >= count, (len(kept), count)
+    return kept[:count]
 
 
 def batch_tensors(rows, pad_id):
@@ -93,9 +116,10 @@ def batch_tensors(rows, pad_id):
 def diffusion_loss(net, tokens, attn, start, mask_id, gen, shift=0):
     """``shift`` = 1 for Dream-layout checkpoints: the output at i-1 predicts position i."""
     n = tokens.shape[0]
-    t = torch.rand(n, 1, generator=gen) * (1 - 1e-3) + 1e-3
+    # Drawn on the host generator, so that a run is the same on every device.
+    t = (torch.rand(n, 1, generator=gen) * (1 - 1e-3) + 1e-3).to(tokens.device)
     masked = torch.zeros_like(tokens, dtype=torch.bool)
-    masked[:, start:] = torch.rand(n, tokens.shape[1] - start, generator=gen) < t
+    masked[:, start:] = torch.rand(n, tokens.shape[1] - start, generator=gen).to(tokens.device) < t
     noisy = tokens.masked_fill(masked, mask_id)
     hidden = net.hidden(noisy, attn)
     rows, cols = masked.nonzero(as_tuple=True)
@@ -111,6 +135,8 @@ def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=
     batch's model calls."""
     answer_len = len(rows[0][1])
     tokens, attn, plen = batch_tensors([(p, [mask_id] * answer_len) for p, _ in rows], pad_id)
+    device = next(net.parameters()).device
+    tokens, attn = tokens.to(device), attn.to(device)
     calls = 0
     for b0 in range(plen, plen + answer_len, block):
         while True:
@@ -135,6 +161,32 @@ def quick_eval(net, rows, targets, tok, mask_id, eos_ids, pad_id, block=32, tau=
     return correct / len(rows), calls
 
 
+def time_steps(net, rows, pad_id, mask_id, shift, args, n=25, skip=5) -> float:
+    """Seconds per training step of ``net`` on this device (a throwaway copy and optimiser, the
+    longest task's first batch; the run's own random streams are not touched)."""
+    import copy
+
+    probe = copy.deepcopy(net)
+    opt = torch.optim.AdamW(probe.parameters(), lr=1e-4)
+    task = "arith_var" if "arith_var" in rows else "arith"
+    tokens, attn, start = batch_tensors(rows[task][:args.batch], pad_id)
+    tokens, attn = tokens.to(args.device), attn.to(args.device)
+    gen = torch.Generator().manual_seed(12345)
+    sync = torch.cuda.synchronize if tokens.is_cuda else (lambda: None)
+    for i in range(n):
+        if i == skip:
+            sync()
+            t0 = time.perf_counter()
+        loss = diffusion_loss(probe, tokens, attn, start, mask_id, gen, shift)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(probe.parameters(), 1.0)
+        opt.step()
+        batch_tensors(rows[task][:args.batch], pad_id)     # the host work of a real step
+    sync()
+    return (time.perf_counter() - t0) / (n - skip)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", choices=["llada", "dream"], required=True)
@@ -156,48 +208,64 @@ def main(argv=None):
                     help="seed of the training items (default: --seed); use a new one per phase")
     ap.add_argument("--var-share", type=float, default=0.0,
                     help="probability that a batch is drawn from arith_var instead of arith")
+    ap.add_argument("--tokenizer-from", type=Path, default=None,
+                    help="take tokenizer.json from this folder instead of training the BPE (with "
+                         "from-scratch weights); its BPE must be the fixtures' one")
+    ap.add_argument("--time-budget", type=float, default=None,
+                    help="wall seconds from the start of the script to the end of the training "
+                         "steps: times a few steps on this device and sets --steps to fit what is "
+                         "left after data preparation (recorded in training.json; rerun with that "
+                         "--steps to reproduce the run)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="torch device to train on (default: cuda when available, else cpu)")
     args = ap.parse_args(argv)
+    started = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
 
     if not 0.0 <= args.var_share <= 1.0:
         ap.error(f"--var-share must lie in [0, 1], got {args.var_share}")
+    if args.init_from is not None and args.tokenizer_from is not None:
+        ap.error("--init-from keeps its checkpoint's tokenizer; drop --tokenizer-from")
+    # The tokenizer first: arith_var's length filter measures answers with it.
+    keep_from = args.init_from or args.tokenizer_from
+    if keep_from is not None:
+        # Keep the given tokenizer (artifacts key on its ids).
+        import shutil
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if (keep_from / name).resolve() != (args.out / name).resolve():
+                shutil.copy(keep_from / name, args.out / name)
+        ids = {t: Tokenizer.from_file(str(args.out / "tokenizer.json")).token_to_id(t)
+               for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
+        assert None not in ids.values(), f"{keep_from} is not a {args.family} fixture tokenizer: {ids}"
+    else:
+        ids = write_tokenizer(train_bpe(fixture_corpus()), args.out, args.family)
+
     held_out = set()
     for split in ("test", "calibration"):
         seed, count = SPLITS[split]
         held_out |= {r["question"] for r in make_split(seed, count, held_out)}
     test_items = make_split(SPLITS["test"][0], SPLITS["test"][1], set())[: args.eval_items]
-    # Every training item is fresh (no epochs): the tiny model must learn to copy and add, not
-    # to remember questions. The expected batches per task, plus a margin.
+    # Fresh items (no repeats) up to POOL per task: the tiny model must learn to copy and add,
+    # not to remember questions. The expected batches per task, plus a margin.
     data_seed = args.seed if args.data_seed is None else args.data_seed
     share = {"arith": 1.0 - args.var_share, "arith_var": args.var_share}
-    n_train = {t: max(int(args.steps * args.batch * s * 1.1), 5000) if s else 0 for t, s in share.items()}
+    n_train = {t: min(POOL, max(int(args.steps * args.batch * s * 1.1), 5000)) if s else 0
+               for t, s in share.items()}
+    if args.time_budget is not None:   # a long run: the full pools (what a large --steps gets)
+        n_train = {t: POOL if s else 0 for t, s in share.items()}
     train_items = make_split(SPLITS["train"][0] + data_seed, n_train["arith"], held_out)
     var_test, var_train = [], []
     if args.var_share:
-        var_length = arith_var_data.fixture_length()
+        var_length = arith_var_data.fixture_length(args.out / "tokenizer.json")
         var_held = arith_var_data.held_out_keys(var_length)
         vs = arith_var_data.SPLITS
         var_test = arith_var_data.make_split(vs["test"][0], vs["test"][1], set(), var_length)[: args.eval_items]
-        var_train = arith_var_data.make_split(vs["train"][0] + data_seed, n_train["arith_var"], var_held,
-                                              var_length)
-
-    if args.init_from is not None:
-        # Keep the tokenizer of the checkpoint we continue from (artifacts key on its ids).
-        import shutil
-
-        args.out.mkdir(parents=True, exist_ok=True)
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            if (args.init_from / name).resolve() != (args.out / name).resolve():
-                shutil.copy(args.init_from / name, args.out / name)
-        ids = {t: Tokenizer.from_file(str(args.out / "tokenizer.json")).token_to_id(t)
-               for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
-    else:
-        corpus = [raw_prompt(it["question"]) + " " + it["answer"]
-                  for it in train_items[:20000] + var_train[:20000]]
-        bpe = train_bpe(corpus)
-        ids = write_tokenizer(bpe, args.out, args.family)
+        var_train = var_training_items(vs["train"][0] + data_seed, n_train["arith_var"], var_held,
+                                       Tokenizer.from_file(str(args.out / "tokenizer.json")))
     from transformers import AutoTokenizer
 
     hf_tok = AutoTokenizer.from_pretrained(str(args.out))
@@ -250,6 +318,13 @@ def main(argv=None):
         if previous.exists():
             old = json.loads(previous.read_text())
             history = old.pop("phases", []) + [old]
+    net.to(args.device)
+    if args.time_budget is not None:
+        step_s = time_steps(net, rows, pad_id, mask_id, fmt.logit_shift, args)
+        left = args.time_budget - (time.time() - started)
+        args.steps = max(100, int(left / step_s) // 100 * 100)
+        print(f"time budget: {left:.0f} s left at {step_s * 1e3:.1f} ms per step: --steps "
+              f"{args.steps}", flush=True)
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = min(100, args.steps // 10 + 1)
 
@@ -273,6 +348,7 @@ def main(argv=None):
         batch = [rows[task][i] for i in order[task][cursor[task]:cursor[task] + args.batch]]
         cursor[task] += args.batch
         tokens, attn, start = batch_tensors(batch, pad_id)
+        tokens, attn = tokens.to(args.device), attn.to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         loss = diffusion_loss(net, tokens, attn, start, mask_id, gen, fmt.logit_shift)
@@ -301,24 +377,29 @@ def main(argv=None):
 
     net.eval()
     save_checkpoint(net, fmt, args.out, special)
-    final = {}
+    record = {
+        "script": "scripts/tiny_fixtures/train.py", "args": {k: str(v) for k, v in vars(args).items()},
+        "answer_len": ANSWER_LEN if args.var_share else ANSWER_LEN["arith"], "chat_share": CHAT_SHARE,
+        "train_rows": {t: len(r) for t, r in rows.items()}, "device": str(args.device),
+        "minutes": round((time.time() - t0) / 60, 2),
+    }
+
+    def write_record():
+        (args.out / "training.json").write_text(json.dumps(
+            {**record, "log": log, "phases": history}, indent=1) + "\n")
+
+    write_record()      # before the final check, which a stopped run may not reach
     for task, (eval_rows, eval_targets) in evals.items():
         acc, _ = quick_eval(net, eval_rows, eval_targets, tok, mask_id, eos_ids, pad_id,
                             shift=fmt.logit_shift)
         print(f"{task} held-out exact match (threshold 0.9, blocks of 32, {len(eval_rows)} items): "
               f"{acc:.3f}", flush=True)
-        final[task] = {"heldout_exact_match": acc, "heldout_items": len(eval_rows)}
-    record = {
-        "script": "scripts/tiny_fixtures/train.py", "args": {k: str(v) for k, v in vars(args).items()},
-        "answer_len": ANSWER_LEN if args.var_share else ANSWER_LEN["arith"], "chat_share": CHAT_SHARE,
-        "train_rows": {t: len(r) for t, r in rows.items()}, "minutes": round((time.time() - t0) / 60, 2),
-    }
-    if "arith" in final:
-        record.update(final["arith"])
-    if "arith_var" in final:
-        record["arith_var"] = final["arith_var"]
-    (args.out / "training.json").write_text(json.dumps(
-        {**record, "log": log, "phases": history}, indent=1) + "\n")
+        result = {"heldout_exact_match": acc, "heldout_items": len(eval_rows)}
+        if task == "arith":
+            record.update(result)
+        else:
+            record[task] = result
+        write_record()
 
 
 if __name__ == "__main__":

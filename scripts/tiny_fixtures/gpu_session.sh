@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# One lent GPU, one call of at most 10 minutes: retrain both tiny fixtures from scratch on a mix
+# of `arith` and `arith_var` (issue 15), calibrate them on arith_var's calibration split, measure
+# the decoder and vocabulary tables on the held-out sets, then time the batched decode loop and
+# the 8B-shape replay (issue 14). Every part has a deadline (seconds from the start); what is
+# finished is packed into $OUT after each part, so a stopped run still returns it:
+#   $OUT/fixtures.tgz  the new fixture folders and calibrated artifacts
+#   $OUT/results.tgz   one log / JSON per job (r/)
+#
+#   OUT=out/gpu bash scripts/tiny_fixtures/gpu_session.sh            # on the GPU machine
+#   OUT=/tmp/dry DEV=cpu SCALE=dry bash scripts/tiny_fixtures/gpu_session.sh   # wiring check
+#
+# Needs no install: the package runs from the checkout (PYTHONPATH). It trains with the
+# tokenizers already in pvf_lmeval/fixtures/ (--tokenizer-from), which must be the ones the task
+# data and the hand-written artifacts were made with: for a new vocabulary, first write it with
+# tokenizers_build (train_bpe(fixture_corpus()) + write_tokenizer), then
+# `arith_var_data.py --out tasks/arith_var/data` and scripts/make_handwritten_vocab.py. The
+# training overwrites the weights there. Session 6's measured times (README, arith_var) sized
+# the deadlines; the evaluation parts did not fit them (see there).
+set -u
+T0=$(date +%s)
+OUT=${OUT:-out/gpu}
+DEV=${DEV:-cuda}
+SCALE=${SCALE:-full}
+PARTS=${PARTS:-1 2 3 4}   # which parts to run (a rerun of a stopped part)
+PY=${PYTHON:-python3}
+R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
+mkdir -p "$R"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=true OMP_NUM_THREADS=2
+
+if [ "$SCALE" = full ]; then
+    BATCH=128; BUDGET=210; LIMIT=""; CAL_LIMIT=400; D_TRAIN=255; D_EVAL=395; D_PVF=485; D_E2E=578
+    E2E="--limit 32 --batch-sizes 1 16 --replay llada-8b --compile"
+else   # wiring check on a CPU: seconds of training, a handful of items
+    BATCH=8; BUDGET=230; LIMIT="--limit 8"; CAL_LIMIT=4; D_TRAIN=400; D_EVAL=900; D_PVF=1300; D_E2E=1500
+    E2E="--limit 4 --batch-sizes 1 4 --replay llada-8b/16"
+fi
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+left() { local s=$(( $1 - ($(date +%s) - T0) )); [ $s -lt 5 ] && s=5; echo $s; }
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$R/session.log"; }
+pack() {
+    tar czf "$OUT/fixtures.tgz" pvf_lmeval/fixtures/tiny-llada pvf_lmeval/fixtures/tiny-dream \
+        $(ls vocab_artifacts/tiny-*.calibrated.json 2>/dev/null)
+    tar czf "$OUT/results.tgz" -C "$(dirname "$R")" "$(basename "$R")"
+}
+job() {   # job NAME DEADLINE CMD...: runs in the background, logs to $R/NAME.log
+    local name=$1 deadline=$2; shift 2
+    ( timeout "$(left "$deadline")" "$@" > "$R/$name.log" 2>&1; echo "rc $?" >> "$R/$name.log" ) &
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
+  $PY -c "import torch, transformers, tokenizers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
+  nproc; } > "$R/env.txt" 2>&1
+stamp "start $(cat "$R/env.txt" | tr '\n' ' ')"
+
+if want 1; then
+# 1. Training: both fixtures at once on the one GPU, from scratch, the fixtures' own tokenizers.
+for fam in llada dream; do
+    job "train-$fam" $D_TRAIN $PY scripts/tiny_fixtures/train.py --family $fam \
+        --tokenizer-from pvf_lmeval/fixtures/tiny-$fam --out pvf_lmeval/fixtures/tiny-$fam \
+        --var-share 0.6 --batch $BATCH --lr 3e-3 --time-budget $BUDGET --eval-every 2000 \
+        --check-items 100 --eval-items 200 --device $DEV
+done
+wait
+stamp "training done: $(grep -h 'held-out exact match (threshold' "$R"/train-*.log | tr '\n' ' ')"
+pack
+fi
+
+if want 2; then
+# 2. Calibration (arith_var's split, the paper's filters) beside the decoders that need no
+#    vocabulary. A second calibration on fewer prompts is the fallback if the full one is stopped.
+rm -f vocab_artifacts/*.partial
+DEC="$PY bench/decoders.py --batch-size 32 --device $DEV --dtype float32 $LIMIT"
+CAL="$PY -m pvf_lmeval.calibrate --data arith_var --family math-word --gen-length 256 --block-length 32 --device $DEV --dtype float32 --no-progress"
+for f in llada dream; do
+    job "vocab-$f" $D_EVAL $CAL --model tiny-$f --limit $CAL_LIMIT \
+        --out vocab_artifacts/tiny-$f.math-word.calibrated.json
+    job "vocab-$f-small" $D_EVAL $CAL --model tiny-$f --limit $(( CAL_LIMIT * 3 / 8 )) \
+        --out "$R/tiny-$f.math-word.calibrated-small.json"
+    for task in arith_var arith; do
+        job "dec-$task-$f-base" $D_EVAL $DEC --task $task --fixtures tiny-$f \
+            --only threshold static freedave --json "$R/dec-$task-$f-base.json"
+    done
+done
+wait
+for f in llada dream; do
+    if ! grep -q "^rc 0" "$R/vocab-$f.log"; then
+        cp "$R/tiny-$f.math-word.calibrated-small.json" vocab_artifacts/tiny-$f.math-word.calibrated.json \
+            && stamp "tiny-$f: full calibration stopped, installed the small one"
+    fi
+done
+stamp "calibration: $(grep -h 'kept' "$R"/vocab-*.log | tr '\n' ' ')"
+pack
+fi
+
+if want 3; then
+# 3. Everything that reads the planning vocabulary (vocab=auto now picks the calibrated artifact
+#    if it kept tokens), one row per process (threshold is in part 2's files).
+n=0
+for f in llada dream; do
+    for row in pvf "pvf routes=plan" "pvf routes=ar" "pvf routes=none" "explore pick=planning" \
+               "explore pick=random"; do
+        n=$((n + 1))
+        job "dec-arith_var-$f-p$n" $D_PVF $DEC --task arith_var --fixtures tiny-$f --skip-threshold \
+            --only "$row" --json "$R/dec-arith_var-$f-p$n.json"
+    done
+    job "dec-arith-$f-pvf" $D_PVF $DEC --task arith --fixtures tiny-$f --skip-threshold \
+        --only pvf "pvf routes=plan" "pvf routes=ar" --json "$R/dec-arith-$f-pvf.json"
+    for v in none hand-written calibrated heuristic; do
+        job "vocab-modes-arith_var-$f-$v" $D_PVF $PY bench/vocab_modes.py --task arith_var \
+            --fixtures tiny-$f $LIMIT --batch-size 32 --device $DEV --only $v \
+            --json "$R/vocab-modes-arith_var-$f-$v.json"
+    done
+done
+wait
+stamp "planning rows done"
+pack
+fi
+
+if want 4; then
+# 4. Issue 14 on its own (nothing else running): the batched decode loop on the new tiny-llada,
+#    then the 8B-shape replay with compile=blocks.
+job e2e $D_E2E $PY bench/e2e.py --fixtures tiny-llada --device $DEV --decoders threshold pvf \
+    --caches none dual $E2E --json "$R/e2e.json"
+wait
+stamp "e2e done"
+pack
+fi

@@ -1,0 +1,49 @@
+"""`bench/e2e.py`'s batched replay: how it times, not what it measures.
+
+Pins: every batch size replays the same requests (the largest batch's worth, the recorded
+schedules cycled), in consecutive groups of that size, once untimed (a compiled model compiles
+that size's shapes there) and once timed; the aggregate tokens/s counts every request as
+``gen_length`` tokens over the timed pass only. Session 6's GPU run warmed up with one request and
+timed batch 16 on 16 others, so compiling landed inside the timed pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def e2e(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import e2e as module
+
+    return module
+
+
+def test_every_batch_size_replays_the_same_requests_warm_then_timed(e2e, monkeypatch):
+    passes = []     # (cache, the request schedules of one replay_batched call)
+
+    def fake_replay(model, reqs, cache, prompt_len, L, B, device):
+        passes.append((cache, [r[0][0] for r in reqs]))     # a schedule's first call's rows = its tag
+        return 0.25 * len(reqs) ** 0.5                     # seconds: bigger groups are cheaper per request
+
+    monkeypatch.setattr(e2e, "random_model", lambda shape, device, dtype: object())
+    monkeypatch.setattr(e2e, "replay_batched", fake_replay)
+    schedules = {("pvf", "dual"): {k: [(10 + k, False, 0), (1, True, 0)] for k in range(3)}}
+    args = SimpleNamespace(replay="llada-8b/16", device="cpu", compile=False, batch_sizes=[1, 4],
+                           prompt_len=8, gen_length=96, block_length=32)
+    rows = e2e.run_replay(args, schedules)
+
+    want = [10, 11, 12, 10]                                 # 3 recorded, cycled to 4
+    batch1 = [("dual", [t]) for t in want]
+    assert passes == batch1 + batch1 + [("dual", want)] * 2  # untimed pass, then timed, per size
+    assert [(r["batch"], r["requests"]) for r in rows] == [(1, 4), (4, 4)]
+    assert rows[0]["seconds"] == pytest.approx(4 * 0.25)
+    assert rows[1]["seconds"] == pytest.approx(0.25 * 2)
+    assert rows[0]["tokens_per_s"] == pytest.approx(4 * 96 / 1.0)
+    assert rows[1]["vs_batch_1"] == pytest.approx(2.0)

@@ -23,6 +23,10 @@ OUT=${OUT:-out/gpu}
 DEV=${DEV:-cuda}
 SCALE=${SCALE:-full}
 PARTS=${PARTS:-1 2 3 4}   # which parts to run (a rerun of a stopped part)
+# INIT=1: part 1 continues from the weights in the fixture folders (--init-from, a new
+# DATA_SEED) instead of training from scratch; LR, BUDGET and D_TRAIN override the defaults
+# (a training-only session: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585).
+INIT=${INIT:-0}
 PY=${PYTHON:-python3}
 R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
 mkdir -p "$R"
@@ -30,10 +34,12 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFL
 export TOKENIZERS_PARALLELISM=true OMP_NUM_THREADS=2
 
 if [ "$SCALE" = full ]; then
-    BATCH=128; BUDGET=210; LIMIT=""; CAL_LIMIT=400; D_TRAIN=255; D_EVAL=395; D_PVF=485; D_E2E=578
+    BATCH=128; BUDGET=${BUDGET:-210}; LIMIT=""; CAL_LIMIT=400; D_TRAIN=${D_TRAIN:-255}
+    D_EVAL=395; D_PVF=485; D_E2E=578
     E2E="--limit 32 --batch-sizes 1 16 --replay llada-8b --compile"
 else   # wiring check on a CPU: seconds of training, a handful of items
-    BATCH=8; BUDGET=230; LIMIT="--limit 8"; CAL_LIMIT=4; D_TRAIN=400; D_EVAL=900; D_PVF=1300; D_E2E=1500
+    BATCH=8; BUDGET=${BUDGET:-230}; LIMIT="--limit 8"; CAL_LIMIT=4; D_TRAIN=${D_TRAIN:-400}
+    D_EVAL=900; D_PVF=1300; D_E2E=1500
     E2E="--limit 4 --batch-sizes 1 4 --replay llada-8b/16"
 fi
 want() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -55,12 +61,17 @@ job() {   # job NAME DEADLINE CMD...: runs in the background, logs to $R/NAME.lo
 stamp "start $(cat "$R/env.txt" | tr '\n' ' ')"
 
 if want 1; then
-# 1. Training: both fixtures at once on the one GPU, from scratch, the fixtures' own tokenizers.
+# 1. Training: both fixtures at once on the one GPU, from scratch with the fixtures' own
+#    tokenizers, or (INIT=1) continuing from their weights.
 for fam in llada dream; do
-    job "train-$fam" $D_TRAIN $PY scripts/tiny_fixtures/train.py --family $fam \
-        --tokenizer-from pvf_lmeval/fixtures/tiny-$fam --out pvf_lmeval/fixtures/tiny-$fam \
-        --var-share 0.6 --batch $BATCH --lr 3e-3 --time-budget $BUDGET --eval-every 2000 \
-        --check-items 100 --eval-items 200 --device $DEV
+    if [ "$INIT" = 1 ]; then
+        FROM="--init-from pvf_lmeval/fixtures/tiny-$fam --data-seed ${DATA_SEED:-31}"; lr=${LR:-2e-3}
+    else
+        FROM="--tokenizer-from pvf_lmeval/fixtures/tiny-$fam"; lr=${LR:-3e-3}
+    fi
+    job "train-$fam" $D_TRAIN $PY scripts/tiny_fixtures/train.py --family $fam $FROM \
+        --out pvf_lmeval/fixtures/tiny-$fam --var-share 0.6 --batch $BATCH --lr $lr \
+        --time-budget $BUDGET --eval-every 2000 --check-items 100 --eval-items 200 --device $DEV
 done
 wait
 stamp "training done: $(grep -h 'held-out exact match (threshold' "$R"/train-*.log | tr '\n' ' ')"

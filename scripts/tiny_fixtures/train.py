@@ -238,11 +238,12 @@ def main(argv=None):
         for name in ("tokenizer.json", "tokenizer_config.json"):
             if (keep_from / name).resolve() != (args.out / name).resolve():
                 shutil.copy(keep_from / name, args.out / name)
-        ids = {t: Tokenizer.from_file(str(args.out / "tokenizer.json")).token_to_id(t)
-               for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
-        assert None not in ids.values(), f"{keep_from} is not a {args.family} fixture tokenizer: {ids}"
     else:
-        ids = write_tokenizer(train_bpe(fixture_corpus()), args.out, args.family)
+        write_tokenizer(train_bpe(fixture_corpus()), args.out, args.family)
+    tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in (LLADA_SPECIALS if args.family == "llada" else DREAM_SPECIALS)}
+    assert None not in ids.values(), \
+        f"{args.out / 'tokenizer.json'} is not a {args.family} fixture tokenizer: {ids}"
 
     held_out = set()
     for split in ("test", "calibration"):
@@ -264,8 +265,7 @@ def main(argv=None):
         var_held = arith_var_data.held_out_keys(var_length)
         vs = arith_var_data.SPLITS
         var_test = arith_var_data.make_split(vs["test"][0], vs["test"][1], set(), var_length)[: args.eval_items]
-        var_train = var_training_items(vs["train"][0] + data_seed, n_train["arith_var"], var_held,
-                                       Tokenizer.from_file(str(args.out / "tokenizer.json")))
+        var_train = var_training_items(vs["train"][0] + data_seed, n_train["arith_var"], var_held, tok)
     from transformers import AutoTokenizer
 
     hf_tok = AutoTokenizer.from_pretrained(str(args.out))
@@ -273,7 +273,6 @@ def main(argv=None):
     rendered = hf_tok.apply_chat_template([{"role": "user", "content": raw_prompt(probe)}],
                                           tokenize=False, add_generation_prompt=True)
     assert rendered == chat_prompt(probe, args.family), (rendered, chat_prompt(probe, args.family))
-    tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
     n_tok = tok.get_vocab_size()
     mask_id = ids["<|mdm_mask|>" if args.family == "llada" else "<|mask|>"]
     eos_ids = (ids["<|endoftext|>"], ids["<|eot_id|>" if args.family == "llada" else "<|im_end|>"])

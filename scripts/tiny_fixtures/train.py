@@ -91,13 +91,20 @@ def encode_items(tok, items, family, ids, rng, answer_len):
 def var_training_items(seed, count, exclude, tok):
     """``count`` arith_var training items with answers of MIN_TOKENS..MAX_TOKENS tokens under
     ``tok``: unfiltered draws filtered in one batched encode (the task data's per-item filter
-    keeps the same distribution, but is too slow for a pool of this size)."""
-    items = arith_var_data.make_split(seed, int(count * 1.5) + 100, exclude)
-    lens = [len(e.ids) for e in tok.encode_batch([" " + it["answer"] for it in items])]
-    kept = [it for it, n in zip(items, lens)
-            if arith_var_data.MIN_TOKENS <= n <= arith_var_data.MAX_TOKENS]
-    assert len(kept) >= count, (len(kept), count)
-    return kept[:count]
+    keeps the same distribution, but is too slow for a pool of this size). A draw that keeps
+    too few is redone larger (the same seed, so the items kept before stay first)."""
+    lo, hi = arith_var_data.MIN_TOKENS, arith_var_data.MAX_TOKENS
+    n = int(count * 1.5) + 100
+    while True:
+        items = arith_var_data.make_split(seed, n, exclude)
+        lens = [len(e.ids) for e in tok.encode_batch([" " + it["answer"] for it in items])]
+        kept = [it for it, k in zip(items, lens) if lo <= k <= hi]
+        if len(kept) >= count:
+            return kept[:count]
+        if n > 20 * count:
+            raise SystemExit(f"train.py: only {len(kept)} of {n} arith_var answers are {lo}-{hi} "
+                             f"tokens under this tokenizer; need {count}")
+        n *= 2
 
 
 def batch_tensors(rows, pad_id):

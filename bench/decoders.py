@@ -104,6 +104,8 @@ def main(argv=None) -> None:
                     "float32, bfloat16")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     args = ap.parse_args(argv)
+    if args.skip_threshold and args.only is None:
+        ap.error("--skip-threshold needs --only (the rows to run instead)")
     arith_bench.task_gen_length(args)
     if args.threads:
         torch.set_num_threads(args.threads)

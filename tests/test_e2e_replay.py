@@ -1,4 +1,5 @@
-"""`bench/e2e.py`'s batched replay: how it times, not what it measures.
+"""`bench/e2e.py`'s batched replay: how it times, not what it measures (and one argument check of
+`bench/decoders.py`, which splits the decoder table over processes).
 
 Pins: every batch size replays the same requests (the largest batch's worth, the recorded
 schedules cycled), in consecutive groups of that size, once untimed (a compiled model compiles
@@ -47,3 +48,13 @@ def test_every_batch_size_replays_the_same_requests_warm_then_timed(e2e, monkeyp
     assert rows[1]["seconds"] == pytest.approx(0.25 * 2)
     assert rows[0]["tokens_per_s"] == pytest.approx(4 * 96 / 1.0)
     assert rows[1]["vs_batch_1"] == pytest.approx(2.0)
+
+
+def test_decoders_skip_threshold_without_only_is_an_error(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import decoders
+
+    with pytest.raises(SystemExit) as exc:
+        decoders.main(["--skip-threshold"])
+    assert exc.value.code == 2
+    assert "--skip-threshold needs --only" in capsys.readouterr().err

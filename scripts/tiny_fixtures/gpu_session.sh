@@ -22,10 +22,13 @@ T0=$(date +%s)
 OUT=${OUT:-out/gpu}
 DEV=${DEV:-cuda}
 SCALE=${SCALE:-full}
-PARTS=${PARTS:-1 2 3 4}   # which parts to run (a rerun of a stopped part)
+PARTS=${PARTS:-1 2 3 4}   # which parts to run, in this order (e.g. "4 1": time first, then train)
 # INIT=1: part 1 continues from the weights in the fixture folders (--init-from, a new
 # DATA_SEED) instead of training from scratch; LR, BUDGET and D_TRAIN override the defaults
-# (a training-only session: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585).
+# (a training-only session: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585). Without BUDGET the training
+# steps end TRAIN_CHECK_S (60) seconds before D_TRAIN, whenever part 1 starts. The deadlines
+# D_EVAL, D_PVF, D_E2E and D_QUICK (seconds from the start) can be set too, for another order of parts;
+# QUICK_LIMIT: part 5 on the first N held-out items (default all).
 INIT=${INIT:-0}
 PY=${PYTHON:-python3}
 R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
@@ -34,15 +37,16 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFL
 export TOKENIZERS_PARALLELISM=true OMP_NUM_THREADS=2
 
 if [ "$SCALE" = full ]; then
-    BATCH=128; BUDGET=${BUDGET:-210}; LIMIT=""; CAL_LIMIT=400; D_TRAIN=${D_TRAIN:-255}
-    D_EVAL=395; D_PVF=485; D_E2E=578
-    E2E="--limit 32 --batch-sizes 1 16 --replay llada-8b --compile"
+    BATCH=128; LIMIT=""; CAL_LIMIT=400; D_TRAIN=${D_TRAIN:-255}
+    D_EVAL=${D_EVAL:-395}; D_PVF=${D_PVF:-485}; D_E2E=${D_E2E:-578}; D_QUICK=${D_QUICK:-578}
+    QUICK_BATCH=128; QUICK_LIMIT=${QUICK_LIMIT:+--limit $QUICK_LIMIT}
+    E2E=${E2E:-"--limit 32 --batch-sizes 1 16 --replay llada-8b --compile"}
 else   # wiring check on a CPU: seconds of training, a handful of items
-    BATCH=8; BUDGET=${BUDGET:-230}; LIMIT="--limit 8"; CAL_LIMIT=4; D_TRAIN=${D_TRAIN:-400}
-    D_EVAL=900; D_PVF=1300; D_E2E=1500
-    E2E="--limit 4 --batch-sizes 1 4 --replay llada-8b/16"
+    BATCH=8; LIMIT="--limit 8"; CAL_LIMIT=4; D_TRAIN=${D_TRAIN:-400}
+    D_EVAL=${D_EVAL:-900}; D_PVF=${D_PVF:-1300}; D_E2E=${D_E2E:-1500}; D_QUICK=${D_QUICK:-1500}
+    QUICK_BATCH=8; QUICK_LIMIT="--limit ${QUICK_LIMIT:-8}"
+    E2E=${E2E:-"--limit 4 --batch-sizes 1 4 --replay llada-8b/16"}
 fi
-want() { [[ " $PARTS " == *" $1 "* ]]; }
 left() { local s=$(( $1 - ($(date +%s) - T0) )); [ $s -lt 5 ] && s=5; echo $s; }
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$R/session.log"; }
 pack() {
@@ -60,9 +64,10 @@ job() {   # job NAME DEADLINE CMD...: runs in the background, logs to $R/NAME.lo
   nproc; } > "$R/env.txt" 2>&1
 stamp "start $(cat "$R/env.txt" | tr '\n' ' ')"
 
-if want 1; then
+part1() {
 # 1. Training: both fixtures at once on the one GPU, from scratch with the fixtures' own
 #    tokenizers, or (INIT=1) continuing from their weights.
+local budget=${BUDGET:-$(( $(left "$D_TRAIN") - ${TRAIN_CHECK_S:-60} ))}
 for fam in llada dream; do
     if [ "$INIT" = 1 ]; then
         FROM="--init-from pvf_lmeval/fixtures/tiny-$fam --data-seed ${DATA_SEED:-31}"; lr=${LR:-2e-3}
@@ -71,14 +76,14 @@ for fam in llada dream; do
     fi
     job "train-$fam" $D_TRAIN $PY scripts/tiny_fixtures/train.py --family $fam $FROM \
         --out pvf_lmeval/fixtures/tiny-$fam --var-share 0.6 --batch $BATCH --lr $lr \
-        --time-budget $BUDGET --eval-every 2000 --check-items 100 --eval-items 200 --device $DEV
+        --time-budget $budget --eval-every 2000 --check-items 100 --eval-items 200 --device $DEV
 done
 wait
 stamp "training done: $(grep -h 'held-out exact match (threshold' "$R"/train-*.log | tr '\n' ' ')"
 pack
-fi
+}
 
-if want 2; then
+part2() {
 # 2. Calibration (arith_var's split, the paper's filters) beside the decoders that need no
 #    vocabulary. A second calibration on fewer prompts is the fallback if the full one is stopped.
 rm -f vocab_artifacts/*.partial
@@ -103,9 +108,9 @@ for f in llada dream; do
 done
 stamp "calibration: $(grep -h 'kept' "$R"/vocab-*.log | tr '\n' ' ')"
 pack
-fi
+}
 
-if want 3; then
+part3() {
 # 3. Everything that reads the planning vocabulary (vocab=auto now picks the calibrated artifact
 #    if it kept tokens), one row per process (threshold is in part 2's files).
 n=0
@@ -127,9 +132,9 @@ done
 wait
 stamp "planning rows done"
 pack
-fi
+}
 
-if want 4; then
+part4() {
 # 4. Issue 14 on its own (nothing else running): the batched decode loop on the new tiny-llada,
 #    then the 8B-shape replay with compile=blocks.
 job e2e $D_E2E $PY bench/e2e.py --fixtures tiny-llada --device $DEV --decoders threshold pvf \
@@ -137,4 +142,27 @@ job e2e $D_E2E $PY bench/e2e.py --fixtures tiny-llada --device $DEV --decoders t
 wait
 stamp "e2e done"
 pack
-fi
+}
+
+part5() {
+# 5. A quick look at new weights (after part 1, instead of parts 2 and 3): one process per
+#    fixture and task, batch 128, the planning rows with vocab=auto (the hand-written
+#    vocabulary unless a calibrated artifact of these tokenizers is present), each row's figures
+#    in its log as soon as it is done.
+for f in llada dream; do
+    job "quick-arith_var-$f" $D_QUICK $PY bench/decoders.py --task arith_var --fixtures tiny-$f \
+        --batch-size $QUICK_BATCH --device $DEV --dtype float32 $QUICK_LIMIT \
+        --only pvf "pvf routes=ar" "pvf routes=plan" --json "$R/quick-arith_var-$f.json"
+    job "quick-arith-$f" $D_QUICK $PY bench/decoders.py --task arith --fixtures tiny-$f \
+        --batch-size $QUICK_BATCH --device $DEV --dtype float32 $QUICK_LIMIT \
+        --only pvf --json "$R/quick-arith-$f.json"
+done
+wait
+stamp "quick evaluation: $(grep -h "acc" "$R"/quick-*.log | cut -c1-150 | tr '\n' ' ')"
+pack
+}
+
+for p in $PARTS; do
+    stamp "part $p"
+    "part$p"
+done

@@ -199,6 +199,11 @@ def main(argv=None):
     ap.add_argument("--family", choices=["llada", "dream"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--d-model", type=int, default=128,
+                    help="width of a model trained from scratch (MLP 3x; the bundled fixtures: 128)")
+    ap.add_argument("--layers", type=int, default=4, help="layers of a model trained from scratch")
+    ap.add_argument("--heads", type=int, default=4,
+                    help="attention heads (even; Dream-layout models get half as many KV heads)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
@@ -233,6 +238,8 @@ def main(argv=None):
 
     if not 0.0 <= args.var_share <= 1.0:
         ap.error(f"--var-share must lie in [0, 1], got {args.var_share}")
+    if args.heads < 2 or args.heads % 2 or args.d_model % args.heads:
+        ap.error(f"--heads must be even and divide --d-model, got {args.heads} and {args.d_model}")
     if args.init_from is not None and args.tokenizer_from is not None:
         ap.error("--init-from keeps its checkpoint's tokenizer; drop --tokenizer-from")
     # The tokenizer first: arith_var's length filter measures answers with it.
@@ -287,15 +294,17 @@ def main(argv=None):
 
     if args.family == "llada":
         fmt = LLADA
-        cfg = TransformerConfig(vocab_size=n_tok, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4,
-                                ffn_hidden=384, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512,
+        cfg = TransformerConfig(vocab_size=n_tok, d_model=args.d_model, n_layers=args.layers,
+                                n_heads=args.heads, n_kv_heads=args.heads,
+                                ffn_hidden=3 * args.d_model, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512,
                                 rope_full_precision=True)
         special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id}
     else:
         fmt = DREAM
         # The head is wider than the tokenizer, as in Dream-7B: the extra ids are undecodable.
-        cfg = TransformerConfig(vocab_size=(n_tok + 63) // 64 * 64 + 64, d_model=128, n_layers=4, n_heads=4,
-                                n_kv_heads=2, ffn_hidden=384, norm_eps=1e-6, rope_theta=1000000.0,
+        cfg = TransformerConfig(vocab_size=(n_tok + 63) // 64 * 64 + 64, d_model=args.d_model,
+                                n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.heads // 2,
+                                ffn_hidden=3 * args.d_model, norm_eps=1e-6, rope_theta=1000000.0,
                                 qkv_bias=True, max_seq_len=512)
         special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id,
                    "bos_token_id": ids["<|beginoftext|>"]}
@@ -318,7 +327,10 @@ def main(argv=None):
         from pvf_lmeval.models import load_model
 
         start = load_model(str(args.init_from), device="cpu", dtype="float32")
-        assert start.net.cfg == cfg, (start.net.cfg, cfg)
+        if start.net.cfg != cfg:
+            c = start.net.cfg
+            ap.error(f"--init-from {args.init_from} has d_model {c.d_model}, {c.n_layers} layers, "
+                     f"{c.n_heads} heads: give the same --d-model/--layers/--heads")
         net.load_state_dict(start.net.state_dict())
         previous = args.init_from / "training.json"
         if previous.exists():

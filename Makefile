@@ -45,7 +45,7 @@ distclean: clean
 # resumable: an interrupted run continues from vocab_artifacts/*.partial) and rewrite the
 # uncalibrated heuristic artifacts of LLaDA-8B-Instruct / Dream-7B-Instruct.
 CALIBRATE := $(OFFLINE) $(VENV)/bin/pvf-calibrate --data arith_var --family math-word \
-	--gen-length 256 --block-length 32 --threads 1
+	--gen-length 256 --block-length 32 --threads 1 --batch-size 8 --width 64
 .PHONY: vocab
 vocab: venv
 	$(CALIBRATE) --model tiny-llada --out vocab_artifacts/tiny-llada.math-word.calibrated.json

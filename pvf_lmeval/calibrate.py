@@ -112,6 +112,18 @@ class Tally:
 def calibrate_prompt(model, prompt_ids, cfg: CalibConfig) -> Tally:
     """Threshold-decode one prompt and measure every in-band candidate of every step (the
     calibration step run by the one decode loop)."""
+    return calibrate_prompts(model, [prompt_ids], cfg)[0]
+
+
+def calibrate_prompts(model, prompts: list, cfg: CalibConfig) -> list[Tally]:
+    """Threshold-decode ``prompts`` as one batch of the decode loop and measure every in-band
+    candidate of every step; one Tally per prompt, in order.
+
+    Each prompt decodes and is measured as it would be alone (the loop's batching guarantee),
+    except for float rounding in model calls of other shapes. ``cfg.width`` caps the rows of one
+    physical call across the whole batch, so a prompt's ``calls`` counter is the number of
+    physical calls its rows took part in.
+    """
     from .decoding.calibration import CalibrationStep
     from .decoding.loop import run
     from .decoding.params import make_params
@@ -119,24 +131,30 @@ def calibrate_prompt(model, prompt_ids, cfg: CalibConfig) -> Tally:
     params = make_params("threshold", gen_length=cfg.gen_length, block_length=cfg.block_length,
                          threshold=cfg.threshold, early_stop=cfg.early_stop)
     dev = torch.device(getattr(model, "device", None) or "cpu")
-    prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=dev).reshape(-1)
+    batch = [torch.as_tensor(list(p), dtype=torch.long, device=dev).reshape(-1) for p in prompts]
     step = CalibrationStep(params, cfg.band, cfg.reveal_next, cfg.width)
-    res = run(model, [prompt], params, step)[0]
-    out = Tally()
-    out.counters.update(prompts=1, steps=step.rounds[0], calls=res.nfe, rows=res.branch_rows)
+    results = run(model, batch, params, step)
     if step.events:
-        _, tok, nonvac, passed, vig, kept = (torch.cat([e[i].reshape(-1) for e in step.events])
-                                            .cpu() for i in range(6))
-        tok = tok[kept]
-        vals = torch.stack([torch.ones(tok.numel(), dtype=torch.float64), nonvac[kept].double(),
-                            passed[kept].double(), vig[kept].double()], dim=1)      # [E, 4]
-        if tok.numel():
-            uniq, inv = torch.unique(tok, return_inverse=True)
-            sums = torch.zeros((uniq.numel(), 4), dtype=torch.float64).index_add_(0, inv, vals)
-            out.stats = {int(t): s for t, s in zip(uniq.tolist(), sums.tolist())}
-            tot = vals.sum(0).tolist()
-            out.counters.update(events=tot[0], nonvacuous=tot[1], passed=tot[2])
-    return out
+        req, tok, nonvac, passed, vig, kept = (torch.cat([e[i].reshape(-1) for e in step.events])
+                                               .cpu() for i in range(6))
+    tallies = []
+    for r, res in enumerate(results):
+        out = Tally()
+        out.counters.update(prompts=1, steps=step.rounds.get(r, 0), calls=res.nfe,
+                            rows=res.branch_rows)
+        if step.events:
+            mine = kept & (req == r)          # this prompt's events, in the order it made them
+            t = tok[mine]
+            vals = torch.stack([torch.ones(t.numel(), dtype=torch.float64), nonvac[mine].double(),
+                                passed[mine].double(), vig[mine].double()], dim=1)     # [E, 4]
+            if t.numel():
+                uniq, inv = torch.unique(t, return_inverse=True)
+                sums = torch.zeros((uniq.numel(), 4), dtype=torch.float64).index_add_(0, inv, vals)
+                out.stats = {int(v): s for v, s in zip(uniq.tolist(), sums.tolist())}
+                tot = vals.sum(0).tolist()
+                out.counters.update(events=tot[0], nonvacuous=tot[1], passed=tot[2])
+        tallies.append(out)
+    return tallies
 
 
 def token_records(tally: Tally, tokenizer) -> list[dict]:
@@ -334,8 +352,13 @@ def config_hash(model) -> str:
 
 
 def fingerprint(model_desc: dict, data_desc: dict, n_prompts: int, cfg: CalibConfig,
-                chat: bool) -> str:
-    blob = json.dumps([model_desc, data_desc, n_prompts, cfg.measurement(), chat], sort_keys=True)
+                chat: bool, batch_size: int = 1) -> str:
+    """What a partial state must match to be resumed. The batch size is part of it (above 1
+    only, so that earlier states stay valid): batches of other sizes round differently."""
+    parts = [model_desc, data_desc, n_prompts, cfg.measurement(), chat]
+    if batch_size != 1:
+        parts.append({"batch_size": batch_size})
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -357,19 +380,22 @@ def load_state(state_path: Path, fp: str) -> tuple[int, Tally, float]:
         raise CalibrationError(f"partial state {state_path}: unreadable ({type(exc).__name__}); "
                                "delete it or pass --restart") from None
     if stored != fp:
-        raise CalibrationError(f"partial state {state_path}: written for another model, data or "
-                               "measurement settings; delete it or pass --restart")
+        raise CalibrationError(f"partial state {state_path}: written for another model, data, "
+                               "measurement settings or --batch-size; delete it or pass --restart")
     return done, tally, spent
 
 
 def run_calibration(model, prompts_ids: list[list[int]], cfg: CalibConfig, *,
                     state_path: Path | None = None, fp: str = "", save_every: int = 20,
-                    stop_after: int | None = None, progress: bool = True
-                    ) -> tuple[Tally, bool, float]:
-    """Calibrate over ``prompts_ids`` in order, resuming from ``state_path`` if it holds a state.
+                    stop_after: int | None = None, progress: bool = True,
+                    batch_size: int = 1) -> tuple[Tally, bool, float]:
+    """Calibrate over ``prompts_ids`` in order, ``batch_size`` prompts per batch of the decode
+    loop, resuming from ``state_path`` if it holds a state.
 
     Returns (totals, finished, seconds spent in total). ``stop_after``: stop (as if interrupted)
-    once that many prompts are done in this call; the state is saved.
+    once at least that many prompts are done in this call; the state is saved. The state is
+    saved after whole batches only (every ``save_every`` prompts, rounded up to a batch), so a
+    resumed run decodes the same batches as an uninterrupted one and gives its result exactly.
     """
     from tqdm import tqdm
 
@@ -390,14 +416,16 @@ def run_calibration(model, prompts_ids: list[list[int]], cfg: CalibConfig, *,
                 if stop_after is not None and this_call >= stop_after:
                     save()
                     return tally, False, spent + time.perf_counter() - t0
-                tally.add(calibrate_prompt(model, prompts_ids[done], cfg))
-                done += 1
-                this_call += 1
-                bar.update(1)
+                chunk = prompts_ids[done:done + batch_size]
+                for t in calibrate_prompts(model, chunk, cfg):
+                    tally.add(t)
+                before, done = done, done + len(chunk)
+                this_call += len(chunk)
+                bar.update(len(chunk))
                 c = tally.counters
                 bar.set_postfix(events=int(c["events"]), tokens=len(tally.stats),
                                 pass_rate=f"{c['passed'] / max(c['nonvacuous'], 1):.2f}")
-                if done % save_every == 0:
+                if done // save_every > before // save_every:
                     save()
     except KeyboardInterrupt:
         save()
@@ -480,7 +508,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--band", type=_band, default=(0.15, 0.25), help="calibration band lo:hi")
     ap.add_argument("--reveal-next", type=int, default=0, help="N_s for the working set")
     ap.add_argument("--no-early-stop", action="store_true")
-    ap.add_argument("--width", type=int, default=16, help="rows per batched model call")
+    ap.add_argument("--width", type=int, default=16,
+                    help="rows per physical model call, across the batch (more rows: more calls)")
+    ap.add_argument("--batch-size", type=int, default=1,
+                    help="prompts decoded together (on a GPU 16-64, with --width 64 or more)")
     ap.add_argument("--min-n", type=int, default=50)
     ap.add_argument("--min-m", type=int, default=20)
     ap.add_argument("--rho-ver", type=float, default=0.9, help="minimum pass rate r_v")
@@ -519,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args, argv) -> int:
     if args.family not in TASK_FAMILIES:
         raise CalibrationError(f"--family {args.family!r} is not one of {', '.join(TASK_FAMILIES)}")
-    for name in ("width", "save_every", "gen_length", "block_length", "min_n", "min_m"):
+    for name in ("width", "batch_size", "save_every", "gen_length", "block_length", "min_n",
+                 "min_m"):
         if getattr(args, name) < (0 if name.startswith("min") else 1):
             raise CalibrationError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range")
     if args.gen_length % args.block_length:
@@ -556,7 +588,8 @@ def _main(args, argv) -> int:
                                f"model's context of {model.max_length} tokens")
     model_desc = {"name": args.model, "config_hash": config_hash(model),
                   "tokenizer": tokenizer_hash(tok)}
-    fp = fingerprint(model_desc, data_desc, len(ids), cfg, args.apply_chat_template)
+    fp = fingerprint(model_desc, data_desc, len(ids), cfg, args.apply_chat_template,
+                     args.batch_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     state = out.with_name(out.name + ".partial")
     if args.restart and state.exists():
@@ -565,7 +598,8 @@ def _main(args, argv) -> int:
         print(f"pvf-calibrate: resuming from {state}", file=sys.stderr)
     tally, finished, spent = run_calibration(model, ids, cfg, state_path=state, fp=fp,
                                              save_every=args.save_every,
-                                             progress=not args.no_progress)
+                                             progress=not args.no_progress,
+                                             batch_size=args.batch_size)
     command = "pvf-calibrate " + " ".join(shlex.quote(a) for a in argv)
     art = build_artifact(tally, cfg, tokenizer=tok, model_family=model.family,
                          task_family=args.family, model_name=args.model,

@@ -123,9 +123,11 @@ class RandomModel:
         base = torch.randn(T, self.vocab, generator=g) * scale
         base[:, self.eos_ids[0]] += self.eos_bias
         out = []
-        for row in tokens.tolist():
+        for n, row in enumerate(tokens.tolist()):
             noise = torch.randn(T, self.vocab, generator=self._gen((self.seed, row)))
-            out.append((base + self.jitter * noise)[positions])
+            # a batched call gives each row its own positions [N, P]
+            at = positions if positions.dim() == 1 else positions[n]
+            out.append((base + self.jitter * noise)[at])
         self.calls.append(tokens.shape[0])
         return torch.stack(out)
 

@@ -13,8 +13,8 @@ from decoding_tables import BAND_PLAN30 as PLAN30
 from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_logits,
                              filled)
 from pvf_lmeval.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
-                                  build_artifact, calibrate_prompt, fingerprint, load_prompts,
-                                  main, run_calibration)
+                                  build_artifact, calibrate_prompt, calibrate_prompts, fingerprint,
+                                  load_prompts, main, run_calibration)
 from pvf_lmeval.decoding.common import entropy_from_logits
 
 
@@ -127,6 +127,44 @@ def test_resume_gives_the_uninterrupted_result(tmp_path):
         run_calibration(model, prompts, cfg, state_path=state, fp="other", progress=False)
 
 
+def test_a_batch_of_prompts_measures_each_as_alone():
+    model = RandomModel(3, jitter=0.3, sharp=9.0, eos_bias=-50.0)
+    prompts = _prompts(5)
+    wide = CalibConfig(gen_length=8, block_length=4, band=(0.1, 0.5), width=200)
+    alone = [calibrate_prompt(model, p, wide) for p in prompts]
+    assert sum(t.counters["events"] for t in alone) > 5 and {t.counters["calls"] for t in alone} != {0}
+    together = calibrate_prompts(model, prompts, wide)
+    assert [t.stats for t in together] == [t.stats for t in alone]
+    assert [t.counters for t in together] == [t.counters for t in alone]   # steps, calls, rows too
+    # A narrow --width cuts the batch's rows into more physical calls: the measurement is the
+    # same, only the calls each prompt took part in change.
+    narrow = CalibConfig(gen_length=8, block_length=4, band=(0.1, 0.5), width=3)
+    cut = calibrate_prompts(model, prompts, narrow)
+    assert [t.stats for t in cut] == [t.stats for t in alone]
+    for a, b in zip(cut, alone):
+        assert {k: v for k, v in a.counters.items() if k != "calls"} == \
+            {k: v for k, v in b.counters.items() if k != "calls"}
+
+
+def test_batched_runs_resume_exactly_and_only_with_their_batch_size(tmp_path):
+    model = RandomModel(3, jitter=0.3, sharp=9.0, eos_bias=-50.0)
+    cfg = CalibConfig(gen_length=8, block_length=4, band=(0.1, 0.5), width=3)
+    prompts = _prompts(7)
+    ref, done, _ = run_calibration(model, prompts, cfg, progress=False)
+    batched, done, _ = run_calibration(model, prompts, cfg, progress=False, batch_size=3)
+    assert done and batched.stats == ref.stats and batched.counters["events"] == ref.counters["events"]
+    state = tmp_path / "x.json.partial"
+    # stop_after=2 with batches of 3 stops after one whole batch; saves fall on batch ends
+    part, done, _ = run_calibration(model, prompts, cfg, state_path=state, fp="f", save_every=2,
+                                    stop_after=2, progress=False, batch_size=3)
+    assert not done and json.loads(state.read_text())["done"] == 3
+    final, done, _ = run_calibration(model, prompts, cfg, state_path=state, fp="f",
+                                     progress=False, batch_size=3)
+    assert done and final.stats == batched.stats and final.counters == batched.counters
+    desc = ({"name": "m"}, {"path": "d"}, 7, cfg, False)
+    assert fingerprint(*desc) == fingerprint(*desc, 1) != fingerprint(*desc, 3)
+
+
 def test_fingerprint_ignores_filters_but_not_measurement():
     a = fingerprint({"m": 1}, {"d": 1}, 3, CalibConfig(), False)
     assert a == fingerprint({"m": 1}, {"d": 1}, 3, CalibConfig(min_n=1, gamma_vig=0.5), False)
@@ -181,6 +219,7 @@ def test_task_prompts_use_the_calibration_split():
     (["--family", "math", "--data", "/nope/x.jsonl"], "calibration data /nope/x.jsonl: no such file"),
     (["--family", "math", "--data", "arith", "--gen-length", "30", "--block-length", "8"],
      "must be a multiple"),
+    (["--family", "math", "--data", "arith", "--batch-size", "0"], "--batch-size=0 is out of range"),
 ])
 def test_cli_errors_are_one_line(capsys, argv, message):
     assert main(["--model", "tiny-llada", "--no-progress"] + argv) == 2

@@ -53,7 +53,8 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
     params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length, **extra)
     if decoder in PLANNING_DECODERS:
         ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
-                               model_name=model.name, task_family=params.family)
+                               model_name=model.name, task_family=params.family,
+                               weights=model.weights_fingerprint)
         params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length,
                              plan_vocab=ids, **extra)
     eos = set(model.eos_ids)

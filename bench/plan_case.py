@@ -90,7 +90,7 @@ def main(argv=None) -> None:
     gen_length = arith_bench.TASKS[args.task][1]
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32)
     ids, how = resolve_vocab("auto", tokenizer=tok, model_family=model.family, model_name=model.name,
-                             task_family=params.family)
+                             task_family=params.family, weights=model.weights_fingerprint)
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32, plan_vocab=ids)
     docs = arith_bench.held_out(args.limit, task=args.task)
     prompts = arith_bench.prompt_ids(tok, docs)

@@ -52,7 +52,8 @@ def run(model, prompts, targets, extract, decoder, rules, extra, args, caps):
     params = make_params(decoder, preset=preset, **kw)
     if decoder == "pvf":
         ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
-                               model_name=model.name, task_family=params.family)
+                               model_name=model.name, task_family=params.family,
+                               weights=model.weights_fingerprint)
         if rules_for(rules).capitalised_plan_tokens:      # what the adapter adds (switch 2)
             ids = tuple(sorted(set(ids or ()) | caps))
         params = make_params(decoder, preset=preset, plan_vocab=ids, **kw)

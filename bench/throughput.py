@@ -126,7 +126,8 @@ def run_tiny(name, args, extract, docs):
                     from pvf_lmeval.vocab import resolve_vocab
                     vocab, _ = resolve_vocab("auto", tokenizer=model.tokenizer,
                                              model_family=model.family, model_name=model.name,
-                                             task_family=params.family)
+                                             task_family=params.family,
+                                             weights=model.weights_fingerprint)
                 params = make_params(dec, gen_length=args.gen_length,
                                      block_length=args.block_length, cache=cache,
                                      plan_vocab=vocab, **extra)

@@ -438,7 +438,7 @@ def run_calibration(model, prompts_ids: list[list[int]], cfg: CalibConfig, *,
 def build_artifact(tally: Tally, cfg: CalibConfig, *, tokenizer, model_family: str,
                    task_family: str, model_name: str, model_config_hash: str,
                    data_desc: dict, n_prompts: int, chat: bool, runtime_s: float,
-                   command: str = "") -> dict:
+                   command: str = "", model_weights: str | None = None) -> dict:
     records = token_records(tally, tokenizer)
     kept, near = apply_filters(records, cfg)
     c = tally.counters
@@ -449,6 +449,8 @@ def build_artifact(tally: Tally, cfg: CalibConfig, *, tokenizer, model_family: s
         "task_family": task_family,
         "model": model_name,
         "model_config_hash": model_config_hash,
+        # vocab=auto skips the artifact for a checkpoint of other weights (retrained, fine-tuned)
+        "model_weights": model_weights,
         "tokenizer": {"name": getattr(tokenizer, "name_or_path", "") or model_name,
                       "vocab_hash": tokenizer_hash(tokenizer), "size": len(tokenizer)},
         "calibration": {"data": data_desc, "prompts": n_prompts, "chat_template": chat,
@@ -587,7 +589,8 @@ def _main(args, argv) -> int:
                                f"{too_long[0] + 1} + gen_length={cfg.gen_length} exceeds the "
                                f"model's context of {model.max_length} tokens")
     model_desc = {"name": args.model, "config_hash": config_hash(model),
-                  "tokenizer": tokenizer_hash(tok)}
+                  "tokenizer": tokenizer_hash(tok),
+                  "weights": getattr(model, "weights_fingerprint", None)}
     fp = fingerprint(model_desc, data_desc, len(ids), cfg, args.apply_chat_template,
                      args.batch_size)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -604,6 +607,7 @@ def _main(args, argv) -> int:
     art = build_artifact(tally, cfg, tokenizer=tok, model_family=model.family,
                          task_family=args.family, model_name=args.model,
                          model_config_hash=model_desc["config_hash"], data_desc=data_desc,
+                         model_weights=model_desc["weights"],
                          n_prompts=len(ids), chat=args.apply_chat_template, runtime_s=spent,
                          command=command)
     _write_json(out, art)

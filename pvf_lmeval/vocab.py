@@ -105,18 +105,26 @@ def _match(artifact: dict, model_name: str, tok_hash: str | None) -> tuple[int, 
     return 3, f"built for {artifact.get('model')!r} (another tokenizer), the family's only one"
 
 
-def pick_artifact(model_family: str, task_family: str, model_name: str = "", tokenizer=None
-                  ) -> dict | None:
+def pick_artifact(model_family: str, task_family: str, model_name: str = "", tokenizer=None,
+                  weights: str | None = None) -> dict | None:
     """The best bundled artifact for a model family and task family, or None.
 
     Order: built with the running tokenizer (same vocabulary hash), then built for a model of
     the same name, then the family's generic heuristic artifact, then any other of the family;
     within each, calibrated before hand-written before heuristic (online artifacts last).
-    Artifacts that kept no token are skipped.
+    Artifacts that kept no token are skipped, and so, with a warning, are those that record a
+    weights fingerprint (``model_weights``) other than ``weights``, the loaded checkpoint's:
+    calibrated on other weights of the same tokenizer (a retrained or fine-tuned model).
     The pick's ``_why`` says which rule chose it."""
     fits = [a for a in bundled_artifacts()
             if a["model_family"] == model_family and a["task_family"] == task_family
             and a["kind"] != "online" and a["tokens"]]  # a calibration that kept nothing would switch planning off
+    if weights:
+        for a in [a for a in fits if a.get("model_weights") not in (None, weights)]:
+            log.warning("vocab=auto: skipped %s: calibrated on other weights than the loaded "
+                        "checkpoint's (weights fingerprint differs); recalibrate with pvf-calibrate, "
+                        "or pass vocab=%s to use it anyway", Path(a["_path"]).name, a["_path"])
+            fits.remove(a)
     if not fits:
         return None
     tok_hash = tokenizer_hash(tokenizer) if tokenizer is not None else None
@@ -198,19 +206,21 @@ def resolve_strings(strings: Iterable[str], tokenizer, *, where: str = "vocab") 
 
 
 def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = "",
-                  task_family: str | None = None, force: bool = False) -> tuple[tuple[int, ...] | None, str]:
+                  task_family: str | None = None, force: bool = False,
+                  weights: str | None = None) -> tuple[tuple[int, ...] | None, str]:
     """Turn a ``vocab`` argument into (token ids or None, a description of the source).
 
     ``spec``: ``"auto"`` (best bundled artifact for the model and task family), ``"none"``
     (planning off), a path to an artifact, a bundled artifact's file stem, or (from Python) a
-    collection of token ids or token strings.
+    collection of token ids or token strings. ``weights``: the loaded checkpoint's
+    :func:`~pvf_lmeval.models.loader.weights_fingerprint`, for ``auto``'s pick.
     """
     if spec is None or spec == "none":
         return None, "none"
     if isinstance(spec, str):
         if spec == "auto":
             family = task_family or "math-word"
-            art = pick_artifact(model_family, family, model_name, tokenizer)
+            art = pick_artifact(model_family, family, model_name, tokenizer, weights)
             if art is None:
                 raise ValueError(f"vocab=auto: no bundled planning vocabulary for model family "
                                  f"{model_family!r} and task family {family!r}; pass vocab=PATH or vocab=none")
@@ -343,7 +353,8 @@ class RunVocab:
         if self.source == "unused":
             self.ids, self.source = resolve_vocab(
                 self.spec, tokenizer=tokenizer, model_family=model.family, model_name=model_name,
-                task_family=params.family, force=self.cfg["force"])
+                task_family=params.family, force=self.cfg["force"],
+                weights=getattr(model, "weights_fingerprint", None))
             log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.source, len(self.ids or ()))
         ids = self.ids
         if capitalised:             # rules=reference, switch 2: the authors' code plans on them
@@ -362,7 +373,8 @@ class RunVocab:
         self.family = params.family or "math-word"
         if cfg["seed"]:
             if cfg["seed"] == "auto":
-                art = pick_artifact(model.family, self.family, model_name, tokenizer)
+                art = pick_artifact(model.family, self.family, model_name, tokenizer,
+                                    getattr(model, "weights_fingerprint", None))
                 if art is None or art["kind"] not in ("calibrated", "online"):
                     raise ValueError("online_seed=auto: no bundled calibrated artifact for model "
                                      f"family {model.family!r} and task family {self.family!r}")

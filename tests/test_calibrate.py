@@ -225,3 +225,15 @@ def test_cli_errors_are_one_line(capsys, argv, message):
     assert main(["--model", "tiny-llada", "--no-progress"] + argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and err.startswith("pvf-calibrate: ")
+
+
+def test_the_artifact_records_the_weights_it_was_measured_on(tmp_path):
+    from pvf_lmeval.models import load_model
+
+    out = tmp_path / "v.json"
+    assert main(["--model", "tiny-llada", "--data", "arith", "--family", "math-word", "--limit", "2",
+                 "--gen-length", "32", "--block-length", "32", "--batch-size", "2", "--no-progress",
+                 "--out", str(out)]) == 0
+    art = json.loads(out.read_text())
+    assert art["model_weights"] == load_model("tiny-llada", device="cpu").weights_fingerprint
+    assert art["model_weights"].startswith("sha256:") and art["calibration"]["prompts"] == 2

@@ -152,6 +152,34 @@ def test_cuda_without_gpu_names_device(temp):
     assert "device" in _one_line(exc)
 
 
+# --- weights fingerprint --------------------------------------------------------------------------
+
+def test_weights_fingerprint_follows_the_weights_not_the_folder(temp, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from pvf_lmeval.models.loader import weights_fingerprint
+
+    src = temp["llada"]
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    fp = load_model(str(src), device="cpu").weights_fingerprint
+    assert fp.startswith("sha256:") and load_model(str(copy), device="cpu").weights_fingerprint == fp
+    # a retrained model: same shape, tokenizer and config, other weights
+    tensors = load_file(str(copy / "model.safetensors"))
+    save_file({k: v + 1e-3 for k, v in tensors.items()}, str(copy / "model.safetensors"),
+              metadata={"format": "pt"})
+    assert weights_fingerprint(copy) != fp
+    # a large file is sampled at both ends: a change in its last bytes is seen
+    small = weights_fingerprint(copy, sample=64)
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    assert weights_fingerprint(copy, sample=64) != small
+    assert DiffusionLM(BidirectionalTransformer(TransformerConfig(
+        vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_kv_heads=2, ffn_hidden=8)),
+        mask_id=7, eos_ids=(6,), pad_id=5, logit_shift=0, decodable=8).weights_fingerprint is None
+
+
 # --- sharded checkpoints --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", ["llada", "dream"])

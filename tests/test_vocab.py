@@ -87,6 +87,28 @@ def test_auto_pick_order(llada_tok, tmp_path, monkeypatch, caplog):
     assert pick_artifact("llada", "math-word", "x", llada_tok)["_path"].endswith("6.json")
 
 
+def test_auto_skips_an_artifact_calibrated_on_other_weights(llada_tok, tmp_path, monkeypatch, caplog):
+    """A calibrated artifact records the weights fingerprint of the checkpoint it was measured
+    on; for a retrained or fine-tuned checkpoint with the same tokenizer vocab=auto skips it, says
+    so, and picks the next best; an explicit path still uses it."""
+    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
+    write(tmp_path, artifact(llada_tok, kind="hand-written", model="h"), "1.json")
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c", model_weights="sha256:old"),
+          "2.json")
+    for weights in ("sha256:old", None):      # the same weights, or a model built in memory
+        assert pick_artifact("llada", "math-word", "x", llada_tok, weights)["_path"].endswith("2.json")
+    with caplog.at_level("WARNING", logger="pvf_lmeval"):
+        _, source = resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
+                                  task_family="math-word", weights="sha256:new")
+    assert source.endswith("1.json")
+    assert "skipped 2.json: calibrated on other weights than the loaded checkpoint's" in caplog.text
+    _, source = resolve_vocab(str(tmp_path / "2.json"), tokenizer=llada_tok, model_family="llada")
+    assert source.endswith("2.json")
+    # an artifact that records no fingerprint (written before it was recorded) is not skipped
+    write(tmp_path, artifact(llada_tok, kind="calibrated", model="c"), "3.json")
+    assert pick_artifact("llada", "math-word", "x", llada_tok, "sha256:new")["_path"].endswith("3.json")
+
+
 def test_shipped_heuristic_artifacts_resolve_by_string(llada_tok, dream_tok, caplog):
     from pvf_lmeval.paths import vocab_artifacts_dir
 

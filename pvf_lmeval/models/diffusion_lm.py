@@ -48,7 +48,8 @@ class DiffusionLM:
 
     def __init__(self, net: BidirectionalTransformer, *, mask_id: int, eos_ids: tuple[int, ...],
                  pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
-                 family: str = "", name: str = "", config: dict | None = None):
+                 family: str = "", name: str = "", config: dict | None = None,
+                 weights_fingerprint: str | None = None):
         if pad_id is not None and pad_id == mask_id:
             raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
         self.net = net.eval()
@@ -62,6 +63,9 @@ class DiffusionLM:
         self.family = family
         self.name = name
         self.config = config or {}
+        #: :func:`.loader.weights_fingerprint` of the checkpoint it was loaded from (None: built
+        #: in memory); calibrated vocabularies record it, and vocab=auto skips one of other weights
+        self.weights_fingerprint = weights_fingerprint
 
     @property
     def device(self) -> torch.device:

@@ -7,6 +7,7 @@ weights are mapped onto the native network by the checkpoint format.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -94,6 +95,25 @@ def _open_safetensors(file: Path):
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnsupportedCheckpoint(f"{file}: not a readable safetensors file ({why}); "
                                     f"re-download it") from None
+
+
+def weights_fingerprint(folder: Path, sample: int = 1 << 20) -> str:
+    """A fingerprint of a checkpoint folder's weights: SHA-256 over each weights file's name,
+    size and first and last ``sample`` bytes (the whole file when it is no larger than twice
+    that). It reads a few MiB of an 8B checkpoint, and any training step changes it (every tensor
+    moves); it is not a content hash (files differing only in their middle bytes collide)."""
+    h = hashlib.sha256()
+    for file in _weight_files(folder):
+        size = file.stat().st_size
+        h.update(f"{file.name}\0{size}\0".encode())
+        with open(file, "rb") as f:
+            if size <= 2 * sample:
+                h.update(f.read())
+            else:
+                h.update(f.read(sample))
+                f.seek(size - sample)
+                h.update(f.read(sample))
+    return "sha256:" + h.hexdigest()
 
 
 def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device) -> dict:
@@ -189,7 +209,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
     return DiffusionLM(
         net, mask_id=mask_id, eos_ids=eos_ids, pad_id=pad_id, logit_shift=fmt.logit_shift,
         decodable=len(tokenizer), tokenizer=tokenizer, family=fmt.family,
-        name=str(name_or_path), config=config,
+        name=str(name_or_path), config=config, weights_fingerprint=weights_fingerprint(folder),
     )
 
 

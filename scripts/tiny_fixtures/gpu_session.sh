@@ -10,6 +10,12 @@
 #   OUT=out/gpu bash scripts/tiny_fixtures/gpu_session.sh            # on the GPU machine
 #   OUT=/tmp/dry DEV=cpu SCALE=dry bash scripts/tiny_fixtures/gpu_session.sh   # wiring check
 #
+# Parts: 1 train, 2 calibrate + base decoder rows, 3 planning rows (parts 2 and 3 start one
+# process per row: slow on one card), 4 time the decode loop and the 8B replay, 5 evaluate with
+# one process per fixture and task at batch 128 (FULL_TABLES=1: every row of both tables; 37 s
+# for 500 items and four rows per fixture in session 7). A session that retrains and measures
+# everything: PARTS="1 2 5" FULL_TABLES=1 with deadlines that fit (D_TRAIN, D_EVAL, D_QUICK).
+#
 # Needs no install: the package runs from the checkout (PYTHONPATH). It trains with the
 # tokenizers already in pvf_lmeval/fixtures/ (--tokenizer-from), which must be the ones the task
 # data and the hand-written artifacts were made with: for a new vocabulary, first write it with
@@ -28,7 +34,8 @@ PARTS=${PARTS:-1 2 3 4}   # which parts to run, in this order (e.g. "4 1": time 
 # (a training-only session: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585). Without BUDGET the training
 # steps end TRAIN_CHECK_S (60) seconds before D_TRAIN, whenever part 1 starts. The deadlines
 # D_EVAL, D_PVF, D_E2E and D_QUICK (seconds from the start) can be set too, for another order of parts;
-# QUICK_LIMIT: part 5 on the first N held-out items (default all).
+# QUICK_LIMIT: part 5 on the first N held-out items (default all); FULL_TABLES=1: part 5 runs
+# every row of the issue's decoder and vocabulary tables.
 INIT=${INIT:-0}
 PY=${PYTHON:-python3}
 R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
@@ -145,17 +152,28 @@ pack
 }
 
 part5() {
-# 5. A quick look at new weights (after part 1, instead of parts 2 and 3): one process per
-#    fixture and task, batch 128, the planning rows with vocab=auto (the hand-written
-#    vocabulary unless a calibrated artifact of these tokenizers is present), each row's figures
-#    in its log as soon as it is done.
+# 5. Evaluating new weights on the card (after part 1, instead of parts 2 and 3): one process per
+#    fixture and task, batch 128 (20 processes sharing the card made each call slow in session 6),
+#    vocab=auto (the hand-written vocabulary unless a calibrated artifact of these weights is
+#    present); each row's figures are in its log as soon as it is done. FULL_TABLES=1 adds the
+#    rest of the issue's decoder table and the vocabulary table (bench/vocab_modes.py).
+local var_rows=(pvf "pvf routes=ar" "pvf routes=plan") arith_rows=(pvf)
+if [ "${FULL_TABLES:-0}" = 1 ]; then
+    var_rows+=(static freedave "pvf routes=none" "explore pick=planning" "explore pick=random")
+    arith_rows+=("pvf routes=plan" "pvf routes=ar")
+fi
 for f in llada dream; do
     job "quick-arith_var-$f" $D_QUICK $PY bench/decoders.py --task arith_var --fixtures tiny-$f \
         --batch-size $QUICK_BATCH --device $DEV --dtype float32 $QUICK_LIMIT \
-        --only pvf "pvf routes=ar" "pvf routes=plan" --json "$R/quick-arith_var-$f.json"
+        --only "${var_rows[@]}" --json "$R/quick-arith_var-$f.json"
     job "quick-arith-$f" $D_QUICK $PY bench/decoders.py --task arith --fixtures tiny-$f \
         --batch-size $QUICK_BATCH --device $DEV --dtype float32 $QUICK_LIMIT \
-        --only pvf --json "$R/quick-arith-$f.json"
+        --only "${arith_rows[@]}" --json "$R/quick-arith-$f.json"
+    if [ "${FULL_TABLES:-0}" = 1 ]; then
+        job "quick-vocab-modes-$f" $D_QUICK $PY bench/vocab_modes.py --task arith_var \
+            --fixtures tiny-$f $QUICK_LIMIT --batch-size $QUICK_BATCH --device $DEV \
+            --only none hand-written calibrated heuristic --json "$R/quick-vocab-modes-$f.json"
+    fi
 done
 wait
 stamp "quick evaluation: $(grep -h "acc" "$R"/quick-*.log | cut -c1-150 | tr '\n' ' ')"

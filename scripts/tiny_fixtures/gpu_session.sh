@@ -14,7 +14,8 @@
 # process per row: slow on one card), 4 time the decode loop and the 8B replay, 5 evaluate with
 # one process per fixture and task at batch 128 (FULL_TABLES=1: every row of both tables; 37 s
 # for 500 items and four rows per fixture in session 7). A session that retrains and measures
-# everything: PARTS="1 2 5" FULL_TABLES=1 with deadlines that fit (D_TRAIN, D_EVAL, D_QUICK).
+# everything: PARTS="1 2 5" CAL_ONLY=1 FULL_TABLES=1 with deadlines that fit (D_TRAIN, D_EVAL,
+# D_QUICK); CAL_ONLY=1 makes part 2 calibrate only (batched: --batch-size 32 --width 256).
 #
 # Needs no install: the package runs from the checkout (PYTHONPATH). It trains with the
 # tokenizers already in pvf_lmeval/fixtures/ (--tokenizer-from), which must be the ones the task
@@ -101,6 +102,7 @@ for f in llada dream; do
         --out vocab_artifacts/tiny-$f.math-word.calibrated.json
     job "vocab-$f-small" $D_EVAL $CAL --model tiny-$f --limit $(( CAL_LIMIT * 3 / 8 )) \
         --out "$R/tiny-$f.math-word.calibrated-small.json"
+    [ "${CAL_ONLY:-0}" = 1 ] && continue    # part 5 runs the decoder rows
     for task in arith_var arith; do
         job "dec-$task-$f-base" $D_EVAL $DEC --task $task --fixtures tiny-$f \
             --only threshold static freedave --json "$R/dec-$task-$f-base.json"

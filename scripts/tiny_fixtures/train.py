@@ -195,7 +195,7 @@ def time_steps(net, rows, pad_id, mask_id, shift, args, n=25, skip=5) -> float:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="train.py", description=__doc__.splitlines()[0])
     ap.add_argument("--family", choices=["llada", "dream"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=3000)
@@ -238,8 +238,10 @@ def main(argv=None):
 
     if not 0.0 <= args.var_share <= 1.0:
         ap.error(f"--var-share must lie in [0, 1], got {args.var_share}")
-    if args.heads < 2 or args.heads % 2 or args.d_model % args.heads:
+    if args.heads < 2 or args.heads % 2 or args.d_model < args.heads or args.d_model % args.heads:
         ap.error(f"--heads must be even and divide --d-model, got {args.heads} and {args.d_model}")
+    if args.layers < 1:
+        ap.error(f"--layers must be at least 1, got {args.layers}")
     if args.init_from is not None and args.tokenizer_from is not None:
         ap.error("--init-from keeps its checkpoint's tokenizer; drop --tokenizer-from")
     # The tokenizer first: arith_var's length filter measures answers with it.

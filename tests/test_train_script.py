@@ -1,0 +1,31 @@
+"""scripts/tiny_fixtures/train.py: bad shapes and option clashes are one-line errors before any
+data is prepared (the training itself runs on a GPU; see gpu_session.sh)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts" / "tiny_fixtures"))
+
+import train  # noqa: E402
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--heads", "3"], "--heads must be even and divide --d-model, got 3 and 128"),
+    (["--heads", "6"], "--heads must be even and divide --d-model, got 6 and 128"),
+    (["--d-model", "0"], "--heads must be even and divide --d-model, got 4 and 0"),
+    (["--layers", "0"], "--layers must be at least 1, got 0"),
+    (["--var-share", "1.5"], "--var-share must lie in [0, 1], got 1.5"),
+    (["--init-from", "x", "--tokenizer-from", "y"], "--init-from keeps its checkpoint's tokenizer"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        train.main(["--family", "llada", "--out", str(tmp_path / "m")] + argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and err[-1].startswith("train.py: error: ")
+    assert not (tmp_path / "m").exists()

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.vocab import resolve_vocab  # noqa: E402
+from pvf_lmeval.vocab import resolve_vocab_for  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
 
@@ -52,9 +52,7 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
     preset = extra.pop("preset", None)
     params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length, **extra)
     if decoder in PLANNING_DECODERS:
-        ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
-                               model_name=model.name, task_family=params.family,
-                               weights=model.weights_fingerprint)
+        ids, _ = resolve_vocab_for(model, task_family=params.family)
         params = make_params(decoder, preset=preset, gen_length=gen_length, block_length=block_length,
                              plan_vocab=ids, **extra)
     eos = set(model.eos_ids)

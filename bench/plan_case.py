@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.vocab import resolve_vocab  # noqa: E402
+from pvf_lmeval.vocab import resolve_vocab_for  # noqa: E402
 
 import arith_bench  # noqa: E402
 
@@ -89,8 +89,7 @@ def main(argv=None) -> None:
     tok = model.tokenizer
     gen_length = arith_bench.TASKS[args.task][1]
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32)
-    ids, how = resolve_vocab("auto", tokenizer=tok, model_family=model.family, model_name=model.name,
-                             task_family=params.family, weights=model.weights_fingerprint)
+    ids, how = resolve_vocab_for(model, task_family=params.family)
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32, plan_vocab=ids)
     docs = arith_bench.held_out(args.limit, task=args.task)
     prompts = arith_bench.prompt_ids(tok, docs)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
 from pvf_lmeval.decoding.rules import SWITCHES, rules_for  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.vocab import capitalised_ids, resolve_vocab  # noqa: E402
+from pvf_lmeval.vocab import capitalised_ids, resolve_vocab_for  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
 
@@ -51,9 +51,7 @@ def run(model, prompts, targets, extract, decoder, rules, extra, args, caps):
               early_stop=args.early_stop == "on", rules=rules, **extra)
     params = make_params(decoder, preset=preset, **kw)
     if decoder == "pvf":
-        ids, _ = resolve_vocab("auto", tokenizer=model.tokenizer, model_family=model.family,
-                               model_name=model.name, task_family=params.family,
-                               weights=model.weights_fingerprint)
+        ids, _ = resolve_vocab_for(model, task_family=params.family)
         if rules_for(rules).capitalised_plan_tokens:      # what the adapter adds (switch 2)
             ids = tuple(sorted(set(ids or ()) | caps))
         params = make_params(decoder, preset=preset, plan_vocab=ids, **kw)

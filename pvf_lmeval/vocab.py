@@ -249,6 +249,15 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
     raise ValueError("vocab: a collection must hold only token ids (int) or only token strings (str)")
 
 
+def resolve_vocab_for(model, spec: Any = "auto", *, task_family: str | None = None,
+                      force: bool = False) -> tuple[tuple[int, ...] | None, str]:
+    """:func:`resolve_vocab` for a loaded model: its tokenizer, family, name and weights
+    fingerprint (so that ``auto`` skips an artifact calibrated on other weights)."""
+    return resolve_vocab(spec, tokenizer=model.tokenizer, model_family=model.family,
+                         model_name=model.name, task_family=task_family, force=force,
+                         weights=getattr(model, "weights_fingerprint", None))
+
+
 def online_artifact(online, tokenizer, *, model_family: str, task_family: str, model_name: str,
                     requests: int = 0) -> dict:
     """An artifact (kind ``online``) of an :class:`~pvf_lmeval.decoding.online.OnlineVocab`:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
-from pvf_lmeval.vocab import load_artifact, pick_artifact, resolve_artifact, resolve_vocab, tokenizer_hash
+from pvf_lmeval.vocab import (load_artifact, pick_artifact, resolve_artifact, resolve_vocab,
+                              resolve_vocab_for, tokenizer_hash)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +104,11 @@ def test_auto_skips_an_artifact_calibrated_on_other_weights(llada_tok, tmp_path,
                                   task_family="math-word", weights="sha256:new")
     assert source.endswith("1.json")
     assert "skipped 2.json: calibrated on other weights than the loaded checkpoint's" in caplog.text
+    # the same through a loaded model, which carries its own fingerprint
+    model = SimpleNamespace(tokenizer=llada_tok, family="llada", name="x", weights_fingerprint="sha256:new")
+    assert resolve_vocab_for(model, task_family="math-word")[1].endswith("1.json")
+    model.weights_fingerprint = "sha256:old"
+    assert resolve_vocab_for(model, task_family="math-word")[1].endswith("2.json")
     _, source = resolve_vocab(str(tmp_path / "2.json"), tokenizer=llada_tok, model_family="llada")
     assert source.endswith("2.json")
     # an artifact that records no fingerprint (written before it was recorded) is not skipped

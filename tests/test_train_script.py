@@ -29,3 +29,16 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and err[-1].startswith("train.py: error: ")
     assert not (tmp_path / "m").exists()
+
+
+def test_an_init_from_of_another_shape_fails_before_the_data_is_prepared(tmp_path, capsys):
+    fixture = REPO / "pvf_lmeval" / "fixtures" / "tiny-llada"
+    with pytest.raises(SystemExit) as exc:
+        train.main(["--family", "llada", "--out", str(tmp_path / "m"), "--init-from", str(fixture),
+                    "--d-model", "64", "--heads", "2", "--var-share", "0.5"])
+    assert exc.value.code == 2
+    err = capsys.readouterr()
+    assert err.err.strip().splitlines()[-1] == (
+        f"train.py: error: --init-from {fixture} has d_model 128, 4 layers, 4 heads: give the "
+        "same --d-model/--layers/--heads")
+    assert "train rows" not in err.out       # no training data was drawn

@@ -261,6 +261,38 @@ def main(argv=None):
     assert None not in ids.values(), \
         f"{args.out / 'tokenizer.json'} is not a {args.family} fixture tokenizer: {ids}"
 
+    n_tok = tok.get_vocab_size()
+    mask_id = ids["<|mdm_mask|>" if args.family == "llada" else "<|mask|>"]
+    eos_ids = (ids["<|endoftext|>"], ids["<|eot_id|>" if args.family == "llada" else "<|im_end|>"])
+    pad_id = ids["<|endoftext|>"]
+
+    if args.family == "llada":
+        fmt = LLADA
+        cfg = TransformerConfig(vocab_size=n_tok, d_model=args.d_model, n_layers=args.layers,
+                                n_heads=args.heads, n_kv_heads=args.heads,
+                                ffn_hidden=3 * args.d_model, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512,
+                                rope_full_precision=True)
+        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id}
+    else:
+        fmt = DREAM
+        # The head is wider than the tokenizer, as in Dream-7B: the extra ids are undecodable.
+        cfg = TransformerConfig(vocab_size=(n_tok + 63) // 64 * 64 + 64, d_model=args.d_model,
+                                n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.heads // 2,
+                                ffn_hidden=3 * args.d_model, norm_eps=1e-6, rope_theta=1000000.0,
+                                qkv_bias=True, max_seq_len=512)
+        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id,
+                   "bos_token_id": ids["<|beginoftext|>"]}
+
+    init_model = None
+    if args.init_from is not None:      # its shape is checked before the data is prepared
+        from pvf_lmeval.models import load_model
+
+        init_model = load_model(str(args.init_from), device="cpu", dtype="float32")
+        if init_model.net.cfg != cfg:
+            c = init_model.net.cfg
+            ap.error(f"--init-from {args.init_from} has d_model {c.d_model}, {c.n_layers} layers, "
+                     f"{c.n_heads} heads: give the same --d-model/--layers/--heads")
+
     held_out = set()
     for split in ("test", "calibration"):
         seed, count = SPLITS[split]
@@ -289,28 +321,6 @@ def main(argv=None):
     rendered = hf_tok.apply_chat_template([{"role": "user", "content": raw_prompt(probe)}],
                                           tokenize=False, add_generation_prompt=True)
     assert rendered == chat_prompt(probe, args.family), (rendered, chat_prompt(probe, args.family))
-    n_tok = tok.get_vocab_size()
-    mask_id = ids["<|mdm_mask|>" if args.family == "llada" else "<|mask|>"]
-    eos_ids = (ids["<|endoftext|>"], ids["<|eot_id|>" if args.family == "llada" else "<|im_end|>"])
-    pad_id = ids["<|endoftext|>"]
-
-    if args.family == "llada":
-        fmt = LLADA
-        cfg = TransformerConfig(vocab_size=n_tok, d_model=args.d_model, n_layers=args.layers,
-                                n_heads=args.heads, n_kv_heads=args.heads,
-                                ffn_hidden=3 * args.d_model, norm_eps=1e-5, rope_theta=500000.0, qkv_bias=False, max_seq_len=512,
-                                rope_full_precision=True)
-        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id}
-    else:
-        fmt = DREAM
-        # The head is wider than the tokenizer, as in Dream-7B: the extra ids are undecodable.
-        cfg = TransformerConfig(vocab_size=(n_tok + 63) // 64 * 64 + 64, d_model=args.d_model,
-                                n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.heads // 2,
-                                ffn_hidden=3 * args.d_model, norm_eps=1e-6, rope_theta=1000000.0,
-                                qkv_bias=True, max_seq_len=512)
-        special = {"mask_token_id": mask_id, "eos_token_id": ids["<|endoftext|>"], "pad_token_id": pad_id,
-                   "bos_token_id": ids["<|beginoftext|>"]}
-
     rows, evals = {}, {}
     for task, items, tests in (("arith", train_items, test_items), ("arith_var", var_train, var_test)):
         if not items:
@@ -325,15 +335,8 @@ def main(argv=None):
     net = BidirectionalTransformer(cfg)
     net.init_weights(args.seed)
     history = []
-    if args.init_from is not None:
-        from pvf_lmeval.models import load_model
-
-        start = load_model(str(args.init_from), device="cpu", dtype="float32")
-        if start.net.cfg != cfg:
-            c = start.net.cfg
-            ap.error(f"--init-from {args.init_from} has d_model {c.d_model}, {c.n_layers} layers, "
-                     f"{c.n_heads} heads: give the same --d-model/--layers/--heads")
-        net.load_state_dict(start.net.state_dict())
+    if init_model is not None:
+        net.load_state_dict(init_model.net.state_dict())
         previous = args.init_from / "training.json"
         if previous.exists():
             old = json.loads(previous.read_text())

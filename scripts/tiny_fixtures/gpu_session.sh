@@ -37,6 +37,7 @@ PARTS=${PARTS:-1 2 3 4}   # which parts to run, in this order (e.g. "4 1": time 
 # D_EVAL, D_PVF, D_E2E and D_QUICK (seconds from the start) can be set too, for another order of parts;
 # QUICK_LIMIT: part 5 on the first N held-out items (default all); FULL_TABLES=1: part 5 runs
 # every row of the decoder and vocabulary tables.
+# VAR_SHARE: the share of arith_var batches in part 1 (default 0.6).
 INIT=${INIT:-0}
 PY=${PYTHON:-python3}
 R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
@@ -83,7 +84,7 @@ for fam in llada dream; do
         FROM="--tokenizer-from pvf_lmeval/fixtures/tiny-$fam"; lr=${LR:-3e-3}
     fi
     job "train-$fam" $D_TRAIN $PY scripts/tiny_fixtures/train.py --family $fam $FROM \
-        --out pvf_lmeval/fixtures/tiny-$fam --var-share 0.6 --batch $BATCH --lr $lr \
+        --out pvf_lmeval/fixtures/tiny-$fam --var-share ${VAR_SHARE:-0.6} --batch $BATCH --lr $lr \
         --time-budget $budget --eval-every 2000 --check-items 100 --eval-items 200 --device $DEV
 done
 wait

@@ -1,0 +1,36 @@
+"""cpu_plan_vacuity.py with a rule set and routes: pvf on the first N held-out arith_var items
+with an artifact's list, `rules=RULES` and `routes=ROUTES`, printing accuracy, calls and the
+impact-set counts. Run from the root of the `fixtures-candidate` tree (phase-4 weights):
+
+    python bench/results/h200-2026-11-26-s8/cpu_impact_rule.py dream 120 hand-written paper+impact_includes_committed plan+ar
+"""
+import sys, json, torch
+from pathlib import Path
+REPO = Path.cwd()
+sys.path.insert(0, str(REPO)); sys.path.insert(0, str(REPO / "bench"))
+import pvf_lmeval.decoding.pvf as P
+from pvf_lmeval.decoding import decode_batch, make_params
+from pvf_lmeval.models import load_model
+import arith_bench
+torch.set_num_threads(1)
+tally = {"tried": 0, "nonvac": 0, "passed": 0}
+orig = P.verify_plans
+def wrapped(base, plans, own, masked_base, tau, **kw):
+    v = orig(base, plans, own, masked_base, tau, **kw)
+    cand = own.any(-1)
+    tally["tried"] += int(cand.sum()); tally["nonvac"] += int((v.nonvacuous & cand).sum())
+    tally["passed"] += int((v.passed & cand).sum())
+    return v
+P.verify_plans = wrapped
+fam, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+name = f"tiny-{fam}"
+model = load_model(name, dtype="float32"); tok = model.tokenizer
+docs = arith_bench.held_out(n, task="arith_var"); prompts = arith_bench.prompt_ids(tok, docs)
+ids = [t["id"] for t in json.load(open(REPO / f"vocab_artifacts/{name}.math-word.{kind}.json"))["tokens"]]
+p = make_params("pvf", preset="arith", gen_length=256, block_length=32, plan_vocab=ids, rules=sys.argv[4], routes=sys.argv[5])
+res = []
+for b0 in range(0, n, 20):
+    res += decode_batch(model, prompts[b0:b0+20], params=p)
+ex = arith_bench.extract_answer("arith_var"); acc = sum(ex(tok.decode(r.tokens[:r.gen_tokens])) == d["target"] for r, d in zip(res, docs)) / n
+print(name, kind, sys.argv[4], sys.argv[5], n, f"acc {acc:.3f}", "calls", sum(r.nfe for r in res)/n, tally,
+      f"vacuous share of tried {1 - tally['nonvac']/max(tally['tried'],1):.3f}, pass | nonvacuous {tally['passed']/max(tally['nonvac'],1):.3f}")

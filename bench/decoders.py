@@ -43,6 +43,13 @@ CONFIGS = [
     ("static", "static", {}),
     ("freedave", "freedave", {}),
 ]
+#: rows run only when --only names them: pvf with the published code's impact rule (switch 4
+#: of rules=reference: the impact set covers W_t as it was before the base commit and an empty
+#: one passes), which decides whether planning pays on the fixtures (README, arith_var, session 8)
+OPT_IN = [
+    ("pvf rules=paper+impact_includes_committed", "pvf",
+     {"preset": "arith", "rules": "paper+impact_includes_committed"}),
+]
 #: rows that cost the most on a CPU (static: gen_length calls per request); --slow-limit
 SLOW = ("static", "freedave")
 
@@ -91,7 +98,9 @@ def main(argv=None) -> None:
     arith_bench.add_arguments(ap, task_option=True)
     ap.add_argument("--slow-limit", type=int, default=None,
                     help="static and freedave on the first N of the items only (stated in the table)")
-    ap.add_argument("--only", nargs="+", default=None, help="row labels to run (threshold always runs)")
+    ap.add_argument("--only", nargs="+", default=None,
+                    help="row labels to run (threshold always runs); also the opt-in rows: "
+                         + ", ".join(repr(c[0]) for c in OPT_IN))
     ap.add_argument("--skip-threshold", action="store_true",
                     help="with --only: do not run threshold (the ratio columns then show —; for "
                          "splitting one table over several processes)")
@@ -105,6 +114,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.skip_threshold and args.only is None:
         ap.error("--skip-threshold needs --only (the rows to run instead)")
+    labels = [c[0] for c in CONFIGS + OPT_IN]
+    unknown = [x for x in args.only or [] if x not in labels]
+    if unknown:
+        ap.error(f"--only: unknown row {unknown[0]!r}; rows: {', '.join(map(repr, labels))}")
     arith_bench.task_gen_length(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -122,7 +135,7 @@ def main(argv=None) -> None:
         prompts = arith_bench.prompt_ids(model.tokenizer, docs)
         targets = [d["target"] for d in docs]
         results, subset_ref = {}, {}
-        for label, decoder, extra in CONFIGS:
+        for label, decoder, extra in CONFIGS + [c for c in OPT_IN if args.only and c[0] in args.only]:
             if args.only is not None and label not in args.only and (
                     label != "threshold" or args.skip_threshold):
                 continue

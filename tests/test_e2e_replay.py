@@ -58,3 +58,33 @@ def test_decoders_skip_threshold_without_only_is_an_error(monkeypatch, capsys):
         decoders.main(["--skip-threshold"])
     assert exc.value.code == 2
     assert "--skip-threshold needs --only" in capsys.readouterr().err
+
+
+def test_decoders_unknown_only_row_is_an_error(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import decoders
+
+    with pytest.raises(SystemExit) as exc:
+        decoders.main(["--only", "pvf routes=ar", "pvf rules=bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only: unknown row 'pvf rules=bogus'" in err
+    assert "'pvf rules=paper+impact_includes_committed'" in err
+
+
+def test_decoders_opt_in_row_runs_only_when_named(monkeypatch):
+    """The impact-rule row is not part of the default table; named, it decodes with that rule."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import decoders
+
+    seen = []
+    monkeypatch.setattr(decoders, "run_config", lambda model, prompts, targets, extract, decoder,
+                        extra, *a: seen.append((decoder, extra.get("rules"))) or
+                        {"acc": 0.0, "se": 0.0, "nfe": 1.0, "rows": 1.0, "tpf": 1.0, "wall": 1.0,
+                         "plan_tokens": 0.0, "ar_tokens": 0.0})
+    decoders.main(["--fixtures", "tiny-llada", "--limit", "1", "--only", "pvf"])
+    assert seen == [("threshold", None), ("pvf", None)]
+    seen.clear()
+    decoders.main(["--fixtures", "tiny-llada", "--limit", "1", "--skip-threshold", "--only",
+                   "pvf rules=paper+impact_includes_committed"])
+    assert seen == [("pvf", "paper+impact_includes_committed")]

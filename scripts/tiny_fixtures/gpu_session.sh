@@ -159,10 +159,12 @@ part5() {
 #    fixture and task, batch 128 (20 processes sharing the card made each call slow in session 6),
 #    vocab=auto (the hand-written vocabulary unless a calibrated artifact of these weights is
 #    present); each row's figures are in its log as soon as it is done. FULL_TABLES=1 adds the
-#    rest of the decoder table and the vocabulary table (bench/vocab_modes.py).
+#    rest of the decoder table, bench/decoders.py's opt-in row with the published code's
+#    impact rule, and the vocabulary table (bench/vocab_modes.py).
 local var_rows=(pvf "pvf routes=ar" "pvf routes=plan") arith_rows=(pvf)
 if [ "${FULL_TABLES:-0}" = 1 ]; then
-    var_rows+=(static freedave "pvf routes=none" "explore pick=planning" "explore pick=random")
+    var_rows+=(static freedave "pvf routes=none" "explore pick=planning" "explore pick=random"
+               "pvf rules=paper+impact_includes_committed")
     arith_rows+=("pvf routes=plan" "pvf routes=ar")
 fi
 for f in llada dream; do

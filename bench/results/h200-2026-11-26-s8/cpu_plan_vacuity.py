@@ -1,9 +1,11 @@
-"""Why planning branches fail: counts, over pvf's planning branches on the first N held-out
-arith_var items, how many had an empty impact set (they fail by the paper's rule) and how many of
-the others passed. Wraps the package's verify_plans; run from the root of the
+"""Why planning branches fail: pvf on the first N held-out arith_var items with an artifact's
+list (`rules=RULES`, `routes=ROUTES`; default paper, plan+ar), printing accuracy, calls and, over
+the planning branches tried, how many had an empty impact set (they fail by the paper's rule) and
+how many of the others passed. Wraps the package's verify_plans; run from the root of the
 `fixtures-candidate` tree (phase-4 weights), one torch thread:
 
     python bench/results/h200-2026-11-26-s8/cpu_plan_vacuity.py dream 40 calibrated
+    python bench/results/h200-2026-11-26-s8/cpu_plan_vacuity.py dream 120 hand-written paper+impact_includes_committed plan+ar
 """
 import sys, json, torch
 from pathlib import Path
@@ -24,13 +26,15 @@ def wrapped(base, plans, own, masked_base, tau, **kw):
     return v
 P.verify_plans = wrapped
 fam, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rules, routes = (sys.argv[4:6] + ["paper", "plan+ar"][len(sys.argv[4:6]):])
 name = f"tiny-{fam}"
 model = load_model(name, dtype="float32"); tok = model.tokenizer
 docs = arith_bench.held_out(n, task="arith_var"); prompts = arith_bench.prompt_ids(tok, docs)
 ids = [t["id"] for t in json.load(open(REPO / f"vocab_artifacts/{name}.math-word.{kind}.json"))["tokens"]]
-p = make_params("pvf", preset="arith", gen_length=256, block_length=32, plan_vocab=ids)
+p = make_params("pvf", preset="arith", gen_length=256, block_length=32, plan_vocab=ids, rules=rules, routes=routes)
 res = []
 for b0 in range(0, n, 20):
     res += decode_batch(model, prompts[b0:b0+20], params=p)
-print(name, kind, n, "calls", sum(r.nfe for r in res)/n, tally,
-      f"vacuous share of tried {1 - tally['nonvac']/tally['tried']:.3f}, pass | nonvacuous {tally['passed']/max(tally['nonvac'],1):.3f}")
+ex = arith_bench.extract_answer("arith_var"); acc = sum(ex(tok.decode(r.tokens[:r.gen_tokens])) == d["target"] for r, d in zip(res, docs)) / n
+print(name, kind, rules, routes, n, f"acc {acc:.3f}", "calls", sum(r.nfe for r in res)/n, tally,
+      f"vacuous share of tried {1 - tally['nonvac']/max(tally['tried'],1):.3f}, pass | nonvacuous {tally['passed']/max(tally['nonvac'],1):.3f}")

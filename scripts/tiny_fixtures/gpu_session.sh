@@ -38,6 +38,8 @@ PARTS=${PARTS:-1 2 3 4}   # which parts to run, in this order (e.g. "4 1": time 
 # QUICK_LIMIT: part 5 on the first N held-out items (default all); FULL_TABLES=1: part 5 runs
 # every row of the issue's decoder and vocabulary tables.
 # VAR_SHARE: the share of arith_var batches in part 1 (default 0.6).
+# Part 6 (PARTS=6, deadline D_REMEASURE, default 578 s): the GPU share of re-measuring every
+# README figure after new weights are installed (docs/fixture-figures.md).
 INIT=${INIT:-0}
 PY=${PYTHON:-python3}
 R=${R:-$OUT/r}   # the logs (outside $OUT when only a few files may come back)
@@ -182,6 +184,18 @@ for f in llada dream; do
 done
 wait
 stamp "quick evaluation: $(grep -h "acc" "$R"/quick-*.log | cut -c1-150 | tr '\n' ' ')"
+pack
+}
+
+part6() {
+# 6. Installing weights: the GPU share of scripts/remeasure_fixture_figures.sh (calibration, the
+#    arith_var decoder and vocabulary tables; docs/fixture-figures.md has the CPU share), its logs
+#    and JSON in $R/remeasure, the new calibrated artifacts in vocab_artifacts/ (packed).
+( timeout "$(left "${D_REMEASURE:-578}")" env PY="$PY" DEV="$DEV" JOBS=8 PHASES="1 2" \
+    ONLY='^(vocab-(llada|dream)|decoders-var-.*|vocab-modes-var)$' \
+    bash scripts/remeasure_fixture_figures.sh "$R/remeasure" > "$R/remeasure.log" 2>&1
+  echo "rc $?" >> "$R/remeasure.log" )
+stamp "remeasure: $(tr '\n' ' ' < "$R/remeasure.log")"
 pack
 }
 

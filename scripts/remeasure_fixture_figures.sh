@@ -18,10 +18,10 @@
 #                   float32 (the CPU's dtype, so the figures agree with a CPU run up to summation
 #                   order) at batch DEV_BATCH (128); outputs and NFE do not depend on the batch.
 #                   The other jobs are small, or are CPU timings, and stay on the CPU.
-#                   The split used on a GPU machine (no lm_eval there, so not the sweeps or demo):
-#     PY=python3 DEV=cuda PHASES="1 2" ONLY='^(vocab-(llada|dream)|decoders-var-.*|vocab-modes-var)$' \
-#         bash scripts/remeasure_fixture_figures.sh OUT
-#                   (the `arith` decoder table stays on the CPU: its wall-time columns are CPU ones)
+#   SPLIT=gpu|cpu   the jobs worth a lent GPU (the calibrations, the arith_var decoder and
+#                   vocabulary tables; run them with DEV=cuda) / every other job. The GPU machine
+#                   has no lm_eval (sweeps, demo), and the `arith` decoder table's wall-time
+#                   columns are CPU figures, so those stay here. ONLY narrows either further.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-out/remeasure}
@@ -29,6 +29,12 @@ JOBS=${JOBS:-$(nproc)}
 PY=${PY:-.venv/bin/python}
 PHASES=${PHASES:-1 2 3}
 ONLY=${ONLY:-.}
+GPU_JOBS='^(vocab-(llada|dream)|decoders-var-.*|vocab-modes-var)$'
+SPLIT=${SPLIT:-}
+case "$SPLIT" in
+    ""|gpu|cpu) ;;
+    *) echo "SPLIT=$SPLIT: must be gpu or cpu" >&2; exit 2 ;;
+esac
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
 if [ -n "${DEV:-}" ]; then
     ON_DEV="--device $DEV --dtype float32"; B=${DEV_BATCH:-128}
@@ -42,6 +48,10 @@ run_jobs() {   # run_jobs PHASE PARALLEL, stdin: "name<TAB>command" lines; logs 
     while IFS=$'\t' read -r name cmd; do
         [ -z "$name" ] && continue
         echo "$name" | grep -Eq -- "$ONLY" || continue
+        if [ -n "$SPLIT" ]; then
+            side=cpu; echo "$name" | grep -Eq -- "$GPU_JOBS" && side=gpu
+            [ "$side" = "$SPLIT" ] || continue
+        fi
         if [ "${LIST:-0}" = 1 ]; then printf '%s\t%s\t%s\n' "$phase" "$name" "$cmd" >&3; continue; fi
         printf '%s\0%s\0' "$name" "$cmd"
     done | xargs -0 -r -n 2 -P "$parallel" bash -c \

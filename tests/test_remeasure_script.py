@@ -13,16 +13,13 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "remeasure_fixture_figures.sh"
-GPU_SPLIT = r"^(vocab-(llada|dream)|decoders-var-.*|vocab-modes-var)$"
 
 
 def listed(tmp_path, **env) -> list[tuple[str, str, str]]:
     run_env = {k: v for k, v in os.environ.items()
-               if k not in ("DEV", "ONLY", "PHASES", "PY", "DEV_BATCH")}
+               if k not in ("DEV", "ONLY", "PHASES", "PY", "DEV_BATCH", "SPLIT")}
     run_env.update(env, LIST="1")
     out = tmp_path / "out"
     proc = subprocess.run(["bash", str(SCRIPT), str(out)], env=run_env, capture_output=True,
@@ -68,7 +65,7 @@ def test_every_job_script_exists_and_docs_name_every_log_family(tmp_path):
 
 
 def test_gpu_split_runs_only_the_heavy_jobs_on_the_device_in_float32(tmp_path):
-    jobs = listed(tmp_path, DEV="cuda", PY="python3", PHASES="1 2", ONLY=GPU_SPLIT)
+    jobs = listed(tmp_path, DEV="cuda", PY="python3", SPLIT="gpu")
     assert [name for _, name, _ in jobs] == [
         "vocab-llada", "vocab-dream", "decoders-var-llada", "decoders-var-dream", "vocab-modes-var"]
     for _, name, cmd in jobs:
@@ -90,20 +87,38 @@ def test_phases_and_only_select(tmp_path):
     assert {p for p, _, _ in listed(tmp_path, PHASES="2")} == {"2"}
 
 
-@pytest.mark.parametrize("dev_batch", ["64"])
-def test_dev_batch_overrides_the_device_batch(tmp_path, dev_batch):
-    jobs = listed(tmp_path, DEV="cuda", DEV_BATCH=dev_batch, ONLY="^decoders-var-llada$")
+def test_dev_batch_overrides_the_device_batch(tmp_path):
+    jobs = listed(tmp_path, DEV="cuda", DEV_BATCH="64", ONLY="^decoders-var-llada$")
     words = shlex.split(jobs[0][2])
-    assert words[words.index("--batch-size") + 1] == dev_batch
+    assert words[words.index("--batch-size") + 1] == "64"
 
 
-def test_the_documented_gpu_and_cpu_splits_cover_every_job_once(tmp_path):
-    docs = (REPO / "docs" / "fixture-figures.md").read_text()
-    gpu_only, cpu_only = re.findall(r"ONLY='([^']+)'", docs)
-    assert gpu_only == GPU_SPLIT
-    on_gpu = [n for _, n, _ in listed(tmp_path, DEV="cuda", PY="python3", PHASES="1 2",
-                                      ONLY=gpu_only)]
-    on_cpu = [n for _, n, _ in listed(tmp_path, ONLY=cpu_only)]
+def test_the_gpu_and_cpu_splits_cover_every_job_once_and_only_narrows_them(tmp_path):
+    on_gpu = [n for _, n, _ in listed(tmp_path, SPLIT="gpu")]
+    on_cpu = [n for _, n, _ in listed(tmp_path, SPLIT="cpu")]
     everything = [n for _, n, _ in listed(tmp_path)]
     assert not set(on_gpu) & set(on_cpu)
     assert sorted(on_gpu + on_cpu) == sorted(everything)
+    assert "decoders-arith-llada" in on_cpu and "sweep-var" in on_cpu and "e2e" in on_cpu
+    assert [n for _, n, _ in listed(tmp_path, SPLIT="gpu", ONLY="^decoders-")] == [
+        "decoders-var-llada", "decoders-var-dream"]
+    assert [n for _, n, _ in listed(tmp_path, SPLIT="cpu", ONLY="^decoders-")] == [
+        "decoders-arith-llada", "decoders-arith-dream"]
+
+
+def test_docs_and_the_gpu_session_use_the_script_s_split(tmp_path):
+    docs = (REPO / "docs" / "fixture-figures.md").read_text()
+    assert "DEV=cuda SPLIT=gpu bash scripts/remeasure_fixture_figures.sh" in docs
+    assert "SPLIT=cpu bash scripts/remeasure_fixture_figures.sh" in docs
+    session = (REPO / "scripts" / "tiny_fixtures" / "gpu_session.sh").read_text()
+    assert "SPLIT=gpu" in session and " ONLY=" not in session
+
+
+def test_unknown_split_is_a_one_line_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SPLIT"}
+    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")],
+                          env={**env, "SPLIT": "gpus", "LIST": "1"}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "SPLIT=gpus: must be gpu or cpu"
+    assert not (tmp_path / "out").exists()

@@ -191,8 +191,7 @@ part6() {
 # 6. Installing weights: the GPU share of scripts/remeasure_fixture_figures.sh (calibration, the
 #    arith_var decoder and vocabulary tables; docs/fixture-figures.md has the CPU share), its logs
 #    and JSON in $R/remeasure, the new calibrated artifacts in vocab_artifacts/ (packed).
-( timeout "$(left "${D_REMEASURE:-578}")" env PY="$PY" DEV="$DEV" JOBS=8 PHASES="1 2" \
-    ONLY='^(vocab-(llada|dream)|decoders-var-.*|vocab-modes-var)$' \
+( timeout "$(left "${D_REMEASURE:-578}")" env PY="$PY" DEV="$DEV" JOBS=8 SPLIT=gpu \
     bash scripts/remeasure_fixture_figures.sh "$R/remeasure" > "$R/remeasure.log" 2>&1
   echo "rc $?" >> "$R/remeasure.log" )
 stamp "remeasure: $(tr '\n' ' ' < "$R/remeasure.log")"

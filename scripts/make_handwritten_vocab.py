@@ -1,7 +1,8 @@
 """Write the hand-written planning vocabularies of the tiny fixtures (task family math-word).
 
 Structure tokens of the arith solutions: step markers, the equation's operators, the clause
-words that open each step and the final-answer marker. Chosen by hand, not calibrated: the
+words that open each step and the final-answer marker; and the sentence openings of the
+arith_var templates. Chosen by hand, not calibrated: the
 artifact says so (kind "hand-written"); ``pvf-calibrate`` builds the measured ones.
 
     python scripts/make_handwritten_vocab.py
@@ -20,7 +21,11 @@ from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer  # noqa: 
 from pvf_lmeval.vocab import FORMAT_VERSION, tokenizer_hash  # noqa: E402
 
 TOKENS = ["Step", "ĠStep", ":", ",", "Ġso", "So", "Ġ=", "Ġ+", "Ġ-", "Ċ", "####", ".",
-          "Ġstarts", "Ġwith", "Ġhas", "ĠHe", "ĠShe", "Ġaway", "Ġfrom"]
+          "Ġstarts", "Ġwith", "Ġhas", "ĠHe", "ĠShe", "Ġaway", "Ġfrom",
+          # the sentence openings of arith_var's templates (after a newline, or the answer's
+          # leading space)
+          "Next", "When", "With", "We", "Then", "Now", "The", "In", "That", "Let",
+          "ĠAt", "ĠFirst", "ĠThe"]
 FIXTURES = {"tiny-llada": "llada", "tiny-dream": "dream"}
 
 
@@ -39,7 +44,7 @@ def main() -> None:
             "model": name,
             "tokenizer": {"name": name, "vocab_hash": tokenizer_hash(tok), "size": len(tok)},
             "built_by": "scripts/make_handwritten_vocab.py",
-            "note": "hand-written structure tokens of the arith solutions; not calibrated",
+            "note": "hand-written structure tokens of the arith and arith_var solutions; not calibrated",
             "tokens": [{"id": vocab[t], "string": t} for t in TOKENS],
         }
         out = REPO / "vocab_artifacts" / f"{name}.math-word.hand-written.json"

@@ -1,9 +1,9 @@
 """Synthetic word problems with varied solutions (the offline `arith_var` task).
 
-The world of `arith` (one person's collection changes in 2-4 steps; every quantity within
+The world of `arith` (one person's collection changes in 4-6 steps; every quantity within
 1..MAX_VALUE, every amount within 1..MAX_AMOUNT), but the solution is written the way people
 write: each step in one of several templates per operation, each with its own sentence opening;
-optional connective and restating sentences; an independent fact (another person's collection,
+optional connective, restating and running-count sentences; an independent fact (another person's collection,
 which the question does not ask about) placed anywhere in the question and acknowledged at the
 start or the end of the solution, or not at all. Answers run 120-250 tokens under the fixtures'
 tokenizer and end with ``#### <number>``.
@@ -62,6 +62,11 @@ CONNECT = [  # optional, between steps
     "Now look at the next change.",
     "Let us keep going.",
 ]
+TALLY = [  # optional, after a step: restates the running count
+    "Now {N} has {b} {item}.",
+    "So far that is {b} {item}.",
+    "The count is {b} now.",
+]
 ASIDE = [  # the independent fact: acknowledged at the start, at the end, or not at all
     "We do not need the {oitem} of {O}.",
     "The {ov} {oitem} of {O} do not matter here.",
@@ -82,7 +87,7 @@ def make_item(rng: random.Random) -> dict:
     oitem = rng.choice([i for i in ITEMS if i != item])
     pronoun = "She" if name in FEMALE else "He"
     value, ovalue = rng.randint(2, 8), rng.randint(2, 9)
-    n_ops = rng.choice([3, 4, 4])
+    n_ops = rng.choice([4, 5, 5, 6])
     fill = {"N": name, "P": pronoun, "p": pronoun.lower(), "item": item, "O": other,
             "oitem": oitem, "ov": ovalue, "c": n_ops}
     story = [f"{name} has {value} {item}."]
@@ -110,6 +115,8 @@ def make_item(rng: random.Random) -> dict:
             lines.append(rng.choice(CONNECT))
         act = s.format(n=amount, o=other)
         lines.append(rng.choice(templates).format(k=k + 1, act=act, n=amount, a=value, b=new, **fill))
+        if rng.random() < 0.35:
+            lines[-1] += " " + rng.choice(TALLY).format(b=new, **fill)
         value = new
     if aside == "end":
         lines.append(rng.choice(ASIDE).format(**fill))

@@ -1,12 +1,18 @@
 """Synthetic word problems with varied solutions (the offline `arith_var` task).
 
-The world of `arith` (one person's collection changes in 4-6 steps; every quantity within
+The world of `arith` (one person's collection changes in 3-4 steps; every quantity within
 1..MAX_VALUE, every amount within 1..MAX_AMOUNT), but the solution is written the way people
 write: each step in one of several templates per operation, each with its own sentence opening;
-optional connective, restating and running-count sentences; an independent fact (another person's collection,
+optional connective and running-count sentences; an independent fact (another person's collection,
 which the question does not ask about) placed anywhere in the question and acknowledged at the
 start or the end of the solution, or not at all. Answers run 120-250 tokens under the fixtures'
-tokenizer and end with ``#### <number>``.
+tokenizer and end with ``#### <number>`` (the length filter keeps mostly 4-change items).
+
+The bookkeeping is made learnable for a 1M-parameter model (session 8; with 4-6 changes and
+paraphrased steps the fixtures stayed at 10-20% after 15,000 steps, skipping changes or running
+on): every solution says how many changes there are right after its opening, and every step
+quotes its change as the question words it, so the next change is the clause after the last
+quoted one.
 
 Why: in `arith` every solution token except the digits is fixed by the question, so a model is
 sure of every structural token. Here the sentence openings are genuinely open (several are
@@ -30,21 +36,22 @@ from arith_data import GAINS, ITEMS, LOSSES, MAX_AMOUNT, MAX_VALUE, NAMES, uniqu
 FEMALE = {"Ann", "Mia", "Lily", "Zoe", "Ava", "Emma"}
 LINKS = ["Then", "Next", "After that", "Later"]
 
-# Step templates: {N} name, {P}/{p} pronoun, {act} the solution phrase of the change, {n}
-# amount, {a} before, {b} after, {item}, {op} + or -. Every template opens differently.
+# Step templates: {N} name, {P}/{p} pronoun, {q} the change as the question words it (quoted, so
+# that the model finds the next change by copying the clause after the last one it quoted), {n}
+# amount, {a} before, {b} after, {item}. Every template opens differently.
 STEP_GAIN = [
-    "Step {k}: {P} {act}, so {a} + {n} = {b}.",
-    "Next, {N} {act}. That makes {a} + {n} = {b} {item}.",
-    "When {p} {act}, the count goes up by {n}: {a} + {n} = {b}.",
-    "We add {n} because {p} {act}. Now {a} + {n} = {b}.",
-    "With this change {N} has {a} + {n} = {b} {item}.",
+    "Step {k}: {P} {q}, so {a} + {n} = {b}.",
+    "Next, {N} {q}. That makes {a} + {n} = {b} {item}.",
+    "When {p} {q}, the count goes up by {n}: {a} + {n} = {b}.",
+    "We add {n} because {p} {q}. Now {a} + {n} = {b}.",
+    "With this change {p} {q}, so {N} has {a} + {n} = {b} {item}.",
 ]
 STEP_LOSS = [
-    "Step {k}: {P} {act}, so {a} - {n} = {b}.",
-    "Next, {N} {act}. That leaves {a} - {n} = {b} {item}.",
-    "When {p} {act}, the count goes down by {n}: {a} - {n} = {b}.",
-    "We take away {n} because {p} {act}. Now {a} - {n} = {b}.",
-    "With this change {N} has {a} - {n} = {b} {item}.",
+    "Step {k}: {P} {q}, so {a} - {n} = {b}.",
+    "Next, {N} {q}. That leaves {a} - {n} = {b} {item}.",
+    "When {p} {q}, the count goes down by {n}: {a} - {n} = {b}.",
+    "We take away {n} because {p} {q}. Now {a} - {n} = {b}.",
+    "With this change {p} {q}, so {N} has {a} - {n} = {b} {item}.",
 ]
 OPENINGS = [
     "{N} starts with {v} {item}.",
@@ -52,10 +59,10 @@ OPENINGS = [
     "First we look at the {item}: {N} has {v}.",
     "The story begins with {v} {item} for {N}.",
 ]
-RESTATE = [  # optional, after the opening
+COUNT = [  # always, after the opening: how many changes there are (when to stop)
     "There are {c} changes to follow.",
-    "We follow each change in order.",
-    "Let us go one step at a time.",
+    "We follow the {c} changes in order.",
+    "The story has {c} changes.",
 ]
 CONNECT = [  # optional, between steps
     "Then the count changes again.",
@@ -78,6 +85,8 @@ ENDINGS = [
     "The answer is {v} {item}.",
 ]
 MIN_TOKENS, MAX_TOKENS = 120, 250
+CHANGES = [3, 4, 4]   # changes per item (drawn uniformly from this list)
+P_CONNECT, P_TALLY = 0.7, 0.7   # chance of a connective before a step, of a tally after one
 
 
 def make_item(rng: random.Random) -> dict:
@@ -87,13 +96,12 @@ def make_item(rng: random.Random) -> dict:
     oitem = rng.choice([i for i in ITEMS if i != item])
     pronoun = "She" if name in FEMALE else "He"
     value, ovalue = rng.randint(2, 8), rng.randint(2, 9)
-    n_ops = rng.choice([4, 5, 5, 6])
+    n_ops = rng.choice(CHANGES)
     fill = {"N": name, "P": pronoun, "p": pronoun.lower(), "item": item, "O": other,
             "oitem": oitem, "ov": ovalue, "c": n_ops}
     story = [f"{name} has {value} {item}."]
     lines = [rng.choice(OPENINGS).format(v=value, **fill)]
-    if rng.random() < 0.6:
-        lines[0] += " " + rng.choice(RESTATE).format(**fill)
+    lines[0] += " " + rng.choice(COUNT).format(**fill)
     aside = rng.choice(["start", "end", None])
     if aside == "start":
         lines.append(rng.choice(ASIDE).format(**fill))
@@ -111,11 +119,11 @@ def make_item(rng: random.Random) -> dict:
         link = "" if k == 0 else rng.choice(LINKS) + " "
         subj = pronoun if k == 0 else pronoun.lower()
         story.append(f"{link}{subj} {q.format(n=amount, item=item, o=other)}.")
-        if k and rng.random() < 0.4:
+        if k and rng.random() < P_CONNECT:
             lines.append(rng.choice(CONNECT))
-        act = s.format(n=amount, o=other)
-        lines.append(rng.choice(templates).format(k=k + 1, act=act, n=amount, a=value, b=new, **fill))
-        if rng.random() < 0.35:
+        quoted = q.format(n=amount, item=item, o=other)
+        lines.append(rng.choice(templates).format(k=k + 1, q=quoted, n=amount, a=value, b=new, **fill))
+        if rng.random() < P_TALLY:
             lines[-1] += " " + rng.choice(TALLY).format(b=new, **fill)
         value = new
     if aside == "end":

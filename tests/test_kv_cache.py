@@ -229,11 +229,16 @@ N_ARITH = 32
 
 
 def test_drift_and_accuracy_on_arith(llada):
-    """Drift of the cached logits is measured (and printed) and accuracy on held-out arith stays
-    within one standard error of cache=none (s.e. floored at one item)."""
+    """Drift of the cached logits is measured (and printed), and the approximate caches do not
+    cost accuracy on held-out arith. Compared item by item with cache=none: of the items on which
+    a cache mode and none disagree in correctness (discordant), those the cache gets wrong may
+    exceed those it gets right by at most two standard errors of the paired difference
+    (sqrt(discordant), floored at one item); and the caches change the outcome of at most a
+    quarter of the items. A cache that is *better* passes: drift is noise, and the fixtures'
+    accuracy is what the cache must not lose."""
     extract = _arith_utils().extract_answer
     prompts, docs = arith_prompts(llada.tokenizer, N_ARITH)
-    acc, drift = {}, {}
+    correct, drift = {}, {}
     for mode in ("none", "prefix", "dual"):
         probe = CacheDriftProbe(llada) if mode == "dual" else llada   # the probe doubles calls
         rs = []
@@ -243,16 +248,20 @@ def test_drift_and_accuracy_on_arith(llada):
                                request_indices=list(range(a, a + 16)))
         texts = [llada.tokenizer.decode(r.tokens[:r.gen_tokens], skip_special_tokens=True)
                  for r in rs]
-        acc[mode] = sum(extract(t) == d["target"] for t, d in zip(texts, docs)) / N_ARITH
+        correct[mode] = [extract(t) == d["target"] for t, d in zip(texts, docs)]
         if mode == "dual":
             drift = probe.summary()
+    acc = {m: sum(c) / N_ARITH for m, c in correct.items()}
     print("\narith accuracy", acc, "\ndual-cache drift", drift)
     assert drift["cached_calls"] > 0 and drift["full_calls"] > 0
     assert 0 < drift["mean_abs"] <= drift["max_abs"] and math.isfinite(drift["max_abs"])
     assert drift["argmax_agree"] > 0.5
-    se = max(math.sqrt(acc["none"] * (1 - acc["none"]) / N_ARITH), 1 / N_ARITH)
+    assert sum(correct["none"]) >= N_ARITH // 2, acc   # the fixture knows arith: a real comparison
     for mode in ("prefix", "dual"):
-        assert abs(acc[mode] - acc["none"]) <= se + 1e-9, (mode, acc, se)
+        lost = sum(n and not c for n, c in zip(correct["none"], correct[mode]))
+        won = sum(c and not n for n, c in zip(correct["none"], correct[mode]))
+        assert lost + won <= N_ARITH // 4, (mode, lost, won, acc)
+        assert lost - won <= max(1.0, 2 * math.sqrt(lost + won)) + 1e-9, (mode, lost, won, acc)
 
 
 def test_no_leak_between_requests(llada, dream):

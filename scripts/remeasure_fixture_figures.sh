@@ -91,9 +91,9 @@ rules-dream	$PY bench/rules.py --limit 200 --fixtures tiny-dream --no-switches
 regime-arith-llada	$PY bench/regime_check.py --model tiny-llada --task arith --gen-length 96 --limit 8
 regime-var-llada	$PY bench/regime_check.py --model tiny-llada --task arith_var --limit 8
 regime-var-dream	$PY bench/regime_check.py --model tiny-dream --task arith_var --limit 8
-trace-var	$PY bench/plan_case.py --model tiny-llada --task arith_var --limit 32 --out $OUT/arith_var_trace.md
+trace-var	$PY bench/plan_case.py --model tiny-dream --task arith_var --limit 16 --out $OUT/arith_var_trace.md
 sweep-arith	$PY bench/sweep.py --out $OUT/sweep-arith --threads 1
-sweep-var	$PY bench/sweep.py --tasks arith_var --limit 100 --out $OUT/sweep-var --threads 1
+sweep-var	$PY bench/sweep.py --tasks arith_var --limit 50 --decoders threshold,pvf --out $OUT/sweep-var --threads 1
 demo	make -s demo
 EOF
 fi

@@ -94,6 +94,7 @@ regime-var-dream	$PY bench/regime_check.py --model tiny-dream --task arith_var -
 trace-var	$PY bench/plan_case.py --model tiny-dream --task arith_var --limit 16 --out $OUT/arith_var_trace.md
 sweep-arith	$PY bench/sweep.py --out $OUT/sweep-arith --threads 1
 sweep-var	$PY bench/sweep.py --tasks arith_var --limit 50 --decoders threshold,pvf --out $OUT/sweep-var --threads 1
+cache-accuracy	$PY bench/cache_accuracy.py --limit 200 --json $OUT/cache-accuracy.json
 demo	make -s demo
 EOF
 fi

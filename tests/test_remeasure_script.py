@@ -32,7 +32,7 @@ def listed(tmp_path, **env) -> list[tuple[str, str, str]]:
 def test_default_lists_every_job_once_in_three_phases(tmp_path):
     jobs = listed(tmp_path)
     names = [name for _, name, _ in jobs]
-    assert len(names) == len(set(names)) == 23
+    assert len(names) == len(set(names)) == 24
     assert {phase for phase, _, _ in jobs} == {"1", "2", "3"}
     assert [n for p, n, _ in jobs if p == "1"] == ["vocab-llada", "vocab-dream", "vocab-heuristic"]
     assert [n for p, n, _ in jobs if p == "3"] == [

@@ -225,6 +225,31 @@ def test_failed_plan_continues_with_ar_from_the_base_row(switch):
     assert committed(s) == [[2, "ar"], [3, "base"], [4, "ar"]]
 
 
+def _refill_table(g):
+    f = filled(g)
+    if not f:                            # base set {0, 1}; candidate 2, whose impact set is empty
+        return {0: (10, .95), 1: (11, .95), 2: (30, .5)}
+    if f == {0, 1}:                      # z_base: 2 is now confident, 0 is not
+        return {0: (15, .5), 1: (11, .99), 2: (31, .95)}
+    if f == {0, 1, 2}:                   # the plan branch, and the AR rows: 15 at 0 verifies
+        return {0: (15, .9), 1: (11, .99), 2: (31, .99)}
+    return {}
+
+
+def test_failed_plan_refills_a_base_position_when_no_mask_is_left(switch):
+    r, m = pvf(_refill_table, gen_length=3, block_length=3)
+    assert r.steps[0]["route"] == "base" and r.tokens[:3] == [10, 11, 31]
+    switch("ar_after_failed_plan")
+    r, m = pvf(_refill_table, gen_length=3, block_length=3)
+    assert committed(r.steps[0]) == [[0, "base"], [1, "base"]]
+    # H under z_base ({1, 2}) completes the canvas, yet the reference still makes its second
+    # call: position 0 (a base-set position, p .5 under z_base) is an AR fill, and it verifies
+    s = r.steps[1]
+    assert s["made_call"] and s["route"] == "ar" and s["candidates"] == [0]
+    assert [filled(c) for c in m.canvases[-1]] == [{0, 1, 2}, {0, 1, 2}]
+    assert r.tokens[:3] == [15, 11, 31] and r.nfe == 3
+
+
 # ------------------------------------------------------------ 7. fresh call after a failed fill
 
 def _failed_fill_table(g):

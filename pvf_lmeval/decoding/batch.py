@@ -157,7 +157,8 @@ class Batch:
         active + next block of whichever row is committed); rows without a mask do not widen it.
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
         ``cover`` [R] (optional): a generation position per request from which on the call
-        must cover stats too (``rules=reference`` reads positions its rows already filled).
+        must cover stats too (``rules=reference`` reads positions its rows already filled, and
+        its second call after a failed plan may send rows with no mask left).
         """
         R, M, L = rows.shape
         B, nb = self.B, self.nb
@@ -165,9 +166,10 @@ class Batch:
         a = first_true(masked) // B                                        # [R, M]; nb: no mask
         valid = torch.arange(M, device=rows.device) < n[:, None]
         lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
+        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
         if cover is not None:               # the step needs stats from this block on too
             lo_b = torch.minimum(lo_b, cover // B)
-        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
+            hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
         cols = [n, lo_b, hi_b]
         kc = self.cache
         if kc is not None:
@@ -184,11 +186,7 @@ class Batch:
             if k == 0:
                 continue
             if hb < 0:
-                # only the reference's second call after a failed plan (switch 6) may re-fill a
-                # state with no mask left; it reads the block its step covers
-                if cover is None:
-                    raise RuntimeError("forward called on rows without any mask")
-                hb = lb
+                raise RuntimeError("forward called on rows without any mask")
             lo, hi = lb * B, min(L, (hb + 2) * B)
             if kc is not None and not host[r][3]:
                 span = kc.span(host[r][4], host[r][5])

@@ -133,13 +133,12 @@ class PVFDecoder(Step):
             no_route = (k_plan == 0) & (k_ar == 0)
             zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode, no_route)
             if ref.count_unmade_calls:
-                self._count_unmade(b, ids, no_route & (((mode == AR_NEXT) | (mode == AR_NEXT_EMPTY))
-                                                       | band.any(-1)) & ~b.finished(zb))
+                self._count_unmade(b, ids, no_route & (arn | band.any(-1)) & ~b.finished(zb))
         fin = b.finished(zb)
         if mode is not None:
             # switch 6: the fills after a failed plan may re-fill base-set positions, so a state
             # the base set completed still makes the reference's second call when it has fills
-            fin = fin & ~(((mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)) & (k_ar > 0))
+            fin = fin & ~(arn & (k_ar > 0))
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
 

@@ -179,7 +179,7 @@ def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
     if getattr(DECODERS[dec], "uses_vocab", dec in ("pvf", "explore")):
         extra["preset"] = "arith"
         if "ids" not in vocab_cache:
-            from pvf_lmeval.vocab import resolve_vocab_for
+            from pvf_lmeval.planning.vocab import resolve_vocab_for
             vocab_cache["ids"], _ = resolve_vocab_for(model, task_family="math-word")
         extra["plan_vocab"] = vocab_cache["ids"]
     return make_params(dec, gen_length=args.gen_length, block_length=args.block_length,

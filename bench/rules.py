@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
 from pvf_lmeval.decoding.rules import SWITCHES, rules_for  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.vocab import capitalised_ids, resolve_vocab_for  # noqa: E402
+from pvf_lmeval.planning.vocab import capitalised_ids, resolve_vocab_for  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
 

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from pvf_lmeval import report
+    from pvf_lmeval.cli import report
 
     base = [str(args.out / "runs")]
     rc = report.main(base)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("sweep: matplotlib missing (pip install 'pvf-lmeval[plot]'): no plot", file=sys.stderr)
     else:
-        from pvf_lmeval.report.plot import plot
+        from pvf_lmeval.cli.report.plot import plot
 
         table = report.build(base)
         for kind in ("accuracy-nfe", "accuracy-tps"):

@@ -123,7 +123,7 @@ def run_tiny(name, args, extract, docs):
                                  cache=cache, **extra)
             if dec in PLANNING_DECODERS:
                 if vocab is None:
-                    from pvf_lmeval.vocab import resolve_vocab_for
+                    from pvf_lmeval.planning.vocab import resolve_vocab_for
                     vocab, _ = resolve_vocab_for(model, task_family=params.family)
                 params = make_params(dec, gen_length=args.gen_length,
                                      block_length=args.block_length, cache=cache,

@@ -37,10 +37,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pvf_lmeval.decoding import decode, decode_batch, make_params  # noqa: E402
-from pvf_lmeval.decoding.online import OnlineVocab  # noqa: E402
+from pvf_lmeval.planning.online import OnlineVocab  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 from pvf_lmeval.paths import vocab_artifacts_dir  # noqa: E402
-from pvf_lmeval.vocab import artifact_statistics, load_artifact, resolve_artifact  # noqa: E402
+from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_artifact  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
 
@@ -114,7 +114,7 @@ def entropy_cost(model, prompts, params, reps=30):
 def save_online(args, online, tok, model, name, label) -> None:
     if args.save_online is None:
         return
-    from pvf_lmeval.vocab import online_artifact, save_artifact
+    from pvf_lmeval.planning.vocab import online_artifact, save_artifact
 
     art = online_artifact(online, tok, model_family=model.family, task_family="math-word",
                           model_name=name)

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer  # noqa: E402
-from pvf_lmeval.vocab import FORMAT_VERSION, tokenizer_hash  # noqa: E402
+from pvf_lmeval.planning.vocab import FORMAT_VERSION, tokenizer_hash  # noqa: E402
 
 TOKENS = ["Step", "ĠStep", ":", ",", "Ġso", "So", "Ġ=", "Ġ+", "Ġ-", "Ċ", "####", ".",
           "Ġstarts", "Ġwith", "Ġhas", "ĠHe", "ĠShe", "Ġaway", "Ġfrom",

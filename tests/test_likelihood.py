@@ -177,7 +177,7 @@ def _fixture_lm(name: str, **kw):
     pytest.importorskip("lm_eval")
     from test_models_oracle import fixture_ready
 
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     if not fixture_ready(name):
         pytest.skip(f"bundled fixture {name} has no weights yet (still training?)")
@@ -243,7 +243,7 @@ def test_adapter_is_deterministic_and_variance_shrinks_with_mc_num(tmp_path):
     from test_models_oracle import make_temp_checkpoint
 
     from pvf_lmeval.decoding.params import override
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     ckpt = make_temp_checkpoint(tmp_path / "ckpt", "llada", seed=1)
     item = ARITH[0]
@@ -265,7 +265,7 @@ def test_rolling_through_the_adapter(tmp_path):
     from lm_eval.api.instance import Instance
     from test_models_oracle import make_temp_checkpoint
 
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     ckpt = make_temp_checkpoint(tmp_path / "ckpt", "llada", seed=2)
     lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", mc_num=4, mc_batch=4)
@@ -283,7 +283,7 @@ def test_rolling_through_the_adapter(tmp_path):
 
 def test_model_args_mc_num_and_mc_batch_are_validated(tmp_path):
     pytest.importorskip("lm_eval")
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     for arg in ("mc_num=0", "mc_batch=x", "mc_num=2.5"):
         with pytest.raises(ValueError) as exc:

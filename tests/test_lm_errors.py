@@ -80,7 +80,7 @@ def _last_line(text: str) -> str:
 
 @pytest.mark.parametrize("cid,model_args,message", CASES, ids=[c[0] for c in CASES])
 def test_bad_model_args_in_process(cid, model_args, message, gpt2_folder):
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     if cid == "device" and not NO_GPU:
         pytest.skip("a GPU is present")
@@ -105,7 +105,7 @@ def test_bad_model_args_through_the_cli(cid, cli_failures):
 
 
 def test_unknown_model_arg_lists_the_allowed_ones():
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     with pytest.raises(ValueError, match=r"unknown model arg 'tresh'; allowed: pretrained, .*threshold"):
         PVFDiffusionLM.create_from_arg_string(f"pretrained={MODEL},tresh=0.5", {"device": "cpu"})
@@ -113,7 +113,7 @@ def test_unknown_model_arg_lists_the_allowed_ones():
 
 def test_bad_arguments_fail_before_the_checkpoint_loads(tmp_path):
     """A decoder argument error wins even when ``pretrained`` does not exist: nothing is loaded."""
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     with pytest.raises(ValueError, match="decoder='bogus'"):
         PVFDiffusionLM.create_from_arg_string(f"pretrained={tmp_path / 'missing'},decoder=bogus",
@@ -130,7 +130,7 @@ def test_bad_arguments_fail_before_the_checkpoint_loads(tmp_path):
     ({"mc_num": 0}, r"mc_num=0 must be a positive integer"),
 ])
 def test_every_argument_is_checked_before_the_model_loads(args, message):
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     # a checkpoint that does not exist: the argument's error must come first
     with pytest.raises(ValueError, match=message):

@@ -25,11 +25,11 @@ torch = pytest.importorskip("torch")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from pvf_lmeval.decoding import STAT_KEYS, DecodeResult  # noqa: E402
-from pvf_lmeval.generation import GenerationText, cut_at_stop, tokens_before  # noqa: E402
-from pvf_lmeval.lm import PVFDiffusionLM  # noqa: E402
+from pvf_lmeval.lmeval.generation import GenerationText, cut_at_stop, tokens_before  # noqa: E402
+from pvf_lmeval.lmeval.lm import PVFDiffusionLM  # noqa: E402
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer  # noqa: E402
-from pvf_lmeval.stats import MEAN_KEYS, StatTotals  # noqa: E402
-from pvf_lmeval.task_metrics import SummedRate, cost_metrics, ratio_of_sums  # noqa: E402
+from pvf_lmeval.lmeval.stats import MEAN_KEYS, StatTotals  # noqa: E402
+from pvf_lmeval.lmeval.task_metrics import SummedRate, cost_metrics, ratio_of_sums  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llada"

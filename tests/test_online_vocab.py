@@ -12,7 +12,7 @@ from scipy.special import betaincinv
 from decoding_tables import MASK, PROMPT, V, RandomModel, TableModel, dist_logits, filled
 from pvf_lmeval.decoding import decode
 from pvf_lmeval.decoding.common import entropy_from_logits
-from pvf_lmeval.decoding.online import OnlineVocab
+from pvf_lmeval.planning.online import OnlineVocab
 
 
 def rec(i, n, m, a, g):
@@ -131,7 +131,7 @@ def test_recorded_gain_is_the_entropy_reduction_of_verified_branches():
 
 def test_save_and_seed_round_trip(tmp_path):
     from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
-    from pvf_lmeval.vocab import (artifact_statistics, load_artifact, online_artifact,
+    from pvf_lmeval.planning.vocab import (artifact_statistics, load_artifact, online_artifact,
                                   resolve_artifact, save_artifact)
 
     tok = load_tokenizer(checkpoint_folder("tiny-llada"))
@@ -155,7 +155,7 @@ def test_save_and_seed_round_trip(tmp_path):
 def test_seeding_needs_statistics(tmp_path):
     from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
     from pvf_lmeval.paths import vocab_artifacts_dir
-    from pvf_lmeval.vocab import artifact_statistics, load_artifact
+    from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact
 
     tok = load_tokenizer(checkpoint_folder("tiny-llada"))
     hand = load_artifact(vocab_artifacts_dir() / "tiny-llada.math-word.hand-written.json")
@@ -205,7 +205,7 @@ def test_frozen_statistics_are_batch_size_invariant():
 
 
 def test_bad_online_arguments():
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     with pytest.raises(ValueError, match="online_level=2.0 must be in"):
         PVFDiffusionLM._online_settings("online", {"online_level": "2"})
@@ -220,9 +220,9 @@ def test_bad_online_arguments():
 def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
     from lm_eval.api.instance import Instance
 
-    import pvf_lmeval.lm as lm_mod
+    import pvf_lmeval.lmeval.lm as lm_mod
     from pvf_lmeval.models.loader import FIXTURES_DIR
-    from pvf_lmeval.vocab import load_artifact
+    from pvf_lmeval.planning.vocab import load_artifact
 
     if not (FIXTURES_DIR / "tiny-llada" / "model.safetensors").exists():
         pytest.skip("tiny-llada weights not built yet")

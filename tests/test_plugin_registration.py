@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 HOOK_SOURCE = REPO / "pvf_lmeval" / "_site_hook" / "pvf_lmeval_hook.py"
 NAME = "pvf-dlm"
-TARGET = "pvf_lmeval.lm:PVFDiffusionLM"
+TARGET = "pvf_lmeval.lmeval.lm:PVFDiffusionLM"
 BIN = Path(sys.executable).parent
 
 
@@ -79,7 +79,7 @@ def test_registry_holds_lazy_string_and_builtins(tmp_path):
             "finders_left": sum(bool(getattr(f, "_pvf_lmeval_hook", False))
                                 for f in sys.meta_path),
             "loader_patched": "exec_module" in vars(loader),
-            "plugin_imported": "pvf_lmeval.lm" in sys.modules,
+            "plugin_imported": "pvf_lmeval.lmeval.lm" in sys.modules,
         }}))
         """,
         tmp_path,
@@ -135,9 +135,9 @@ def test_hook_is_idempotent(tmp_path):
         pvf_lmeval_hook.install()  # after the trigger: registers directly, no new finder
         value = model_registry._objs.get({NAME!r})
 
-        # The lead's @register_model({NAME!r}) on pvf_lmeval.lm.PVFDiffusionLM upgrades
+        # The lead's @register_model({NAME!r}) on pvf_lmeval.lmeval.lm.PVFDiffusionLM upgrades
         # the lazy string in place; registering again afterwards stays a no-op.
-        Fake = type("PVFDiffusionLM", (LM,), {{"__module__": "pvf_lmeval.lm"}})
+        Fake = type("PVFDiffusionLM", (LM,), {{"__module__": "pvf_lmeval.lmeval.lm"}})
         register_model({NAME!r})(Fake)
         upgraded = model_registry._objs.get({NAME!r}) is Fake
         results.append(pvf_lmeval_hook.register())
@@ -180,7 +180,7 @@ def test_entry_points_declared():
     eps = md.entry_points(group="lm_eval.models")
     assert [ep.value for ep in eps if ep.name == NAME] == [TARGET]
     scripts = md.entry_points(group="console_scripts")
-    assert [ep.value for ep in scripts if ep.name == "pvf-tasks-path"] == ["pvf_lmeval.paths:main"]
+    assert [ep.value for ep in scripts if ep.name == "pvf-tasks-path"] == ["pvf_lmeval.cli.tasks_path:main"]
     assert md.version("pvf-lmeval") == __import__("pvf_lmeval").__version__
 
 
@@ -205,9 +205,13 @@ def test_paths_in_process():
     assert paths.vocab_artifacts_dir().is_dir()
 
 
-@pytest.mark.skipif(
-    not (REPO / "pvf_lmeval" / "lm.py").is_file(), reason="pvf_lmeval/lm.py not written yet"
-)
+def test_old_import_path_still_gives_the_class():
+    from pvf_lmeval.lm import PVFDiffusionLM as old
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM as new
+
+    assert old is new
+
+
 def test_lazy_string_resolves_to_the_class(tmp_path):
     out = run_py(
         f"""

@@ -11,7 +11,7 @@ import sys
 
 from tqdm import tqdm
 
-from pvf_lmeval import launch, task_loading
+from pvf_lmeval.lmeval import launch, task_loading
 from pvf_lmeval.paths import tasks_dir as tasks_path
 
 CUSTOM_KWARGS = ": Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager."
@@ -68,7 +68,7 @@ def test_single_rank_warning_names_the_launch_that_works():
 
 
 def test_notice_goes_above_the_progress_bar(capsys):
-    from pvf_lmeval.lm import _notice, log
+    from pvf_lmeval.lmeval.lm import _notice, log
 
     handler = logging.StreamHandler(sys.stderr)
     log.addHandler(handler)

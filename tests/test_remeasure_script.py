@@ -74,7 +74,7 @@ def test_gpu_split_runs_only_the_heavy_jobs_on_the_device_in_float32(tmp_path):
         assert words[words.index("--device") + 1] == "cuda", name
         assert words[words.index("--dtype") + 1] == "float32", name
         if name.startswith("vocab-") and name != "vocab-modes-var":
-            assert words[1:3] == ["-m", "pvf_lmeval.calibrate"]
+            assert words[1:3] == ["-m", "pvf_lmeval.cli.calibrate"]
             assert words[words.index("--batch-size") + 1] == "32"
         else:
             assert words[words.index("--batch-size") + 1] == "128", name

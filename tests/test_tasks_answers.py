@@ -133,7 +133,7 @@ def test_gsm8k_strict_and_flexible_differ_like_the_builtin(gsm):
 
 
 def test_cost_metrics_come_from_meta_and_are_nan_without(gsm):
-    from pvf_lmeval.generation import GenerationText
+    from pvf_lmeval.lmeval.generation import GenerationText
 
     doc = GSM8K_TEST[0]
     meta = {"nfe": 8, "branch_rows": 8, "gen_length": 32, "gen_tokens": 20, "committed": 20,
@@ -143,7 +143,7 @@ def test_cost_metrics_come_from_meta_and_are_nan_without(gsm):
     assert out["exact_match"] == 1.0 and out["nfe"] == 8.0
     assert out["tpf"] == 2.5 and out["tpf"].for_aggregation == (20.0, 8.0)
     assert out["tps"] == 40.0 and out["tps"].for_aggregation == (20.0, 0.5)
-    from pvf_lmeval.task_metrics import SummedRate
+    from pvf_lmeval.lmeval.task_metrics import SummedRate
 
     assert gsm.ratio_of_sums([out["tpf"], SummedRate(10.0, 2.0)]) == 3.0
     plain = gsm.process_results_gsm8k(doc, ["#### 18"])  # e.g. --model hf

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from decoding_tables import RandomModel
-from pvf_lmeval import trace as tr
+from pvf_lmeval.cli import trace as tr
+from pvf_lmeval.lmeval import trace_records
 from pvf_lmeval.decoding import decode
 
 # ------------------------------------------------------------------ a known trace
@@ -82,7 +83,7 @@ def test_token_steps_and_counts_of_the_known_trace():
     assert tr.token_steps(pvf) == KNOWN_STEP_OF
     assert tr.n_steps(pvf) == 5
     assert tr.route_counts(pvf) == Counter({"base": 4, "ar": 3, "plan": 2, "forced": 1, None: 2})
-    assert tr.shown_length(pvf["routes"]) == 10
+    assert trace_records.shown_length(pvf["routes"]) == 10
 
 
 def test_records_of_one_request_are_grouped_side_by_side(tmp_path):
@@ -157,7 +158,7 @@ def test_record_from_a_real_decode_matches_its_counts(tmp_path):
     m = RandomModel(4, jitter=1.0, eos_bias=-1.0)
     r = decode(m, [5, 6, 7], "pvf", gen_length=32, block_length=16, trace=True,
                plan_vocab=set(range(1, 23)))
-    rec = tr.trace_record(r, request="t/0/0", prompt_ids=[5, 6, 7], tokenizer=_FakeTokenizer(),
+    rec = trace_records.trace_record(r, request="t/0/0", prompt_ids=[5, 6, 7], tokenizer=_FakeTokenizer(),
                           model="random", block_length=16)
     assert r.tokens_plan and r.tokens_ar and r.tokens_base      # the record exercises 3 routes
     rec = json.loads(json.dumps(rec))                           # survives JSON
@@ -166,7 +167,7 @@ def test_record_from_a_real_decode_matches_its_counts(tmp_path):
         (r.tokens_base, r.tokens_plan, r.tokens_ar, r.tokens_forced)
     steps = tr.token_steps(rec)
     assert all(s is not None for s in steps) and max(steps) == len(r.steps) == rec["n_steps"]
-    assert rec["pieces"][0] == f" w{r.tokens[0]}" and len(rec["pieces"]) == tr.shown_length(r.routes)
+    assert rec["pieces"][0] == f" w{r.tokens[0]}" and len(rec["pieces"]) == trace_records.shown_length(r.routes)
     assert len(json.dumps(rec)) < 8000                          # no logits: a few kB
 
 
@@ -175,7 +176,7 @@ def test_adapter_writes_pieces_that_the_renderer_reads(tmp_path):
     from lm_eval.api.instance import Instance
     from test_models_oracle import make_temp_checkpoint
 
-    from pvf_lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     ckpt = make_temp_checkpoint(tmp_path / "ckpt", "llada")
     path = tmp_path / "trace.jsonl"
@@ -186,7 +187,7 @@ def test_adapter_writes_pieces_that_the_renderer_reads(tmp_path):
     lm.generate_until([inst], disable_tqdm=True)
     (rec,) = tr.load_records([path])
     assert rec["request"] == "arith/3/0" and rec["decoder"] == "pvf"
-    n = tr.shown_length(rec["routes"])
+    n = trace_records.shown_length(rec["routes"])
     assert len(rec["pieces"]) == n and rec["pieces"] == [lm.tokenizer.decode([t]) for t in rec["tokens"][:n]]
     assert rec["prompt_text"].endswith("Answer:") and rec["steps"] and "nfe" in rec["steps"][0]
     assert "logits" not in json.dumps(rec)

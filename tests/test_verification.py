@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from decoding_tables import PROMPT, TableModel, band_pair_table
-from pvf_lmeval.calibrate import CalibConfig, calibrate_prompt
+from pvf_lmeval.planning.calibrate import CalibConfig, calibrate_prompt
 from pvf_lmeval.decoding import decode
 from pvf_lmeval.decoding.common import Stats
-from pvf_lmeval.decoding.online import OnlineVocab
+from pvf_lmeval.planning.online import OnlineVocab
 from pvf_lmeval.decoding.verify import verify_plans
 
 # The two band candidates of decoding_tables: branch 30 passes (A = 1), branch 31 fails (A = 0).

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
-from pvf_lmeval.vocab import (load_artifact, pick_artifact, resolve_artifact, resolve_vocab,
+from pvf_lmeval.planning.vocab import (load_artifact, pick_artifact, resolve_artifact, resolve_vocab,
                               resolve_vocab_for, tokenizer_hash)
 
 
@@ -60,7 +60,7 @@ def test_auto_picks_the_fixture_artifact(llada_tok):
 
 
 def test_auto_without_artifact_is_an_error(llada_tok, tmp_path, monkeypatch):
-    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
+    monkeypatch.setattr("pvf_lmeval.planning.vocab.vocab_artifacts_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match="vocab=auto: no bundled planning vocabulary.*'code'"):
         resolve_vocab("auto", tokenizer=llada_tok, model_family="llada", task_family="code")
 
@@ -68,7 +68,7 @@ def test_auto_without_artifact_is_an_error(llada_tok, tmp_path, monkeypatch):
 def test_auto_pick_order(llada_tok, tmp_path, monkeypatch, caplog):
     """Same tokenizer first, then same model name, then the family's heuristic, then the rest;
     within a rule calibrated > hand-written > heuristic; online artifacts are never picked."""
-    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
+    monkeypatch.setattr("pvf_lmeval.planning.vocab.vocab_artifacts_dir", lambda: tmp_path)
     other = {"name": "o", "vocab_hash": "sha256:other"}
     write(tmp_path, artifact(llada_tok, kind="calibrated", model="tiny-llada", tokenizer=other), "1.json")
     write(tmp_path, artifact(llada_tok, kind="heuristic", model="GSAI-ML/LLaDA-8B-Instruct",
@@ -93,7 +93,7 @@ def test_auto_skips_an_artifact_calibrated_on_other_weights(llada_tok, tmp_path,
     """A calibrated artifact records the weights fingerprint of the checkpoint it was measured
     on; for a retrained or fine-tuned checkpoint with the same tokenizer vocab=auto skips it, says
     so, and picks the next best; an explicit path still uses it."""
-    monkeypatch.setattr("pvf_lmeval.vocab.vocab_artifacts_dir", lambda: tmp_path)
+    monkeypatch.setattr("pvf_lmeval.planning.vocab.vocab_artifacts_dir", lambda: tmp_path)
     write(tmp_path, artifact(llada_tok, kind="hand-written", model="h"), "1.json")
     write(tmp_path, artifact(llada_tok, kind="calibrated", model="c", model_weights="sha256:old"),
           "2.json")

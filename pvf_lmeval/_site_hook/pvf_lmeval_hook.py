@@ -5,7 +5,7 @@ lm-eval 0.4.13 resolves ``--model NAME`` only from its in-process model registry
 ``pvf_lmeval_hook.pth`` (installed into site-packages) imports this module at interpreter
 start. It installs a one-shot ``sys.meta_path`` finder that waits for ``lm_eval.models``
 to be imported and, right after the module has run (so the built-ins are registered
-first), registers ``"pvf-dlm"`` as the lazy string ``"pvf_lmeval.lm:PVFDiffusionLM"``.
+first), registers ``"pvf-dlm"`` as the lazy string ``"pvf_lmeval.lmeval.lm:PVFDiffusionLM"``.
 The plugin itself (torch, ...) is imported only when lm-eval asks for that model.
 
 Rules this module keeps:
@@ -24,7 +24,7 @@ editable) carries a copy at the top of site-packages, so after editing it re-run
 import sys
 
 MODEL_NAME = "pvf-dlm"
-TARGET = "pvf_lmeval.lm:PVFDiffusionLM"
+TARGET = "pvf_lmeval.lmeval.lm:PVFDiffusionLM"
 TRIGGER = "lm_eval.models"
 
 # Attribute that marks our finder on sys.meta_path, whichever copy of this module made it.

@@ -99,7 +99,7 @@ part2() {
 #    vocabulary. A second calibration on fewer prompts is the fallback if the full one is stopped.
 rm -f vocab_artifacts/*.partial
 DEC="$PY bench/decoders.py --batch-size 32 --device $DEV --dtype float32 $LIMIT"
-CAL="$PY -m pvf_lmeval.calibrate --data arith_var --family math-word --gen-length 256 --block-length 32 --device $DEV --dtype float32 --no-progress --batch-size 32 --width 256"
+CAL="$PY -m pvf_lmeval.cli.calibrate --data arith_var --family math-word --gen-length 256 --block-length 32 --device $DEV --dtype float32 --no-progress --batch-size 32 --width 256"
 for f in llada dream; do
     job "vocab-$f" $D_EVAL $CAL --model tiny-$f --limit $CAL_LIMIT \
         --out vocab_artifacts/tiny-$f.math-word.calibrated.json

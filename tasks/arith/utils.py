@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pvf_lmeval.arith_tasks import ANSWER, extract_answer, load_splits, process_results  # noqa: F401
-from pvf_lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAML uses it)
+from pvf_lmeval.lmeval.arith_tasks import ANSWER, extract_answer, load_splits, process_results  # noqa: F401
+from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAML uses it)
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 

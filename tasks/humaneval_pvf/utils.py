@@ -29,8 +29,8 @@ import os
 import re
 from pathlib import Path
 
-from pvf_lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.task_metrics import RATES, SummedRate, cost_metrics, ratio_of_sums  # noqa: F401
+from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.lmeval.task_metrics import RATES, SummedRate, cost_metrics, ratio_of_sums  # noqa: F401
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 

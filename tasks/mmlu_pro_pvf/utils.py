@@ -23,8 +23,8 @@ from pathlib import Path
 
 from lm_eval.api.task import ConfigurableTask
 
-from pvf_lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 

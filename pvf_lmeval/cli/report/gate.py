@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..decoder_names import REFERENCE_DECODERS
+from ...decoder_names import REFERENCE_DECODERS
 from . import identity as ident
 from .compare import Table, describe, reference
 from .runs import ReportError, num

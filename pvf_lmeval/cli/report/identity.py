@@ -17,7 +17,7 @@ import json
 import math
 import re
 
-from ..decoder_names import PLANNING_DECODERS  # noqa: F401  (re-exported: report code reads it here)
+from ...decoder_names import PLANNING_DECODERS  # noqa: F401  (re-exported: report code reads it here)
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``

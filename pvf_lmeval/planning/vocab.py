@@ -26,7 +26,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable
 
-from .paths import vocab_artifacts_dir
+from ..paths import vocab_artifacts_dir
 
 log = logging.getLogger("pvf_lmeval")
 
@@ -230,7 +230,7 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
                         art["kind"], art["_why"], flag, len(ids))
             return ids, f"auto:{art['_path']}"
         if spec == "online":
-            raise ValueError("vocab=online is handled by the adapter (pvf_lmeval.lm), not resolve_vocab")
+            raise ValueError("vocab=online is handled by the adapter (pvf_lmeval.lmeval.lm), not resolve_vocab")
         path = find_artifact(spec)
         return resolve_artifact(load_artifact(path), tokenizer, model_family, force=force), str(path)
     items = list(spec)
@@ -260,7 +260,7 @@ def resolve_vocab_for(model, spec: Any = "auto", *, task_family: str | None = No
 
 def online_artifact(online, tokenizer, *, model_family: str, task_family: str, model_name: str,
                     requests: int = 0) -> dict:
-    """An artifact (kind ``online``) of an :class:`~pvf_lmeval.decoding.online.OnlineVocab`:
+    """An artifact (kind ``online``) of an :class:`~pvf_lmeval.planning.online.OnlineVocab`:
     ``tokens`` = the currently eligible ids, ``observed`` = every other token with events."""
     recs = online.token_stats()
     ids = [r["id"] for r in recs]
@@ -306,7 +306,7 @@ _ONLINE_KW = ("rho_ver", "gamma_vig", "level", "explore", "explore_max", "frozen
 class RunVocab:
     """The planning vocabulary of an evaluation run (model args ``vocab`` + ``VOCAB_ARGS``).
 
-    ``vocab=online``: an :class:`~pvf_lmeval.decoding.online.OnlineVocab` (seeded from
+    ``vocab=online``: an :class:`~pvf_lmeval.planning.online.OnlineVocab` (seeded from
     ``online_seed``), handed to every batch; else a fixed id set resolved from an artifact (or
     given ids/strings), carried by the decoding parameters. Resolved once, on first need
     (:meth:`resolve`). Online lifecycle: :meth:`update` between batches (every rank's records,
@@ -326,7 +326,7 @@ class RunVocab:
     @staticmethod
     def settings(spec, args: dict) -> dict:
         """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
-        from .decoding.params import _bool, _float, _int
+        from ..decoding.params import _bool, _float, _int
 
         if spec != "online":
             stray = sorted(k for k in args if k != "vocab_force")
@@ -342,7 +342,7 @@ class RunVocab:
                "merge": _bool("online_merge", args.get("online_merge", False)),
                "seed": args.get("online_seed") or None, "save": args.get("online_save") or None}
         if spec == "online":
-            from .decoding.online import OnlineVocab
+            from .online import OnlineVocab
 
             OnlineVocab(1, **{k: cfg[k] for k in _ONLINE_KW})   # validates
         return cfg
@@ -350,8 +350,8 @@ class RunVocab:
     def resolve(self, params, *, model, tokenizer, model_name: str):
         """``params`` carrying the fixed vocabulary (unchanged for ``vocab=online``); the first
         call resolves the artifact or builds the online statistics."""
-        from .decoding.params import override
-        from .decoding.rules import rules_for
+        from ..decoding.params import override
+        from ..decoding.rules import rules_for
 
         capitalised = rules_for(params.rules).capitalised_plan_tokens
         if self.spec == "online" and capitalised:
@@ -374,7 +374,7 @@ class RunVocab:
 
     def _make_online(self, params, model, tokenizer, model_name: str):
         """The run's OnlineVocab, seeded from ``online_seed`` (artifact path, bundled name, auto)."""
-        from .decoding.online import OnlineVocab
+        from .online import OnlineVocab
 
         cfg = self.cfg
         size = int(getattr(model, "vocab_size", 0) or len(tokenizer))

@@ -6,7 +6,7 @@
     pvf-trace pvf.jsonl --ansi --limit 3                 # text, coloured on a terminal
 
 Trace files are JSONL, one record per request (written by the adapter's ``trace=PATH`` model arg,
-or by :func:`trace_record` from a ``decode(..., trace=True)`` result)::
+or by :func:`pvf_lmeval.lmeval.trace_records.trace_record` from a ``decode(..., trace=True)`` result)::
 
     request      "task/doc_id/idx"
     decoder      decoder name;  model: the ``pretrained`` it ran with
@@ -37,6 +37,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ..lmeval.trace_records import shown_length, token_pieces
+
 #: route -> (label, CSS background, ANSI SGR background). None = early-stop fill.
 ROUTE_STYLE = {
     "base": ("high-confidence (base)", "#ffffff", ""),
@@ -47,53 +49,10 @@ ROUTE_STYLE = {
     None: ("early-stop fill", "#e6e6e6", "2"),
 }
 ROUTE_ORDER = ("base", "plan", "ar", "forced", "explore", None)
-PROMPT_TAIL_CHARS = 300
 
 
 def _route_class(route) -> str:
     return f"r-{route or 'fill'}"
-
-
-# ------------------------------------------------------------------ writing records
-
-
-def shown_length(routes: list) -> int:
-    """Positions worth spelling out: up to the last position the decoder committed itself."""
-    last = max((i for i, r in enumerate(routes) if r is not None), default=-1)
-    return last + 1
-
-
-def token_pieces(ids, tokenizer) -> list[str]:
-    """Decoded text of each id on its own (special tokens kept)."""
-    cache: dict[int, str] = {}
-    out = []
-    for t in ids:
-        t = int(t)
-        if t not in cache:
-            try:
-                cache[t] = tokenizer.decode([t], skip_special_tokens=False)
-            except Exception:  # ids outside the tokenizer: show the id
-                cache[t] = f"<{t}>"
-        out.append(cache[t])
-    return out
-
-
-def trace_record(result, *, request: str, prompt_ids, tokenizer=None, model: str | None = None,
-                 block_length: int | None = None) -> dict:
-    """The JSONL record of one ``DecodeResult`` decoded with ``trace=True``."""
-    prompt_ids = [int(t) for t in prompt_ids]
-    rec = {"request": request, "decoder": result.decoder, "model": model,
-           "prompt_ids": prompt_ids, "tokens": list(result.tokens), "routes": list(result.routes),
-           "nfe": result.nfe, "gen_tokens": result.gen_tokens, "gen_length": result.gen_length,
-           "block_length": block_length,
-           "n_steps": len(result.steps) if result.steps is not None else None}
-    if tokenizer is not None:
-        n = shown_length(result.routes)
-        rec["pieces"] = token_pieces(result.tokens[:n], tokenizer)
-        text = tokenizer.decode(prompt_ids, skip_special_tokens=False)
-        rec["prompt_text"] = text[-PROMPT_TAIL_CHARS:]
-    rec["steps"] = result.steps
-    return rec
 
 
 # ------------------------------------------------------------------ reading records
@@ -156,7 +115,7 @@ def _pieces(rec: dict, tokenizers: dict, tokenizer_name: str | None) -> list[str
     if name:
         if name not in tokenizers:
             try:
-                from .models.loader import checkpoint_folder, load_tokenizer
+                from ..models.loader import checkpoint_folder, load_tokenizer
 
                 tokenizers[name] = load_tokenizer(checkpoint_folder(name))
             except Exception as exc:

@@ -1,0 +1,519 @@
+"""The lm-eval model ``pvf-dlm``: diffusion LMs decoded by PVF and the baseline decoders.
+
+    lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=pvf --tasks ...
+
+This module owns the lm-eval side only: arguments, prompts and chat templates, ``until`` and
+``max_gen_toks``, data parallel, statistics. Decoding lives in ``pvf_lmeval.decoding``, model
+loading in ``pvf_lmeval.models``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import os
+import sys
+import zlib
+from collections import defaultdict
+from contextlib import contextmanager
+
+import lm_eval.models  # noqa: F401  (fills the registry with the built-ins before we register)
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import simple_parse_args_string
+from tqdm import tqdm
+
+from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
+from ..decoding.params import _bool, override
+from .generation import GenerationText, cut_at_stop, tokens_before
+from .launch import quiet_git_probe, single_rank_warning
+from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
+from .stats import StatTotals
+from .trace_records import trace_record
+from ..planning.vocab import VOCAB_ARGS, RunVocab
+
+log = logging.getLogger("pvf_lmeval")
+
+#: the ``--model_args`` keys that are not decoder parameters
+LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
+           "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation")
+DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
+#: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
+VOCAB_KEYS = VOCAB_ARGS
+#: what the CLI passes as ``--device`` when the user said nothing
+CLI_DEFAULT_DEVICE = "cuda:0"
+
+
+def _notice(msg: str) -> None:
+    with tqdm.external_write_mode(file=sys.stderr):   # above a progress bar, not inside its line
+        log.warning(msg)
+
+
+def _compile_scope(v) -> str | None:
+    """``compile=false|true|blocks|model`` -> None or the ``DiffusionLM.compile`` scope.
+
+    true = blocks: on the 8B shapes it compiles in ~25 s and gets most of model's speed-up
+    (model needs 1-2 min per call shape, a few minutes in all, which a GSM8K-sized run does not
+    win back)."""
+    if isinstance(v, str) and v.strip().lower() in ("model", "blocks"):
+        return v.strip().lower()
+    try:
+        return "blocks" if _bool("compile", v) else None
+    except ValueError:
+        raise ValueError(f"compile={v!r} must be one of false, true, blocks, model") from None
+
+
+class PVFOutOfMemoryError(RuntimeError):
+    """Out of (GPU) memory, with what to lower in the message."""
+
+
+def oom_message(*, what: str, device, rows: int, tokens: int, dtype, batch_size: int,
+                mc_batch: int) -> str:
+    """One line: where memory ran out and the model args that lower it."""
+    dt = str(dtype).replace("torch.", "")
+    use_dtype = ("dtype=bfloat16 (now float32)" if dt == "float32"
+                 else f"fewer branches (width); dtype={dt} is already half precision")
+    return (f"pvf-dlm: out of memory on {device} while {what} ({rows} rows x {tokens} tokens, "
+            f"{dt}): lower batch_size (now {batch_size}), mc_batch (now {mc_batch}, likelihood "
+            f"tasks) or gen_length; use {use_dtype}; or cache=prefix or cache=dual")
+
+
+@register_model("pvf-dlm")
+class PVFDiffusionLM(LM):
+    """lm-eval adapter for masked diffusion LMs (LLaDA, Dream, the bundled tiny fixtures).
+
+    ``--model_args``: ``pretrained`` (checkpoint folder, hub id, ``tiny-llada`` or ``tiny-dream``),
+    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``vocab`` (planning
+    vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
+    ``gen_length``, ``block_length``, ``threshold``, ...; see ``pvf_lmeval.decoding.params``).
+    Task ``generation_kwargs`` and ``--gen_kwargs`` override decoder parameters per request.
+    """
+
+    def __init__(self, pretrained: str = "tiny-llada", dtype: str = "auto", device: str | None = None,
+                 batch_size: int | str = 1, max_batch_size: int | None = None,
+                 trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
+                 mc_num: int | str = 128, mc_batch: int | str = 32,
+                 compile: bool | str = False, truncation: str = "left",
+                 _device_is_cli_default: bool = False,
+                 **decoder_args):
+        super().__init__()
+        # Every argument is checked here, before the model loads: bad input fails fast, in one line.
+        self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
+        unknown = sorted(set(decoder_args) - set(DECODER_KEYS))
+        if unknown:
+            raise ValueError(f"pvf-dlm: unknown model arg {unknown[0]!r}; allowed: "
+                             f"{', '.join(LM_KEYS + VOCAB_KEYS + DECODER_KEYS)}")
+        self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
+        self.params = make_params(self._explicit.pop("decoder", "threshold"),
+                                  preset=self._explicit.pop("preset", None), **self._explicit)
+        self.batch_size = self._positive_int("batch_size", batch_size)
+        if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
+            raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
+                             f"a fixed batch_size (a positive integer; no batch_size=auto)")
+        self._compile = _compile_scope(compile)
+        self.truncation = truncation_mode(truncation)
+        self.mc_num = self._positive_int("mc_num", mc_num)
+        self.mc_batch = self._positive_int("mc_batch", mc_batch)
+        self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
+        if trust_remote_code is not None:
+            _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
+                    "no remote code runs")
+
+        import torch
+
+        from ..models import load_model
+        from ..models.loader import resolve_device
+
+        self.accelerator = None
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from accelerate import Accelerator
+
+            # Without cpu=True accelerate ignores torchrun on a CPU-only machine (DistributedType.NO,
+            # every process rank 0 of 1) and each process evaluates every document.
+            on_cpu = not torch.cuda.is_available() or str(device or "").startswith("cpu")
+            self.accelerator = Accelerator(cpu=on_cpu)
+            self._rank = self.accelerator.process_index
+            self._world_size = self.accelerator.num_processes
+            dev = self.accelerator.device
+        elif _device_is_cli_default and not torch.cuda.is_available():
+            _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {device!r}")
+            dev = torch.device("cpu")
+        else:
+            dev = resolve_device(device)
+        warning = single_rank_warning(self.world_size)
+        if warning:
+            _notice(warning)
+        quiet_git_probe()
+        self.model = load_model(pretrained, device=dev, dtype=dtype)
+        if self._compile:          # torch.compile of the model call (off by default)
+            self.model.compile(scope=self._compile)
+        self._device = self.model.device
+        self.tokenizer = self.model.tokenizer
+        self.pretrained = str(pretrained)
+
+        if self.params.decoder in PLANNING_DECODERS:
+            self.params = self._with_vocab(self.params)
+        self.trace_path = trace
+        self.local_totals = StatTotals()   # this rank's requests
+        self.totals = self.local_totals    # every rank's, merged after each generate_until
+        self._length_notices: set = set()
+
+    # ------------------------------------------------------------------ construction
+
+    def _with_vocab(self, params):
+        """``params`` carrying the planning vocabulary, resolved once on first need."""
+        return self.vocab.resolve(params, model=self.model, tokenizer=self.tokenizer,
+                                  model_name=self.pretrained)
+
+    @property
+    def online(self):
+        """The run's ``OnlineVocab`` (``vocab=online``), else None."""
+        return self.vocab.online
+
+    @property
+    def vocab_source(self) -> str:
+        return self.vocab.source
+
+    @property
+    def plan_vocab(self):
+        return self.vocab.ids
+
+    @staticmethod
+    def _positive_int(name: str, value) -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+        return number
+
+    # ------------------------------------------------------------------ vocab=online
+
+    _online_settings = staticmethod(RunVocab.settings)
+
+    def _online_update(self) -> None:
+        """Fold the pending outcomes in; with online_merge, every rank's, in rank order."""
+        self.vocab.update(self.gather_object if self.world_size > 1 else None)
+
+    @classmethod
+    def _merge(cls, args: dict, additional_config: dict | None) -> dict:
+        """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults."""
+        merged = dict(args)
+        for key, value in (additional_config or {}).items():
+            if value is None or key in merged:
+                continue
+            merged[key] = value
+            if key == "device" and value == CLI_DEFAULT_DEVICE:
+                merged["_device_is_cli_default"] = True
+        return merged
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        return cls(**cls._merge(simple_parse_args_string(arg_string), additional_config))
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        return cls(**cls._merge(arg_dict, additional_config))
+
+    # ------------------------------------------------------------------ lm-eval plumbing
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.pretrained.replace("/", "__")
+
+    def _no_chat_template(self) -> ValueError:
+        return ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no chat "
+                          "template (a base checkpoint?); drop --apply_chat_template or use an "
+                          "instruct checkpoint")
+
+    def chat_template(self, chat_template=False) -> str | None:
+        template = getattr(self.tokenizer, "chat_template", None)
+        if chat_template and not template:
+            # lm-eval asks for the template before any request when --apply_chat_template is on
+            raise self._no_chat_template()
+        return template
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise self._no_chat_template()
+        return self.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt)
+
+    def all_gather(self, tensor):
+        return self.accelerator.gather(tensor)
+
+    def gather_object(self, obj, dst: int = 0) -> list:
+        # lm-eval 0.4.13's evaluator calls gather_object(obj, dst=0); every rank gets the list.
+        import torch.distributed as dist
+
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.accelerator is not None:
+            self.accelerator.wait_for_everyone()
+
+    def get_model_info(self) -> dict:
+        return {"pvf": {
+            "pretrained": self.pretrained,
+            "model_family": self.model.family,
+            "device": str(self.model.device),       # what ran, not lm-eval's --device default
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "truncation": self.truncation,
+            "decoder": self.params.decoder,
+            "params": {k: v for k, v in self._public_params(self.params).items()},
+            "early_stop": self.params.early_stop,
+            **self.vocab.info(),
+            "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
+            "totals": self.totals.summary(),
+        }}
+
+    @staticmethod
+    def _public_params(params) -> dict:
+        out = {}
+        for k in DECODER_KEYS:
+            v = getattr(params, k)
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    # ------------------------------------------------------------------ requests
+
+    @contextmanager
+    def _oom_guard(self, what: str, rows: int, tokens: int):
+        """Re-raise an out-of-memory error as one line saying what to lower."""
+        import torch
+
+        try:
+            yield
+        except torch.OutOfMemoryError:
+            raise PVFOutOfMemoryError(oom_message(
+                what=what, device=self.device, rows=rows, tokens=tokens, dtype=self.model.dtype,
+                batch_size=self.batch_size, mc_batch=self.mc_batch)) from None
+
+    def _check_context(self, n_tokens: int, what: str) -> None:
+        limit = self.model.max_length
+        if n_tokens > limit:
+            raise ValueError(f"pvf-dlm: {what} is {n_tokens} tokens, longer than the model's context "
+                             f"of {limit} tokens; shorten the prompt (fewer few-shot examples) or "
+                             "lower gen_length")
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: trailing context whitespace moves to the continuation; the
+        continuation ids are the tail of the joint encoding."""
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self.tokenizer.encode(context + continuation, add_special_tokens=False)
+        ctx = self.tokenizer.encode(context, add_special_tokens=False) if context else []
+        return whole[:len(ctx)], whole[len(ctx):]
+
+    @staticmethod
+    def _likelihood_key(req, i: int) -> int:
+        """Seed key of a likelihood request: task and document, so that every choice of one
+        question is scored under the same random masks (common random numbers)."""
+        task = getattr(req, "task_name", None) or "unknown"
+        doc = getattr(req, "doc_id", None)
+        return zlib.crc32(f"{task}/{doc if doc is not None else i}".encode())
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws, ``mc_batch`` per
+        call, seeded by ``seed`` and the request's task/document) and the one-step greedy check."""
+        from ..decoding.likelihood import loglikelihood as elbo_loglikelihood
+
+        out = []
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+                                     desc="pvf-dlm loglikelihood")):
+            context, continuation = req.args[0], req.args[1]
+            ctx_ids, cont_ids = self._encode_pair(context, continuation)
+            if not cont_ids:
+                out.append((0.0, True))
+                continue
+            n = len(ctx_ids) + len(cont_ids)
+            self._check_context(n, "context + continuation")
+            with self._oom_guard("scoring a continuation", min(self.mc_batch, self.mc_num), n):
+                r = elbo_loglikelihood(self.model, ctx_ids, cont_ids, mc_num=self.mc_num,
+                                       mc_batch=self.mc_batch, seed=self.params.seed,
+                                       request_index=self._likelihood_key(req, i))
+            out.append((r.logprob, bool(r.is_greedy)))
+            self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Sum of ELBO estimates over lm-eval's disjoint rolling windows of the model's context
+        (each window conditioned on one token before it, as lm-eval does for causal models)."""
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+        from ..decoding.likelihood import rolling_loglikelihood
+
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        prefix = bos if bos is not None else self.model.eos_ids[0]
+        out = []
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+                                     desc="pvf-dlm loglikelihood_rolling")):
+            (string,) = req.args[:1]
+            ids = self.tokenizer.encode(string, add_special_tokens=False)
+            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+                token_list=ids, prefix_token=prefix, max_seq_len=self.model.max_length - 1,
+                context_len=1)]
+            with self._oom_guard("scoring a rolling window", min(self.mc_batch, self.mc_num),
+                                 self.model.max_length):
+                r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
+                                          mc_batch=self.mc_batch, seed=self.params.seed,
+                                          request_index=self._likelihood_key(req, i))
+            out.append(r.logprob)
+            self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
+        return out
+
+    def _request_params(self, gen_kwargs: dict):
+        """Decoder parameters for one request: model args, then the request's own overrides."""
+        kwargs = dict(gen_kwargs)
+        for alias in ("max_new_tokens", "max_tokens"):
+            if alias in kwargs:
+                kwargs.setdefault("max_gen_toks", kwargs.pop(alias))
+        until = kwargs.pop("until", None) or []
+        if isinstance(until, str):
+            until = [until]
+        max_gen_toks = max_gen_toks_value(kwargs.pop("max_gen_toks", None))
+        do_sample = kwargs.pop("do_sample", None)
+        check_gen_kwargs(kwargs, DECODER_KEYS)
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in DECODER_KEYS}
+        if do_sample is False:
+            overrides["temperature"] = 0.0
+        ignored = sorted(kwargs)
+        if ignored and tuple(ignored) not in self._length_notices:
+            self._length_notices.add(tuple(ignored))
+            _notice(f"pvf-dlm: generation kwargs {ignored} do not apply to diffusion decoding and are ignored")
+        params = override(self.params, **overrides) if overrides else self.params
+        if params.decoder in PLANNING_DECODERS:
+            params = self._with_vocab(params)
+        if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:
+            blocks = -(-max_gen_toks // params.block_length)
+            length = blocks * params.block_length
+            key = (max_gen_toks, length)
+            if key not in self._length_notices:
+                self._length_notices.add(key)
+                _notice(f"pvf-dlm: gen_length={length} (the task's max_gen_toks={max_gen_toks} rounded "
+                        f"up to whole blocks of {params.block_length}); pass gen_length to fix it")
+            params = override(params, gen_length=length)
+        return params, until, ignored
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        import torch
+
+        results: list = [None] * len(requests)
+        seen: dict[int, list[int]] = defaultdict(list)
+        trace_file = None
+        if self.trace_path:
+            path = self.trace_path if self.world_size == 1 else f"{self.trace_path}.rank{self.rank}"
+            trace_file = open(path, "a")
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
+        nfe_sum = 0
+        done = 0
+        chunk: list[dict] = []      # consecutive requests with identical decoding parameters
+        copies: list[tuple[int, int]] = []
+
+        def flush() -> None:
+            """Decode the chunk as one batch (``batch_size``) and finish its requests."""
+            nonlocal nfe_sum, done
+            if not chunk:
+                return
+            if self.online is not None and done:
+                self._online_update()   # between batches of requests, never inside one
+            params = chunk[0]["params"]
+            rows = DECODERS[params.decoder].rows_per_call(params)
+            longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
+            with self._oom_guard("decoding", rows * len(chunk), longest):
+                outs = decode_batch(
+                    self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
+                    request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
+                    repeat_indices=[c["repeat_index"] for c in chunk],
+                    trace=trace_file is not None, online=self.online)
+            for c, out in zip(chunk, outs):
+                text, stats = self._finish(out, c["until"])
+                results[c["i"]] = GenerationText(text, meta=stats)
+                self.local_totals.add(c["task"], stats)
+                if trace_file is not None:
+                    trace_file.write(json.dumps(trace_record(
+                        out, request=c["key"], prompt_ids=c["prompt_ids"], tokenizer=self.tokenizer,
+                        model=self.pretrained, block_length=params.block_length)) + "\n")
+                nfe_sum += out.nfe
+                done += 1
+            bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
+            bar.update(len(chunk))
+            chunk.clear()
+
+        try:
+            # Every request is prepared (parameters, prompt fitted to the context) before any is
+            # decoded: bad generation kwargs or truncation=error stop the run before any work.
+            prepared = []
+            truncated = 0
+            for i, req in enumerate(requests):
+                occurrences = seen[id(req)]
+                repeats = max(1, int(getattr(req, "repeats", 1) or 1))
+                if len(occurrences) >= repeats:
+                    # The evaluator pads the last rank with copies of its last request: answer
+                    # them without decoding again and without counting them.
+                    copies.append((i, occurrences[len(occurrences) % repeats]))
+                    occurrences.append(i)
+                    bar.update(1)
+                    continue
+                repeat_index = len(occurrences)
+                occurrences.append(i)
+                context, gen_kwargs = req.args
+                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs))
+                task = getattr(req, "task_name", None) or "unknown"
+                doc = getattr(req, "doc_id", i)
+                prompt_ids, cut = fit_prompt(
+                    self.tokenizer.encode(context, add_special_tokens=False), params.gen_length,
+                    self.model.max_length, self.truncation, where=f"task {task} doc_id {doc}")
+                if cut:
+                    truncated += 1
+                    self.local_totals.count(task, "truncated_prompts")
+                key = f"{task}/{doc}/{getattr(req, 'idx', 0)}"
+                prepared.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
+                                     task=task, key=key, repeat_index=repeat_index))
+            if truncated:
+                _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
+                        f"context of {self.model.max_length} tokens with gen_length and were "
+                        "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
+            for item in prepared:
+                if chunk and (item["params"] != chunk[0]["params"] or len(chunk) >= self.batch_size):
+                    flush()
+                chunk.append(item)
+            flush()
+            for i, src in copies:
+                results[i] = results[src]
+        finally:
+            bar.close()
+            if trace_file is not None:
+                trace_file.close()
+        if self.online is not None:
+            self._online_update()
+            self.vocab.requests += done
+            self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
+                            model_name=self.pretrained, rank=self.rank, world_size=self.world_size)
+        if self.world_size > 1:
+            self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
+        return results
+
+    def _finish(self, out, until: list[str]) -> tuple[str, dict]:
+        """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first
+        ``until`` string, and its statistics (the decoder's, with ``gen_tokens`` lowered to the
+        tokens before that string)."""
+        ids = out.tokens[:out.gen_tokens]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cut = cut_at_stop(text, until)
+        if cut < len(text):
+            out = dataclasses.replace(out, gen_tokens=tokens_before(ids, cut, self.tokenizer))
+            text = text[:cut]
+        return text, out.stats()

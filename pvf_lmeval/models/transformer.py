@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import ops
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -50,10 +52,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 as the reference models do, then return to the working dtype.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return ops.rms_norm(x, self.weight, self.eps)
 
 
 def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -65,6 +64,11 @@ def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype
     angles = position_ids.to(torch.float32)[..., None] * inv_freq
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` through :func:`ops.linear`, the network's one matrix-product entry point."""
+    return ops.linear(x, layer.weight, layer.bias)
 
 
 def take_rows(x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
@@ -103,7 +107,7 @@ class Attention(nn.Module):
 
     def _heads(self, proj, x, n_heads, cos, sin):
         n, t, _ = x.shape
-        h = proj(x).view(n, t, n_heads, self.head_dim).transpose(1, 2)
+        h = _project(proj, x).view(n, t, n_heads, self.head_dim).transpose(1, 2)
         return h if cos is None else apply_rotary(h, cos, sin)
 
     def _kv(self, x, cos, sin):
@@ -122,10 +126,9 @@ class Attention(nn.Module):
         q = self._heads(self.q_proj, take_rows(x, out_index), self.n_heads,
                         take_rows(cos, out_index), take_rows(sin, out_index))
         k, v = self._kv(x, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,
-                                             enable_gqa=self.n_kv_heads != self.n_heads)
+        out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
         n, p = q.shape[0], q.shape[2]
-        return self.o_proj(out.transpose(1, 2).reshape(n, p, -1)), k, v
+        return _project(self.o_proj, out.transpose(1, 2).reshape(n, p, -1)), k, v
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
         """Queries ``x`` [R, Q, d] against cached keys/values ``ck``/``cv`` [R, Hkv, T, D] (one
@@ -135,9 +138,8 @@ class Attention(nn.Module):
         q, k, v = self._qkv(x, cos, sin)
         k = torch.cat([ck, k], dim=2)
         v = torch.cat([cv, v], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, is_causal=False,
-                                             enable_gqa=self.n_kv_heads != self.n_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(r, t, -1))
+        out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
+        return _project(self.o_proj, out.transpose(1, 2).reshape(r, t, -1))
 
 
 class MLP(nn.Module):
@@ -148,7 +150,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return _project(self.down_proj,
+                        F.silu(_project(self.gate_proj, x)) * _project(self.up_proj, x))
 
 
 class Block(nn.Module):
@@ -263,7 +266,7 @@ class BidirectionalTransformer(nn.Module):
         return self.norm(x)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+        return _project(self.lm_head, hidden)
 
     def forward(self, tokens, attention_mask=None, position_ids=None):
         return self.head(self.hidden(tokens, attention_mask, position_ids))

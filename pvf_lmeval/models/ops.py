@@ -1,0 +1,85 @@
+"""The numeric entry points of the native network: every matrix product, attention and norm.
+
+The network (``transformer.py``, and any layer a model family adds, such as routed experts)
+computes through these four functions and nothing else for its reductions:
+
+    linear(x, weight, bias=None)              x [..., K] @ weight[N, K].T (+ bias)  -> [..., N]
+    attention(q, k, v, bias, enable_gqa)      q [B, H, Q, D], k/v [B, Hkv, T, D], additive
+                                              bias broadcastable to [B, H, Q, T] -> [B, H, Q, D]
+    rms_norm(x, weight, eps)                  normalised in float32, returned in x's dtype
+    grouped_linear(x, weight, group_sizes)    rows of x [M, K] in consecutive groups, group g
+                                              multiplied by weight[g] [N, K].T -> [M, N]
+                                              (routed experts: one product per expert)
+
+so that the implementation behind them can be swapped as a whole: :class:`TorchOps` calls
+torch's own kernels (the default); a batch-invariant implementation (fixed reduction order
+whatever the number of rows) is selected per call with :func:`use`. Keeping the seam this
+small lets a test or a kernel library replace every reduction of the model in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+
+class TorchOps:
+    """torch's own kernels: fastest, but on CUDA the reduction split of a matrix product (and
+    the attention tiling over padded rows) may depend on the batch's shape."""
+
+    name = "torch"
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        return F.linear(x, weight, bias)
+
+    def attention(self, q, k, v, bias, enable_gqa: bool):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=False,
+                                              enable_gqa=enable_gqa)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        # Normalise in float32 as the reference models do, then return to the working dtype.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    def grouped_linear(self, x: torch.Tensor, weight: torch.Tensor, group_sizes: list[int]):
+        outs = [F.linear(part, w) for part, w in zip(x.split(group_sizes), weight) if part.numel()]
+        return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
+
+
+TORCH = TorchOps()
+_active = TORCH
+
+
+def active():
+    """The implementation the network computes with right now."""
+    return _active
+
+
+@contextlib.contextmanager
+def use(impl):
+    """Compute with ``impl`` (an object with the four methods) inside the ``with`` block."""
+    global _active
+    previous, _active = _active, impl
+    try:
+        yield impl
+    finally:
+        _active = previous
+
+
+def linear(x, weight, bias=None):
+    return _active.linear(x, weight, bias)
+
+
+def attention(q, k, v, bias, enable_gqa: bool = False):
+    return _active.attention(q, k, v, bias, enable_gqa)
+
+
+def rms_norm(x, weight, eps: float):
+    return _active.rms_norm(x, weight, eps)
+
+
+def grouped_linear(x, weight, group_sizes):
+    return _active.grouped_linear(x, weight, group_sizes)

@@ -1,7 +1,7 @@
 """Accuracy of every decoder per KV cache mode on the held-out `arith` items of the tiny
 fixtures, against ``cache=none``: accuracy, its standard error, mean NFE and branch rows, and
 whether each cached mode stays within one standard error of ``cache=none`` (the condition a
-cache mode must meet to be offered; README, "Batched decoding").
+cache mode must meet to be offered; docs/benchmarks.md, "Batched decoding").
 
     python bench/cache_accuracy.py --limit 200 --caches none dual dual_base
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# torch.compile on a real shape (issue 6): the paper schedule of threshold and pvf (cache none and
+# torch.compile on a real shape: the paper schedule of threshold and pvf (cache none and
 # dual) and the one-call-vs-width table, eager and then compiled three ways, each its own process
-# (so every compile starts cold and its warm-up time is printed). For a lent H100/H200:
+# (so every compile starts cold and its warm-up time is printed). On an H100/H200:
 #   OUT=out/device SHAPE=llada-8b bash bench/compile_check.sh
 # A CPU smoke test of the same script: SHAPE=tiny-random bash bench/compile_check.sh
 set -u

@@ -45,7 +45,7 @@ CONFIGS = [
 ]
 #: rows run only when --only names them: pvf with the published code's impact rule (switch 4
 #: of rules=reference: the impact set covers W_t as it was before the base commit and an empty
-#: one passes), which decides whether planning pays on the fixtures (README, arith_var, session 8)
+#: one passes), which decides whether planning pays on the fixtures (docs/benchmarks.md, arith_var)
 OPT_IN = [
     ("pvf rules=paper+impact_includes_committed", "pvf",
      {"preset": "arith", "rules": "paper+impact_includes_committed"}),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 6 in one run (for a lent H100/H200; no downloads there): the 8B shapes
+# The GPU checks in one run (for an H100/H200; no downloads there): the 8B shapes
 # with randomly initialised weights replaying the recorded tiny-llada schedules
 # (bench/schedules_tiny.json, written by `bench/throughput.py --schedule-file`) and the paper's
 # averages, then the tiny fixtures decoded on CUDA (every decoder x cache mode, batch 1 and 4).

@@ -8,8 +8,8 @@ NFE per request, rounds of the loop (one ``Batch.call`` each), physical model ca
 split into inside / outside model calls, the outside time per round and its ratio to batch 1 of
 the same decoder and cache (the host cost of a round should not grow with the batch), and two
 parts of the outside time that are data work proportional to the rows rather than host
-overhead: the statistics over the vocabulary and the KV cache commits (README, "Batched
-decoding", says what counts as the model call).
+overhead: the statistics over the vocabulary and the KV cache commits (docs/benchmarks.md,
+"Batched decoding", says what counts as the model call).
 
 ``--clock cpu`` measures every figure of part 1 in CPU seconds of the decoding thread
 (``time.thread_time``) instead of wall seconds: with one torch thread on a CPU every operation

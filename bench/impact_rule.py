@@ -1,12 +1,12 @@
-"""Issue 15's arith_var targets under the paper's impact rule and under the published code's
+"""pvf on arith_var under the paper's impact rule and under the published code's
 (`rules=paper+impact_includes_committed`, switch 4 of `rules=reference`): on the first N held-out
 arith_var items, threshold, `pvf routes=ar`, and pvf (plan+ar, `preset=arith`) with the calibrated
 and the hand-written list under each rule. Prints one JSON line per row: accuracy, its standard
-error, calls per request, planning / AR tokens and planning branches tried / passed per request, and the call ratios the targets use
-(pvf vs threshold, plan+ar vs routes=ar). Run from the root of the `fixtures-candidate` tree, one
-torch thread, batches of 32 (outputs and calls do not depend on the batch):
+error, calls per request, planning / AR tokens and planning branches tried / passed per request, and the call ratios
+(pvf vs threshold, plan+ar vs routes=ar). Run from the repository root, one torch thread, batches
+of 32 (outputs and calls do not depend on the batch):
 
-    python bench/results/cpu-2026-11-26-s9/cpu_targets_by_rule.py llada 200
+    python bench/impact_rule.py llada 200
 """
 import json
 import math

@@ -1,11 +1,11 @@
 """Why planning branches fail: pvf on the first N held-out arith_var items with an artifact's
 list (`rules=RULES`, `routes=ROUTES`; default paper, plan+ar), printing accuracy, calls and, over
 the planning branches tried, how many had an empty impact set (they fail by the paper's rule) and
-how many of the others passed. Wraps the package's verify_plans; run from the root of the
-`fixtures-candidate` tree (phase-4 weights), one torch thread:
+how many of the others passed. Wraps the package's verify_plans; run from the repository root,
+one torch thread:
 
-    python bench/results/h200-2026-11-26-s8/cpu_plan_vacuity.py dream 40 calibrated
-    python bench/results/h200-2026-11-26-s8/cpu_plan_vacuity.py dream 120 hand-written paper+impact_includes_committed plan+ar
+    python bench/plan_vacuity.py dream 40 calibrated
+    python bench/plan_vacuity.py dream 120 hand-written paper+impact_includes_committed plan+ar
 """
 import sys, json, torch
 from pathlib import Path

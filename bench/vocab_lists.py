@@ -1,9 +1,8 @@
 """pvf on the first N held-out arith_var items with several planning vocabularies: routes=ar, the
 calibrated and hand-written artifacts, eight punctuation/operator tokens, and the calibrated
-artifact without its content tokens. Run from the root of the `fixtures-candidate` tree (phase-4
-weights), one torch thread:
+artifact without its content tokens. Run from the repository root, one torch thread:
 
-    python bench/results/h200-2026-11-26-s8/cpu_vocab_lists.py dream 80
+    python bench/vocab_lists.py dream 80
 """
 import sys, json, re, torch
 from pathlib import Path

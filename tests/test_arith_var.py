@@ -52,7 +52,7 @@ def test_splits_and_training_stream_share_no_question(length):
     cal = {r["question"] for r in _read("calibration")}
     assert len(test) == 1000 and len(cal) == 400 and not test & cal
     assert gen.held_out_keys(length) == test | cal
-    seed = gen.SPLITS["train"][0] + 11          # the data seed of the bundled fixtures' last phase
+    seed = gen.SPLITS["train"][0] + 11          # the data seed of the bundled fixtures' last training stage
     train = gen.make_split(seed, 3000, test | cal, length)
     assert not {r["question"] for r in train} & (test | cal)
 

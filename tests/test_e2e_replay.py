@@ -4,8 +4,8 @@
 Pins: every batch size replays the same requests (the largest batch's worth, the recorded
 schedules cycled), in consecutive groups of that size, once untimed (a compiled model compiles
 that size's shapes there) and once timed; the aggregate tokens/s counts every request as
-``gen_length`` tokens over the timed pass only. Session 6's GPU run warmed up with one request and
-timed batch 16 on 16 others, so compiling landed inside the timed pass.
+``gen_length`` tokens over the timed pass only. A warm-up with one request followed by batch 16
+timed on 16 others would compile inside the timed pass.
 """
 
 from __future__ import annotations

@@ -106,12 +106,12 @@ def test_the_gpu_and_cpu_splits_cover_every_job_once_and_only_narrows_them(tmp_p
         "decoders-arith-llada", "decoders-arith-dream"]
 
 
-def test_docs_and_the_gpu_session_use_the_script_s_split(tmp_path):
+def test_docs_and_the_gpu_run_use_the_script_s_split(tmp_path):
     docs = (REPO / "docs" / "fixture-figures.md").read_text()
     assert "DEV=cuda SPLIT=gpu bash scripts/remeasure_fixture_figures.sh" in docs
     assert "SPLIT=cpu bash scripts/remeasure_fixture_figures.sh" in docs
-    session = (REPO / "scripts" / "tiny_fixtures" / "gpu_session.sh").read_text()
-    assert "SPLIT=gpu" in session and " ONLY=" not in session
+    gpu_run = (REPO / "scripts" / "tiny_fixtures" / "gpu_run.sh").read_text()
+    assert "SPLIT=gpu" in gpu_run and " ONLY=" not in gpu_run
 
 
 def test_unknown_split_is_a_one_line_error(tmp_path):

@@ -248,7 +248,7 @@ def test_gate_fails_on_a_real_accuracy_drop_and_nfe_rise(evaluate, tmp_path, cap
 
     model = tmp_path / "model"
     shutil.copytree(FIXTURE, model)
-    # arith's own gen length: its answers run to 70 tokens under the retrained fixtures' joint
+    # arith's own gen length: its answers run to 70 tokens under the fixtures' joint
     # BPE, so 64 would cut some of them off and the intact model would score too low to compare
     args = f"pretrained={model},decoder=threshold,gen_length=96,block_length=32"
     evaluate(args, tmp_path / "good", limit=16, batch_size=16)

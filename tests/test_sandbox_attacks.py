@@ -1,4 +1,4 @@
-"""pvf_lmeval.sandbox under attack: one hostile candidate per escape class of issue 13 and per
+"""pvf_lmeval.sandbox under attack: one hostile candidate per escape class and per
 resource bomb, each run as the test's own user (root in CI) and, when that is root, again
 by a plain user (uid 43210, started through setpriv; see ``_plain_user_command``).
 

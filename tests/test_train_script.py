@@ -1,5 +1,5 @@
 """scripts/tiny_fixtures/train.py: bad shapes and option clashes are one-line errors before any
-data is prepared (the training itself runs on a GPU; see gpu_session.sh)."""
+data is prepared (the training itself runs on a GPU; see gpu_run.sh)."""
 
 from __future__ import annotations
 

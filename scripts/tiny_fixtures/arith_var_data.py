@@ -8,11 +8,10 @@ which the question does not ask about) placed anywhere in the question and ackno
 start or the end of the solution, or not at all. Answers run 120-250 tokens under the fixtures'
 tokenizer and end with ``#### <number>`` (the length filter keeps mostly 4-change items).
 
-The bookkeeping is made learnable for a 1M-parameter model (session 8; with 4-6 changes and
-paraphrased steps the fixtures stayed at 10-20% after 15,000 steps, skipping changes or running
-on): every solution says how many changes there are right after its opening, and every step
-quotes its change as the question words it, so the next change is the clause after the last
-quoted one.
+The bookkeeping is made learnable for a 1M-parameter model (with 4-6 changes and paraphrased
+steps such a model stays at 10-20% after 15,000 steps, skipping changes or running on): every
+solution says how many changes there are right after its opening, and every step quotes its
+change as the question words it, so the next change is the clause after the last quoted one.
 
 Why: in `arith` every solution token except the digits is fixed by the question, so a model is
 sure of every structural token. Here the sentence openings are genuinely open (several are

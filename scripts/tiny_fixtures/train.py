@@ -214,10 +214,10 @@ def main(argv=None):
     ap.add_argument("--check-items", type=int, default=100,
                     help="held-out items per task in each periodic check")
     ap.add_argument("--init-from", type=Path, default=None,
-                    help="continue from this fixture folder (a second phase with fresh data); "
+                    help="continue from this fixture folder (a further training stage with fresh data); "
                          "its tokenizer is kept")
     ap.add_argument("--data-seed", type=int, default=None,
-                    help="seed of the training items (default: --seed); use a new one per phase")
+                    help="seed of the training items (default: --seed); use a new one per stage")
     ap.add_argument("--var-share", type=float, default=0.0,
                     help="probability that a batch is drawn from arith_var instead of arith")
     ap.add_argument("--tokenizer-from", type=Path, default=None,

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One lent GPU, one call of at most 10 minutes: retrain both tiny fixtures from scratch on a mix
-# of `arith` and `arith_var` (issue 15), calibrate them on arith_var's calibration split, measure
+# of `arith` and `arith_var`, calibrate them on arith_var's calibration split, measure
 # the decoder and vocabulary tables on the held-out sets, then time the batched decode loop and
-# the 8B-shape replay (issue 14). Every part has a deadline (seconds from the start); what is
+# the 8B-shape replay. Every part has a deadline (seconds from the start); what is
 # finished is packed into $OUT after each part, so a stopped run still returns it:
 #   $OUT/fixtures.tgz  the new fixture folders and calibrated artifacts
 #   $OUT/results.tgz   one log / JSON per job (r/)
 #
-#   OUT=out/gpu bash scripts/tiny_fixtures/gpu_session.sh            # on the GPU machine
-#   OUT=/tmp/dry DEV=cpu SCALE=dry bash scripts/tiny_fixtures/gpu_session.sh   # wiring check
+#   OUT=out/gpu bash scripts/tiny_fixtures/gpu_run.sh            # on the GPU machine
+#   OUT=/tmp/dry DEV=cpu SCALE=dry bash scripts/tiny_fixtures/gpu_run.sh   # wiring check
 #
 # Parts: 1 train, 2 calibrate + base decoder rows, 3 planning rows (parts 2 and 3 start one
 # process per row: slow on one card), 4 time the decode loop and the 8B replay, 5 evaluate with
 # one process per fixture and task at batch 128 (FULL_TABLES=1: every row of both tables; 37 s
-# for 500 items and four rows per fixture in session 7). A session that retrains and measures
+# for 500 items and four rows per fixture on an H200). A run that retrains and measures
 # everything: PARTS="1 2 5" CAL_ONLY=1 FULL_TABLES=1 with deadlines that fit (D_TRAIN, D_EVAL,
 # D_QUICK); CAL_ONLY=1 makes part 2 calibrate only (batched: --batch-size 32 --width 256).
 #
@@ -22,8 +22,8 @@
 # data and the hand-written artifacts were made with: for a new vocabulary, first write it with
 # tokenizers_build (train_bpe(fixture_corpus()) + write_tokenizer), then
 # `arith_var_data.py --out tasks/arith_var/data` and scripts/make_handwritten_vocab.py. The
-# training overwrites the weights there. Session 6's measured times (README, arith_var) sized
-# the deadlines; the evaluation parts did not fit them (see there).
+# training overwrites the weights there. The default deadlines fit one H200; parts 2 and 3
+# may not finish within them (part 5 is the faster evaluation).
 set -u
 T0=$(date +%s)
 OUT=${OUT:-out/gpu}
@@ -32,11 +32,11 @@ SCALE=${SCALE:-full}
 PARTS=${PARTS:-1 2 3 4}   # which parts to run, in this order (e.g. "4 1": time first, then train)
 # INIT=1: part 1 continues from the weights in the fixture folders (--init-from, a new
 # DATA_SEED) instead of training from scratch; LR, BUDGET and D_TRAIN override the defaults
-# (a training-only session: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585). Without BUDGET the training
+# (a training-only run: PARTS=1 INIT=1 BUDGET=540 D_TRAIN=585). Without BUDGET the training
 # steps end TRAIN_CHECK_S (60) seconds before D_TRAIN, whenever part 1 starts. The deadlines
 # D_EVAL, D_PVF, D_E2E and D_QUICK (seconds from the start) can be set too, for another order of parts;
 # QUICK_LIMIT: part 5 on the first N held-out items (default all); FULL_TABLES=1: part 5 runs
-# every row of the issue's decoder and vocabulary tables.
+# every row of the decoder and vocabulary tables (docs/benchmarks.md).
 # VAR_SHARE: the share of arith_var batches in part 1 (default 0.6).
 # Part 6 (PARTS=6, deadline D_REMEASURE, default 578 s): the GPU share of re-measuring every
 # README figure after new weights are installed (docs/fixture-figures.md).
@@ -59,7 +59,7 @@ else   # wiring check on a CPU: seconds of training, a handful of items
     E2E=${E2E:-"--limit 4 --batch-sizes 1 4 --replay llada-8b/16"}
 fi
 left() { local s=$(( $1 - ($(date +%s) - T0) )); [ $s -lt 5 ] && s=5; echo $s; }
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$R/session.log"; }
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$R/run.log"; }
 pack() {
     tar czf "$OUT/fixtures.tgz" pvf_lmeval/fixtures/tiny-llada pvf_lmeval/fixtures/tiny-dream \
         $(ls vocab_artifacts/tiny-*.calibrated.json 2>/dev/null)
@@ -147,7 +147,7 @@ pack
 }
 
 part4() {
-# 4. Issue 14 on its own (nothing else running): the batched decode loop on the new tiny-llada,
+# 4. Timing on its own (nothing else running): the batched decode loop on the new tiny-llada,
 #    then the 8B-shape replay with compile=blocks.
 job e2e $D_E2E $PY bench/e2e.py --fixtures tiny-llada --device $DEV --decoders threshold pvf \
     --caches none dual $E2E --json "$R/e2e.json"
@@ -158,10 +158,10 @@ pack
 
 part5() {
 # 5. Evaluating new weights on the card (after part 1, instead of parts 2 and 3): one process per
-#    fixture and task, batch 128 (20 processes sharing the card made each call slow in session 6),
+#    fixture and task, batch 128 (20 processes sharing the card make each call slow),
 #    vocab=auto (the hand-written vocabulary unless a calibrated artifact of these weights is
 #    present); each row's figures are in its log as soon as it is done. FULL_TABLES=1 adds the
-#    rest of the issue's decoder table, bench/decoders.py's opt-in row with the published code's
+#    rest of the decoder table, bench/decoders.py's opt-in row with the published code's
 #    impact rule, and the vocabulary table (bench/vocab_modes.py).
 local var_rows=(pvf "pvf routes=ar" "pvf routes=plan") arith_rows=(pvf)
 if [ "${FULL_TABLES:-0}" = 1 ]; then

@@ -1,7 +1,7 @@
 """Write the heuristic (UNCALIBRATED) planning vocabularies of LLaDA-8B-Instruct and Dream-7B-Instruct.
 
-We cannot run the 8B models here, so these artifacts are built from token classes (structure
-words, punctuation, operators, step markers, code keywords), one per task family, spelled as
+Calibrating the 8B models takes hours on a GPU, so these artifacts are built from token classes
+(structure words, punctuation, operators, step markers, code keywords), one per task family, spelled as
 byte-level BPE token strings ('Ġ' = leading space, 'Ċ' = newline). They carry no ids and no
 tokenizer hash: they always resolve by string against the running tokenizer, and tokens that
 do not exist in it are skipped with a warning. Each file records the exact ``pvf-calibrate``

@@ -4,7 +4,7 @@ by a plain user (uid 43210, started through setpriv; see ``_plain_user_command``
 
 After every attack the world is checked: nothing created or changed outside the sandbox
 (tagged paths in /tmp, /var/tmp, /dev/shm, the home folder, the working directory, a
-world-writable folder; a world-writable canary file), no process of ours signalled
+world-writable folder; a world-writable canary file), no process of the test signalled
 (sentinels running as root, as uid 65534 and as the plain user), no connection received by
 the TCP, Unix-socket and abstract-socket listeners we started, the checking process alive,
 and the verdict right (every attack's answers are wrong, so nothing may pass).

@@ -10,7 +10,7 @@ An artifact is a JSON file under ``vocab_artifacts/`` (SPEC "Planning vocabulary
 
 ``tokens`` is the planning vocabulary; ``rejected_near`` (calibrated) and ``observed`` (online)
 hold statistics of tokens that are not in it, for audit and for seeding ``vocab=online``.
-Heuristic artifacts (uncalibrated, built from token classes for models we cannot run here) have
+Heuristic artifacts (uncalibrated, built from token classes, for models not yet calibrated) have
 no tokenizer hash and ``id: null``: they always resolve by string.
 
 Resolution against the running tokenizer: by id when the tokenizer's vocabulary hash matches,

@@ -28,6 +28,15 @@ def test_readme_links_resolve_inside_the_repository():
     assert "SPEC.md" not in README and "DESIGN.md" not in README
 
 
+def test_docs_links_resolve_inside_the_repository():
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert {"benchmarks.md", "model-card.md"} <= {p.name for p in pages}
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith(("http://", "https://")):
+                assert (page.parent / target).exists(), f"{page.name} links to {target}, which is not there"
+
+
 def test_readme_statistics_table_defines_every_statistic_once():
     rows = [line for line in _section(README, "Statistics").splitlines() if line.startswith("| `")]
     defined = [re.match(r"\| `([a-z_]+)`", row).group(1) for row in rows]

@@ -27,8 +27,22 @@ of that size, once untimed (so that a compiled model has compiled every shape of
 once timed. Reported: aggregate tokens per second per batch size (every request counted as
 producing ``--gen-length`` tokens). Random weights decide nothing, which is why schedules are replayed.
 
+Shadow (``--shadow SHAPE``, instead of parts 1 and 2): the real loop at a real model's cost. The
+first fixture's logits decide, and every model call is also made, with the same rows, positions,
+cache mode and cache state, by a randomly initialised model of SHAPE (``SHADOW_SHAPES``; see
+``bench/shadow.py``), whose vocabulary the statistics pass runs over. For each decoder, cache
+mode and batch size, the first ``--limit`` held-out items of ``--task`` (``--requests-per-size``:
+only the first max(K, batch) of them) are decoded in batches formed as ``generate_until`` forms
+them (longest prompt first). Reported: per-request tokens/s (a request's answer tokens over its
+batch's wall, ratio of sums), aggregate tokens/s and its ratio to batch 1, the bound the calls
+alone set (answer tokens over the shadow's call time: the loop costing nothing), the share of
+the wall outside the shadow's calls and the outside ms per round. The fixture's own calls are
+subtracted from the wall.
+
     python bench/e2e.py --fixtures tiny-llada --limit 32 --clock cpu # CPU
     python bench/e2e.py --replay llada-8b/8 --json out.json          # + reduced 8B-shape replay
+    python bench/e2e.py --shadow llada-8b/16 --task arith --limit 4 --batch-sizes 1 4   # CPU
+    python bench/e2e.py --shadow llada-8b --task arith_var --device cuda --compile    # GPU
 """
 
 from __future__ import annotations
@@ -54,7 +68,8 @@ from pvf_lmeval.models.kv import cache_segments, is_cached_call  # noqa: E402
 from pvf_lmeval.models.transformer import TransformerConfig  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
-from throughput import random_weights_model  # noqa: E402  (bench/, beside this script)
+import shadow as shadow_mod  # noqa: E402  (bench/, beside this script)
+from throughput import SHAPES, random_weights_model  # noqa: E402  (bench/, beside this script)
 
 CACHES = ("none", "prefix", "dual")
 BATCH_SIZES = (1, 4, 16, 32)
@@ -69,6 +84,16 @@ REPLAY_SHAPES = {
     "llada-8b/16": dict(_LLADA_8B, vocab_size=126464 // 16, d_model=256, n_layers=2, n_heads=2,
                         n_kv_heads=2, ffn_hidden=768),
 }
+
+#: shadow shapes: (config, logit shift); the reduced ones are CPU-sized (their call costs keep
+#: the 8B's proportions, not its figures)
+SHADOW_SHAPES = {
+    "llada-8b": SHAPES["llada-8b"],
+    "dream-7b": SHAPES["dream-7b"],
+    "llada-8b/8": (TransformerConfig(**REPLAY_SHAPES["llada-8b/8"]), 0),
+    "llada-8b/16": (TransformerConfig(**REPLAY_SHAPES["llada-8b/16"]), 0),
+}
+SHADOW_DECODERS = ("pvf", "threshold")
 
 
 #: the clock of part 1 (``--clock``): wall seconds, or CPU seconds of the decoding thread
@@ -366,30 +391,147 @@ def replay_table(rows: list[dict], title: str) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- shadow
+
+
+def shadow_model(shape: str, device, dtype) -> DiffusionLM:
+    cfg, shift = SHADOW_SHAPES[shape]
+    return random_weights_model(cfg, device, dtype, shift=shift, family=shape.split("-")[0],
+                                name=f"random {shape}")
+
+
+def run_shadow(args, docs) -> tuple[list[dict], str]:
+    """Rows of the shadow table (see the module docstring) and the table's note."""
+    from pvf_lmeval.lmeval.batching import batches
+
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    fixture = load_model(args.fixtures[0], device=dev)
+    big = shadow_model(args.shadow, dev, dtype)
+    if args.compile:
+        big.compile(args.compile_scope)
+    model = shadow_mod.ShadowModel(fixture, big)
+    prompts = arith_bench.prompt_ids(fixture.tokenizer, docs)
+    rows, vocab_cache = [], {}
+    for dec in args.decoders:
+        for cache in args.caches:
+            params = params_for(dec, cache, args, fixture, vocab_cache)
+            base = None
+            for bs in args.batch_sizes:
+                n = len(prompts) if not args.requests_per_size else min(
+                    len(prompts), max(args.requests_per_size, bs))
+                order = batches([0] * n, [len(p) for p in prompts[:n]], bs)
+                decode_batch(model, [prompts[i] for i in order[0]], params=params,
+                             request_indices=order[0])            # warm-up: this batch's shapes
+                model.fixture_s = model.inside_s = 0.0
+                model.calls = 0
+                tokens, wall, latency, nfe = 0, 0.0, 0.0, 0
+                with RoundCounter() as rc, stats_timer() as stt:
+                    for b in order:
+                        sync(dev)
+                        tb, fix0 = time.perf_counter(), model.fixture_s
+                        res = decode_batch(model, [prompts[i] for i in b], params=params,
+                                           request_indices=b)
+                        sync(dev)
+                        wall_b = time.perf_counter() - tb - (model.fixture_s - fix0)
+                        wall += wall_b
+                        latency += wall_b * len(res)
+                        tokens += sum(r.gen_tokens for r in res)
+                        nfe += sum(r.nfe for r in res)
+                outside = wall - model.inside_s
+                row = {"shape": args.shadow, "fixture": args.fixtures[0], "task": args.task,
+                       "decoder": dec, "cache": cache, "batch": bs, "requests": n,
+                       "nfe": nfe / n, "rounds": rc.n, "calls": model.calls,
+                       "tokens": tokens, "wall_s": wall, "inside_s": model.inside_s,
+                       "fixture_s": model.fixture_s, "stats_s": stt.seconds,
+                       "per_request_tps": tokens / latency,
+                       "aggregate_tps": tokens / wall,
+                       "bound_tps": tokens / model.inside_s,
+                       "outside_share": outside / wall,
+                       "outside_ms_per_round": 1000 * outside / max(rc.n, 1),
+                       "stats_ms_per_round": 1000 * stt.seconds / max(rc.n, 1)}
+                base = base or row["aggregate_tps"]
+                row["vs_batch_1"] = row["aggregate_tps"] / base
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    where = (torch.cuda.get_device_name(dev) if dev.type == "cuda"
+             else f"cpu, torch threads {torch.get_num_threads()}")
+    note = (f"random {args.shadow} ({str(dtype).replace('torch.', '')}, "
+            f"{'compile=' + args.compile_scope if args.compile else 'eager'}, {where}) shadowing "
+            f"{args.fixtures[0]} on held-out {args.task} items, gen_length {args.gen_length}, "
+            f"block_length {args.block_length}")
+    return rows, note
+
+
+def shadow_table(rows: list[dict], note: str) -> str:
+    out = [f"Decode loop on the shadow of {note}", "",
+           "| shadow | decoder | cache | batch | requests | NFE | rounds | per-request tokens/s "
+           "| aggregate tokens/s | vs batch 1 | calls-only bound tokens/s | outside share "
+           "| outside ms/round | statistics ms/round |",
+           "|" + "---|" * 14]
+    for r in rows:
+        out.append(f"| {r['shape']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
+                   f"{r['requests']} | {r['nfe']:.1f} | {r['rounds']} | "
+                   f"{r['per_request_tps']:.1f} | {r['aggregate_tps']:.1f} | "
+                   f"{r['vs_batch_1']:.2f}x | {r['bound_tps']:.1f} | "
+                   f"{100 * r['outside_share']:.0f}% | {r['outside_ms_per_round']:.2f} | "
+                   f"{r['stats_ms_per_round']:.2f} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, limit_default=32)
-    ap.add_argument("--decoders", nargs="+", default=list(DECODERS))
-    ap.add_argument("--caches", nargs="+", default=list(CACHES))
+    arith_bench.add_arguments(ap, limit_default=32, task_option=True)
+    ap.add_argument("--decoders", nargs="+", default=None,
+                    help=f"default: every decoder ({', '.join(SHADOW_DECODERS)} with --shadow)")
+    ap.add_argument("--caches", nargs="+", default=None,
+                    help="default: none, prefix, dual (dual with --shadow)")
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=list(BATCH_SIZES))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--replay", choices=sorted(REPLAY_SHAPES), default=None)
     ap.add_argument("--prompt-len", type=int, default=64, help="replay: prompt tokens")
-    ap.add_argument("--compile", action="store_true", help="replay: compile=blocks")
+    ap.add_argument("--shadow", choices=sorted(SHADOW_SHAPES), default=None,
+                    help="the loop at SHAPE's cost (instead of parts 1 and 2)")
+    ap.add_argument("--requests-per-size", type=int, default=None,
+                    help="shadow: each batch size decodes the first max(K, batch) items only")
+    ap.add_argument("--compile", action="store_true",
+                    help="replay, shadow: compile the random model (--compile-scope)")
+    ap.add_argument("--compile-scope", choices=("blocks", "model"), default="blocks")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="part 1: wall seconds, or CPU seconds of the decoding thread (one "
                          "torch thread, CPU only)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    arith_bench.task_gen_length(args)
+    bad = [c for c in args.caches or () if c not in CACHES + ("dual_base",)]
+    if bad:
+        ap.error(f"--caches {bad[0]!r} must be one of {', '.join(CACHES + ('dual_base',))}")
+    bad = [d for d in args.decoders or () if d not in DECODERS]
+    if bad:
+        ap.error(f"--decoders {bad[0]!r} must be one of {', '.join(DECODERS)}")
+    if args.shadow and args.replay:
+        ap.error("--shadow and --replay are separate runs: give one")
+    if args.replay and "dual_base" in (args.caches or ()):
+        ap.error("--replay does not replay cache=dual_base; measure it with --shadow")
+    if args.shadow and args.clock == "cpu":
+        ap.error("--clock cpu is for parts 1 and 2; --shadow measures wall seconds")
+    args.decoders = args.decoders or list(SHADOW_DECODERS if args.shadow else DECODERS)
+    args.caches = args.caches or (["dual"] if args.shadow else list(CACHES))
     if args.clock == "cpu" and (args.threads != 1 or torch.device(args.device).type != "cpu"):
         ap.error("--clock cpu needs --device cpu and --threads 1 (every operation on the "
                  "decoding thread)")
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
-    docs = arith_bench.held_out(args.limit)
-    note = (f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block_length "
+    docs = arith_bench.held_out(args.limit, args.task)
+    if args.shadow:
+        rows, note = run_shadow(args, docs)
+        print("\n" + shadow_table(rows, note))
+        if args.json:
+            args.json.write_text(json.dumps({"note": note, "shadow": rows}, indent=1))
+        return
+    note = (f"{len(docs)} held-out {args.task} items, gen_length {args.gen_length}, block_length "
             f"{args.block_length}, device {args.device}, torch threads {torch.get_num_threads()}, "
             f"{'CPU seconds of the decoding thread' if args.clock == 'cpu' else 'wall seconds'}")
     print(note, flush=True)

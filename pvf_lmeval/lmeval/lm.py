@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
 from ..decoding.params import _bool, override
+from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .launch import quiet_git_probe, single_rank_warning
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
@@ -419,7 +420,7 @@ class PVFDiffusionLM(LM):
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
         nfe_sum = 0
         done = 0
-        chunk: list[dict] = []      # consecutive requests with identical decoding parameters
+        chunk: list[dict] = []      # one batch: requests with identical decoding parameters
         copies: list[tuple[int, int]] = []
 
         def flush() -> None:
@@ -486,11 +487,10 @@ class PVFDiffusionLM(LM):
                 _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
                         f"context of {self.model.max_length} tokens with gen_length and were "
                         "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
-            for item in prepared:
-                if chunk and (item["params"] != chunk[0]["params"] or len(chunk) >= self.batch_size):
-                    flush()
-                chunk.append(item)
-            flush()
+            for members in batches([c["params"] for c in prepared],
+                                   [len(c["prompt_ids"]) for c in prepared], self.batch_size):
+                chunk.extend(prepared[k] for k in members)
+                flush()
             for i, src in copies:
                 results[i] = results[src]
         finally:

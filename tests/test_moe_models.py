@@ -98,19 +98,15 @@ def test_llada2_reads_its_config(llada2):
     assert llada2.net.blocks[1].mlp.shared.gate_proj.weight.shape == (16, 32)
 
 
-def test_llada2_without_mask_token_uses_the_reference_generate_ids(folders, tmp_path):
-    import shutil
-    folder = tmp_path / "f"
-    shutil.copytree(folders["llada2"], folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    del cfg["mask_token_id"], cfg["eos_token_id"]
-    tj = json.loads((folder / "tokenizer.json").read_text())     # no mask token in the tokenizer
-    tj["added_tokens"] = [t for t in tj["added_tokens"] if t["content"] != "<|mdm_mask|>"]
-    (folder / "tokenizer.json").write_text(json.dumps(tj))
-    cfg["vocab_size"] = 157184
-    (folder / "config.json").write_text(json.dumps(cfg))
-    fmt = format_for(cfg)
-    assert dict(fmt.generate_defaults) == {"mask_token_id": 156895, "eos_token_id": 156892}
+def test_llada2_ids_fall_back_to_the_reference_generate_defaults():
+    from pvf_lmeval.models.loader import _special_ids
+    from pvf_lmeval.models.moe_formats import LLADA2
+    defaults = dict(LLADA2.generate_defaults)
+    # neither config.json nor a tokenizer names them: the reference generate's mask and end ids
+    assert _special_ids({}, None, defaults) == (156895, (156892,), 156892)
+    # config.json wins over the defaults
+    assert _special_ids({"mask_token_id": 7, "eos_token_id": 8}, None, defaults) == (7, (8,), 8)
+    assert _special_ids({"mask_token_id": 7}, None, {}) == (7, (), None)
 
 
 @pytest.mark.parametrize("name,change,says", [

@@ -19,7 +19,10 @@ from .transformer import BidirectionalTransformer, TransformerConfig
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = ("tiny-llada", "tiny-dream")
-END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+#: tokens that end an answer besides the tokenizer's end of text: LLaDA's and Qwen's end of turn,
+#: and DiffuCoder's ``<|dlm_pad|>`` (it fills the canvas after its answer; its reference decoding
+#: cuts the text there)
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
 MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: what a hub download fetches: configs, weights, tokenizer data; never the repository's code

@@ -337,3 +337,20 @@ def test_block_size_is_validated(llada2):
     with pytest.raises(ValueError, match=r"block_size=0 must be a positive integer or None"):
         llada2.block_size = 0
     assert llada2.block_size == 32
+
+
+def test_lladamoe_left_padding_leaves_the_real_rows_unchanged(folders):
+    m = load_model(str(folders["lladamoe"]), device="cpu", dtype="float32")
+    x = _canvas(m, 1, 12)
+    rows = torch.cat([torch.cat([x, torch.full((1, 4), m.pad_id)], dim=1),
+                      torch.cat([torch.full((1, 4), m.pad_id), x], dim=1)])
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[0, 12:] = 0
+    mask[1, :4] = 0
+    out = m.logits(rows, torch.arange(16), attention_mask=mask)
+    alone = m.logits(x, torch.arange(12))
+    assert torch.allclose(out[1, 4:], alone[0], atol=1e-5)
+    assert torch.allclose(out[0, :12], alone[0], atol=1e-5)
+    # without the mask the padding is attended to, and the rows move
+    unmasked = m.logits(rows, torch.arange(16))
+    assert not torch.allclose(unmasked[1, 4:], alone[0], atol=1e-3)

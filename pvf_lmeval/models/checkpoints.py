@@ -1,8 +1,12 @@
-"""Checkpoint formats: LLaDA and Dream configs and weight names, mapped onto the native network.
+"""Checkpoint formats: LLaDA, Dream, LLaDA-MoE and LLaDA 2.x configs and weight names, mapped onto
+the native network.
 
 A format knows how to read its ``config.json`` into a ``TransformerConfig``, how its weight names
 map to the native parameter names (both ways, so the tiny fixtures are written in the real
 formats), and whether its logits are shifted (Dream: the output at ``i-1`` predicts ``i``).
+Per-expert weights (``...experts.{e}.gate_proj.weight``) are slices ``[e]`` of one stacked
+native parameter (``blocks.{i}.mlp.gate_proj`` [E, F, d]): a name-map pattern with an ``e``
+group says so.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .moe import MoEConfig
 from .transformer import TransformerConfig
 
 
@@ -33,26 +38,55 @@ class CheckpointFormat:
     #: transformers' built-in tokenizer class for folders whose own class is remote code
     #: (Dream's DreamTokenizer is a Qwen2 byte-level BPE); None = only a tokenizer.json will do
     tokenizer_class: str | None = None
+    #: token ids the reference generate uses when neither config.json nor the tokenizer names
+    #: them (keys ``mask_token_id``, ``eos_token_id``)
+    generate_defaults: tuple[tuple[str, int], ...] = ()
 
     def ties_head(self, config: dict) -> bool:
         """Whether the LM head is the input embedding (an absent flag means the reference's default)."""
         return bool(config.get(self.tie_flag, self.tie_default))
 
-    def to_native(self, name: str) -> str | None:
+    def slot(self, name: str) -> tuple[str, int | None] | None:
+        """(native parameter, expert index or None) that checkpoint tensor ``name`` fills; None
+        for a name the format does not know."""
         for pattern, native in self.name_map:
             m = re.fullmatch(pattern, name)
             if m:
-                return native.format(**m.groupdict())
+                groups = m.groupdict()
+                e = groups.pop("e", None)
+                return native.format(**groups), None if e is None else int(e)
         return None
 
-    def from_native(self, name: str) -> str:
+    def to_native(self, name: str) -> str | None:
+        """The native parameter checkpoint tensor ``name`` fills (a stacked one for an expert)."""
+        found = self.slot(name)
+        return None if found is None else found[0]
+
+    def _native_match(self, name: str):
         for pattern, native in self.name_map:
             native_re = re.escape(native).replace(r"\{i\}", r"(?P<i>\d+)")
             m = re.fullmatch(native_re, name)
             if m:
-                plain = pattern.replace(r"(?P<i>\d+)", "{i}").replace("\\.", ".")
-                return plain.format(**m.groupdict())
+                plain = (pattern.replace(r"(?P<i>\d+)", "{i}").replace(r"(?P<e>\d+)", "{e}")
+                         .replace("\\.", "."))
+                return plain, m.groupdict()
         raise KeyError(f"native parameter {name!r} has no {self.model_type} name")
+
+    def from_native(self, name: str) -> str:
+        """The checkpoint name of native parameter ``name`` (not a stacked one: see
+        :meth:`checkpoint_tensors`)."""
+        plain, groups = self._native_match(name)
+        if "{e}" in plain:
+            raise KeyError(f"native parameter {name!r} is stacked over experts; use checkpoint_tensors")
+        return plain.format(**groups)
+
+    def checkpoint_tensors(self, name: str, tensor) -> list[tuple[str, object]]:
+        """[(checkpoint name, tensor)] for native parameter ``name``: one pair, or one per expert
+        for a stacked parameter."""
+        plain, groups = self._native_match(name)
+        if "{e}" not in plain:
+            return [(plain.format(**groups), tensor)]
+        return [(plain.format(e=e, **groups), tensor[e]) for e in range(tensor.shape[0])]
 
 
 def check_flags(cfg: dict, flags: tuple, model_type: str) -> None:
@@ -273,12 +307,19 @@ DREAM = CheckpointFormat(
     tie_flag="tie_word_embeddings", tie_default=False, tokenizer_class="Qwen2Tokenizer",
 )
 
-FORMATS = {f.model_type: f for f in (LLADA, DREAM)}
+from .moe_formats import LLADA2, LLADA21, LLADA_MOE  # noqa: E402  (they use the helpers above)
+
+FORMATS = {f.model_type: f for f in (LLADA, DREAM, LLADA_MOE, LLADA2, LLADA21)}
 
 
 def format_for(config: dict, where: str = "config.json") -> CheckpointFormat:
-    """The format of a checkpoint config, or a one-line error naming ``model_type``."""
+    """The format of a checkpoint config, or a one-line error naming ``model_type``.
+
+    LLaDA-MoE's released folders say ``model_type`` "llada" (their own modeling code is picked
+    by ``auto_map``); a "llada" config with ``num_experts`` is read as LLaDA-MoE."""
     model_type = config.get("model_type")
+    if model_type == LLADA.model_type and "num_experts" in config:
+        return LLADA_MOE
     fmt = FORMATS.get(model_type)
     if fmt is None:
         raise UnsupportedCheckpoint(

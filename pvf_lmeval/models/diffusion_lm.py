@@ -4,7 +4,8 @@
     eos_ids: tuple[int, ...]
     logits(tokens, positions, *, attention_mask=None, cache=None) -> FloatTensor[N, P, V]
 
-plus the optional extras ``pad_id``, ``vocab_size``, ``device``, ``tokenizer``, ``family``.
+plus the optional extras ``pad_id``, ``vocab_size``, ``device``, ``tokenizer``, ``family`` and
+``block_size`` (block diffusion: the network applies the block-causal mask itself).
 Logit shifting (Dream) and ids the tokenizer cannot decode are handled here, so decoders never
 see either.
 """
@@ -66,6 +67,20 @@ class DiffusionLM:
         #: :func:`.loader.weights_fingerprint` of the checkpoint it was loaded from (None: built
         #: in memory); calibrated vocabularies record it, and vocab=auto skips one of other weights
         self.weights_fingerprint = weights_fingerprint
+
+    @property
+    def block_size(self) -> int | None:
+        """Block diffusion's block size: attention sees the query's own block and the blocks
+        before it, blocks of ``block_size`` positions counted from position id 0 (real tokens:
+        left padding does not move them), on every path (full, ``out_index``, cached calls).
+        None: fully bidirectional."""
+        return self.net.block_size
+
+    @block_size.setter
+    def block_size(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"block_size={value!r} must be a positive integer or None")
+        self.net.block_size = value
 
     @property
     def device(self) -> torch.device:

@@ -17,7 +17,9 @@ earlier for shifted checkpoints, Dream: its logits at ``s0`` come from the outpu
 ``s0 - 1``), attending to the cached keys of every other position and to the row's own fresh
 keys. Branch rows of one request share its cache: their queries are folded into one sequence
 per request, which attends to the request's cache once (never copied per row), with a
-block-diagonal mask over the fresh keys.
+block-diagonal mask over the fresh keys. A block-diffusion network (``net.block_size`` set) also
+hides, from every query, the keys (cached or fresh) of blocks after the query's own, blocks being
+counted on position ids as in a full call.
 """
 
 from __future__ import annotations
@@ -119,7 +121,14 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
     valid_k = (j[None, :] < ln[:, None])                                    # [R, S]
     keep_f = ((ii[:, None] == ii[None, :])[None, :, None, :, None]
               & valid_k[:, None, None, None, :]).expand(R, nmax, S, nmax, S).reshape(R, Q, Q)
-    keep = torch.cat([keep_c[:, None, :].expand(R, Q, T), keep_f], dim=-1)  # [R, Q, T + Q]
+    keep_c = keep_c[:, None, :].expand(R, Q, T)
+    block_size = getattr(net, "block_size", None)
+    if block_size is not None:      # block diffusion: no key of a later block (cached or fresh)
+        blk_q = torch.div(pos_ids, block_size, rounding_mode="floor")               # [R, Q]
+        blk_c = torch.div((t[None, :] - pad[:, None]).clamp(min=0), block_size, rounding_mode="floor")
+        keep_c = keep_c & (blk_c[:, None, :] <= blk_q[:, :, None])
+        keep_f = keep_f & (blk_q[:, None, :] <= blk_q[:, :, None])
+    keep = torch.cat([keep_c, keep_f], dim=-1)                              # [R, Q, T + Q]
     dtype = net.embed.weight.dtype
     bias = torch.zeros(R, 1, Q, T + Q, dtype=dtype, device=dev)
     bias.masked_fill_(~keep[:, None], torch.finfo(dtype).min)

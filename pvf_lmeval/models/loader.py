@@ -19,7 +19,10 @@ from .transformer import BidirectionalTransformer, TransformerConfig
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = ("tiny-llada", "tiny-dream")
-END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+#: tokens that end an answer besides the tokenizer's end of text: LLaDA's and Qwen's end of turn,
+#: and DiffuCoder's ``<|dlm_pad|>`` (it fills the canvas after its answer; its reference decoding
+#: cuts the text there)
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
 MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: what a hub download fetches: configs, weights, tokenizer data; never the repository's code
@@ -122,12 +125,13 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
     A tied head (``fmt.tie_flag``, absent = the reference's default) is the embedding; a
     separate head weight next to it would be silently unused by the reference, so it is an error.
     """
-    state = {}
+    state, experts = {}, {}
     tied = fmt.ties_head(config)
     for file in _weight_files(folder):
         with _open_safetensors(file) as f:
             for name in f.keys():
-                native = fmt.to_native(name)
+                found = fmt.slot(name)
+                native, expert = found if found is not None else (None, None)
                 if native is None:
                     if name.endswith("rotary_emb.inv_freq"):
                         continue
@@ -142,13 +146,33 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
                 except Exception as exc:
                     raise UnsupportedCheckpoint(f"{file}: tensor {name!r} cannot be read "
                                                 f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-                state[native] = tensor.to(device=device, dtype=dtype)
+                tensor = tensor.to(device=device, dtype=dtype)
+                if expert is None:
+                    state[native] = tensor
+                else:
+                    experts.setdefault(native, {})[expert] = tensor
+    for native, parts in experts.items():
+        state[native] = _stack_experts(native, parts, fmt)
     if tied and "embed.weight" in state:
         state["lm_head.weight"] = state["embed.weight"]
     return state
 
 
-def _special_ids(config: dict, tokenizer) -> tuple[int, tuple[int, ...], int | None]:
+def _stack_experts(native: str, parts: dict, fmt: CheckpointFormat) -> torch.Tensor:
+    """Per-expert tensors {e: [F, d]} as one [E, F, d] parameter; every index 0..E-1 present."""
+    n = max(parts) + 1
+    missing = [e for e in range(n) if e not in parts]
+    if missing:
+        raise UnsupportedCheckpoint(f"checkpoint has experts up to {n - 1} for {native!r} but lacks "
+                                    f"expert(s) {missing[:5]} (model_type={fmt.model_type})")
+    return torch.stack([parts[e] for e in range(n)])
+
+
+def _special_ids(config: dict, tokenizer, defaults: dict | None = None
+                 ) -> tuple[int, tuple[int, ...], int | None]:
+    """(mask id, end ids, pad id) from config.json, then the tokenizer, then ``defaults`` (the
+    reference generate's ids, for formats that have them)."""
+    defaults = defaults or {}
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
     mask_id = config.get("mask_token_id")
     if mask_id is None:
@@ -156,11 +180,15 @@ def _special_ids(config: dict, tokenizer) -> tuple[int, tuple[int, ...], int | N
     if mask_id is None and tokenizer is not None and getattr(tokenizer, "mask_token_id", None) is not None:
         mask_id = tokenizer.mask_token_id
     if mask_id is None:
+        mask_id = defaults.get("mask_token_id")
+    if mask_id is None:
         raise UnsupportedCheckpoint(
             "checkpoint has no mask token (no mask_token_id in config.json and none of "
             f"{', '.join(MASK_TOKENS)} in the tokenizer): it is not a masked diffusion LM"
         )
     eos = config.get("eos_token_id")
+    if eos is None:
+        eos = defaults.get("eos_token_id")
     eos_ids = list(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         eos_ids.append(tokenizer.eos_token_id)
@@ -197,7 +225,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(folder, fmt.tokenizer_class)
-    mask_id, eos_ids, pad_id = _special_ids(config, tokenizer)
+    mask_id, eos_ids, pad_id = _special_ids(config, tokenizer, dict(fmt.generate_defaults))
 
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)
@@ -221,7 +249,7 @@ def save_checkpoint(net: BidirectionalTransformer, fmt: CheckpointFormat, folder
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {fmt.from_native(k): v.detach().to("cpu", torch.float32).contiguous()
-               for k, v in net.state_dict().items()}
+    tensors = {name: t.detach().to("cpu", torch.float32).contiguous()
+               for k, v in net.state_dict().items() for name, t in fmt.checkpoint_tensors(k, v)}
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(fmt.write_config(net.cfg, special), indent=2) + "\n")

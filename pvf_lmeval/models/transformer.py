@@ -1,9 +1,11 @@
 """The one native network behind every supported checkpoint: a bidirectional transformer.
 
-RMSNorm, rotary position embeddings (rotate-half convention, as LLaMA/Qwen2/LLaDA), SwiGLU MLP,
-optional q/k/v bias and grouped-query attention. Attention is never causal: a diffusion LM sees the
-whole canvas. Checkpoint adapters (``checkpoints.py``) map LLaDA and Dream weight names onto the
-parameter names used here.
+RMSNorm, rotary position embeddings (rotate-half convention, as LLaMA/Qwen2/LLaDA; optionally on
+the first ``rotary_dim`` dimensions of a head only), SwiGLU MLP or routed experts (``moe.py``),
+optional q/k/v bias, per-head query/key RMSNorm and grouped-query attention. Attention is never
+causal: a diffusion LM sees the whole canvas, or, with ``block_size`` set (block diffusion), every
+position of its own block and of the blocks before it. Checkpoint adapters (``checkpoints.py``) map
+each family's weight names onto the parameter names used here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ops
+from .moe import MoEConfig, RoutedExperts
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,46 @@ class TransformerConfig:
     #: False the float32-computed tables are cast to the working dtype and applied there (Dream,
     #: like Qwen2). Only matters below float32.
     rope_full_precision: bool = False
+    #: per-head width when it is not ``d_model // n_heads`` (LLaDA2's ``head_dim``); None = that
+    head_size: int | None = None
+    #: leading dimensions of a head that rotary rotates (partial rotary); None = the whole head
+    rotary_dim: int | None = None
+    #: RMSNorm over ``head_dim`` on every query and key head, before rotary
+    qk_norm: bool = False
+    #: one fused query/key/value projection (``qkv_proj``: queries, then keys, then values)
+    fused_qkv: bool = False
+    #: bias on the attention output projection
+    o_bias: bool = False
+    #: routed experts (``moe.MoEConfig``); None = a SwiGLU MLP of ``ffn_hidden`` in every layer
+    moe: MoEConfig | None = None
+    #: block diffusion: attention sees the own block and earlier ones (blocks of ``block_size``
+    #: positions, aligned to position id 0); None = fully bidirectional
+    block_size: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_size or self.d_model // self.n_heads
+
+    @property
+    def rope_dim(self) -> int:
+        return self.rotary_dim or self.head_dim
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def block_causal(position_ids: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[N, T, T] boolean: query ``q`` may see key ``k`` when ``k``'s block is not after ``q``'s,
+    blocks being ``position_ids // block_size`` (position ids [N, T] or [1, T])."""
+    block = torch.div(position_ids, block_size, rounding_mode="floor")
+    return block[:, None, :] <= block[:, :, None]
+
+
+def additive_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where ``allowed``, the dtype's most negative value elsewhere (finite: a query that sees
+    no key gives a uniform average, never NaN)."""
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return bias.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
 class RMSNorm(nn.Module):
@@ -57,7 +93,8 @@ class RMSNorm(nn.Module):
 
 def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos/sin tables [N, T, head_dim] for integer ``position_ids`` [N, T], computed in float32
-    and returned in ``dtype``: the dtype the rotation is computed in (see ``apply_rotary``)."""
+    and returned in ``dtype``: the dtype the rotation is computed in (see ``apply_rotary``).
+    ``head_dim`` is the rotated width (``rotary_dim`` for a partial rotary)."""
     inv_freq = 1.0 / (
         theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
     )
@@ -88,8 +125,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [N, H, T, D] by tables [N, T, D], in the tables' dtype; the result has ``x``'s
-    dtype (float32 tables on bfloat16 heads = LLaDA's full-precision rotary)."""
+    """Rotate ``x`` [N, H, T, D] by tables [N, T, R], in the tables' dtype; the result has ``x``'s
+    dtype (float32 tables on bfloat16 heads = LLaDA's full-precision rotary). With ``R < D``
+    (partial rotary) the first ``R`` dimensions are rotated and the rest pass unchanged."""
+    if cos.shape[-1] != x.shape[-1]:
+        r = cos.shape[-1]
+        return torch.cat([apply_rotary(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     if cos.dtype != x.dtype:
         xf = x.to(cos.dtype)
         return (xf * cos[:, None] + _rotate_half(xf) * sin[:, None]).to(x.dtype)
@@ -100,22 +141,44 @@ class Attention(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.splits = (q_out, kv_out, kv_out)
+        if cfg.fused_qkv:
+            self.qkv_proj = nn.Linear(cfg.d_model, q_out + 2 * kv_out, bias=cfg.qkv_bias)
+        else:
+            self.q_proj = nn.Linear(cfg.d_model, q_out, bias=cfg.qkv_bias)
+            self.k_proj = nn.Linear(cfg.d_model, kv_out, bias=cfg.qkv_bias)
+            self.v_proj = nn.Linear(cfg.d_model, kv_out, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_out, cfg.d_model, bias=cfg.o_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.qk_norm = cfg.qk_norm
 
-    def _heads(self, proj, x, n_heads, cos, sin):
+    def _weights(self, which: int):
+        """(weight, bias) of the query (0), key (1) or value (2) projection: rows of the fused
+        projection (views, no copy) or the separate one."""
+        if hasattr(self, "qkv_proj"):
+            a = sum(self.splits[:which])
+            b = a + self.splits[which]
+            bias = self.qkv_proj.bias
+            return self.qkv_proj.weight[a:b], None if bias is None else bias[a:b]
+        proj = (self.q_proj, self.k_proj, self.v_proj)[which]
+        return proj.weight, proj.bias
+
+    def _heads(self, which, x, n_heads, cos, sin):
         n, t, _ = x.shape
-        h = _project(proj, x).view(n, t, n_heads, self.head_dim).transpose(1, 2)
+        h = ops.linear(x, *self._weights(which)).view(n, t, n_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm and which < 2:
+            h = (self.q_norm, self.k_norm)[which](h)
         return h if cos is None else apply_rotary(h, cos, sin)
 
     def _kv(self, x, cos, sin):
-        return (self._heads(self.k_proj, x, self.n_kv_heads, cos, sin),
-                self._heads(self.v_proj, x, self.n_kv_heads, None, None))
+        return (self._heads(1, x, self.n_kv_heads, cos, sin),
+                self._heads(2, x, self.n_kv_heads, None, None))
 
     def _qkv(self, x, cos, sin):
-        return (self._heads(self.q_proj, x, self.n_heads, cos, sin), *self._kv(x, cos, sin))
+        return (self._heads(0, x, self.n_heads, cos, sin), *self._kv(x, cos, sin))
 
     def forward(self, x, cos, sin, attn_bias, out_index=None):
         """(attention output [N, T, d], or [N, P, d] for the query rows ``out_index`` only (every
@@ -123,7 +186,7 @@ class Attention(nn.Module):
 
         Keys and values are always returned (a KV cache keeps them; otherwise they are dropped):
         a compiled block then has one graph whether or not the caller keeps them."""
-        q = self._heads(self.q_proj, take_rows(x, out_index), self.n_heads,
+        q = self._heads(0, take_rows(x, out_index), self.n_heads,
                         take_rows(cos, out_index), take_rows(sin, out_index))
         k, v = self._kv(x, cos, sin)
         out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
@@ -155,12 +218,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, layer: int = 0):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        routed = cfg.moe is not None and cfg.moe.routed(layer)
+        self.mlp = RoutedExperts(cfg.d_model, cfg.moe) if routed else MLP(cfg)
 
     def forward(self, x, cos, sin, attn_bias):
         """[N, T, d] -> ([N, T, d], this layer's keys and values)."""
@@ -192,7 +256,9 @@ class BidirectionalTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        #: block diffusion's block size (None: fully bidirectional); see :meth:`hidden`
+        self.block_size = cfg.block_size
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
@@ -213,7 +279,7 @@ class BidirectionalTransformer(nn.Module):
     def _rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
         """Rotary tables in the dtype the rotation runs in: float32 with ``rope_full_precision``."""
         table_dtype = torch.float32 if self.cfg.rope_full_precision else dtype
-        return rotary_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta, table_dtype)
+        return rotary_tables(position_ids, self.cfg.rope_dim, self.cfg.rope_theta, table_dtype)
 
     def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
                position_ids: torch.Tensor | None = None, kv_out: list | None = None,
@@ -226,27 +292,38 @@ class BidirectionalTransformer(nn.Module):
         ``position_ids`` [N, T] default to the count of real tokens before each position, so left
         padding does not shift rotary positions. ``kv_out``: a list that receives, per layer, the
         (keys after rotary, values) [N, Hkv, T, D] of this call (to build a KV cache).
+
+        With ``self.block_size`` set, a query also sees only keys whose block (position id //
+        block_size) is not after its own: blocks count real tokens from 0, so left padding does
+        not move them.
         """
         n, t = tokens.shape
         x = self.embed(tokens)
-        attn_bias = None
-        if attention_mask is not None:
-            keep = attention_mask.to(torch.bool)
-            if position_ids is None:
-                position_ids = (keep.long().cumsum(-1) - 1).clamp(min=0)
-            # Additive bias rather than a boolean mask: a fully padded query row would otherwise
-            # produce NaNs in SDPA.
-            attn_bias = torch.zeros(n, 1, 1, t, dtype=x.dtype, device=x.device)
-            attn_bias.masked_fill_(~keep[:, None, None, :], torch.finfo(x.dtype).min)
+        keep = None if attention_mask is None else attention_mask.to(torch.bool)
+        if keep is not None and position_ids is None:
+            position_ids = (keep.long().cumsum(-1) - 1).clamp(min=0)
         if position_ids is None:     # one table row for all: broadcast, not N copies
             position_ids = torch.arange(t, device=tokens.device)[None]
+        attn_bias = last_bias = None
+        if self.block_size is not None:
+            allowed = block_causal(position_ids, self.block_size)                  # [N|1, T, T]
+            if keep is not None:
+                allowed = allowed & keep[:, None, :]
+            attn_bias = additive_bias(allowed[:, None], x.dtype)
+            if out_index is not None:
+                rows = out_index if out_index.dim() == 2 else out_index.expand(allowed.shape[0], -1)
+                last_bias = additive_bias(take_rows(allowed, rows)[:, None], x.dtype)
+        elif keep is not None:
+            # Additive bias rather than a boolean mask: a fully padded query row would otherwise
+            # produce NaNs in SDPA.
+            attn_bias = last_bias = additive_bias(keep[:, None, None, :], x.dtype)
         cos, sin = self._rotary(position_ids, x.dtype)
         if out_index is not None and out_index.dim() == 1:
             out_index = out_index.expand(n, -1).contiguous()   # one index form: one compiled graph
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             if i == last and out_index is not None:
-                x, k, v = block.forward_rows(x, cos, sin, attn_bias, out_index)
+                x, k, v = block.forward_rows(x, cos, sin, last_bias, out_index)
             else:
                 x, k, v = block(x, cos, sin, attn_bias)
             if kv_out is not None:      # keys after rotary: cached keys carry their positions

@@ -1,0 +1,153 @@
+"""Routed experts: the feed-forward layer of mixture-of-experts checkpoints (LLaDA-MoE, LLaDA 2.x).
+
+A router scores every token against ``n_experts`` experts; each token goes to its ``top_k``
+experts, whose SwiGLU outputs are summed with the routing weights; shared experts (a SwiGLU MLP
+every token goes through) are added on top. Tokens are grouped by expert (sorted, one product
+per expert through :func:`ops.grouped_linear`), never looped over.
+
+Routing (:func:`route`), in the order it is computed, all in float32:
+
+1. scores = softmax or sigmoid of the router logits;
+2. selection scores = scores + ``expert_bias`` (when the checkpoint has one);
+3. with ``n_groups > 1``: the experts are split into ``n_groups`` consecutive groups, each group
+   is scored by the sum of its two best selection scores, and only the ``topk_groups`` best
+   groups stay eligible;
+4. the ``top_k`` eligible experts with the highest selection scores are chosen;
+5. their weights are the scores (``bias_in_weight``: the selection scores), divided by their sum
+   when ``normalize`` (plus 1e-20; not for ``top_k == 1``), times ``scaling``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import ops
+
+SCORE_FUNCTIONS = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Shape and routing rule of the routed-expert layers (see the module docstring)."""
+
+    n_experts: int
+    top_k: int
+    expert_hidden: int
+    #: width of the shared expert MLP (0 = none)
+    shared_hidden: int = 0
+    score: str = "softmax"
+    #: an ``expert_bias`` vector [n_experts] added to the scores for selection
+    expert_bias: bool = False
+    #: the chosen weights include the expert bias (LLaDA-MoE's reference); else selection only
+    bias_in_weight: bool = False
+    normalize: bool = False
+    scaling: float = 1.0
+    n_groups: int = 1
+    topk_groups: int = 1
+    #: the router's product in float32 (LLaDA2) rather than the working dtype (LLaDA-MoE)
+    router_fp32: bool = False
+    #: per layer, whether it is routed (False = a dense MLP of ``ffn_hidden``); None = all
+    layers: tuple[bool, ...] | None = None
+
+    def routed(self, layer: int) -> bool:
+        return self.layers is None or bool(self.layers[layer])
+
+    def __post_init__(self):
+        if self.score not in SCORE_FUNCTIONS:
+            raise ValueError(f"score={self.score!r} must be one of {', '.join(SCORE_FUNCTIONS)}")
+        if not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"top_k={self.top_k} must be in 1..n_experts={self.n_experts}")
+        if self.n_groups < 1 or self.n_experts % self.n_groups:
+            raise ValueError(f"n_groups={self.n_groups} must divide n_experts={self.n_experts}")
+        if self.n_groups > 1 and self.n_experts // self.n_groups < 2:
+            raise ValueError(f"n_groups={self.n_groups}: a group is scored by its two best "
+                             f"experts, so it needs at least 2 of the {self.n_experts}")
+        if not 1 <= self.topk_groups <= self.n_groups:
+            raise ValueError(f"topk_groups={self.topk_groups} must be in 1..n_groups={self.n_groups}")
+
+
+def route(logits: torch.Tensor, cfg: MoEConfig, expert_bias: torch.Tensor | None = None):
+    """(expert ids [M, top_k], weights [M, top_k] float32) for router ``logits`` [M, n_experts]."""
+    logits = logits.float()
+    scores = torch.softmax(logits, dim=-1) if cfg.score == "softmax" else torch.sigmoid(logits)
+    select = scores if expert_bias is None else scores + expert_bias.float()
+    if cfg.n_groups > 1:
+        m = select.shape[0]
+        grouped = select.view(m, cfg.n_groups, -1)
+        group_score = grouped.topk(2, dim=-1).values.sum(-1)                     # [M, G]
+        kept = group_score.topk(cfg.topk_groups, dim=-1).indices
+        eligible = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, kept, True)
+        select = grouped.masked_fill(~eligible[..., None], float("-inf")).view(m, -1)
+    top, idx = select.topk(cfg.top_k, dim=-1)
+    weight = top if cfg.bias_in_weight else scores.gather(1, idx)
+    if cfg.normalize and cfg.top_k > 1:
+        weight = weight / (weight.sum(-1, keepdim=True) + 1e-20)
+    return idx, weight * cfg.scaling
+
+
+def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+           sizes: list[int]) -> torch.Tensor:
+    """Expert SwiGLU over rows ``x`` [M, d] grouped by expert (``sizes[e]`` consecutive rows per
+    expert); ``gate``/``up`` [E, F, d], ``down`` [E, d, F]."""
+    h = F.silu(ops.grouped_linear(x, gate, sizes)) * ops.grouped_linear(x, up, sizes)
+    return ops.grouped_linear(h, down, sizes)
+
+
+class SharedMLP(nn.Module):
+    """The shared experts: a SwiGLU MLP every token goes through."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x):
+        g = ops.linear(x, self.gate_proj.weight)
+        return ops.linear(F.silu(g) * ops.linear(x, self.up_proj.weight), self.down_proj.weight)
+
+
+class RoutedExperts(nn.Module):
+    """[N, T, d] -> [N, T, d]: routed top-k experts (stacked weights ``gate_proj``/``up_proj``
+    [E, F, d] and ``down_proj`` [E, d, F]) plus the shared MLP."""
+
+    def __init__(self, d_model: int, cfg: MoEConfig):
+        super().__init__()
+        self.cfg = cfg
+        e, f = cfg.n_experts, cfg.expert_hidden
+        self.router = nn.Linear(d_model, e, bias=False)
+        if cfg.expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(e))
+        else:
+            self.expert_bias = None
+        self.gate_proj = nn.Parameter(torch.empty(e, f, d_model))
+        self.up_proj = nn.Parameter(torch.empty(e, f, d_model))
+        self.down_proj = nn.Parameter(torch.empty(e, d_model, f))
+        self.shared = SharedMLP(d_model, cfg.shared_hidden) if cfg.shared_hidden else None
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Router logits [M, E] in float32 for rows ``h`` [M, d]."""
+        w = self.router.weight
+        if self.cfg.router_fp32:
+            return ops.linear(h.float(), w.float())
+        return ops.linear(h, w).float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        idx, weight = route(self.logits(h), self.cfg, self.expert_bias)
+        k = self.cfg.top_k
+        flat = idx.reshape(-1)                                   # [M * k] expert per (token, slot)
+        order = flat.argsort(stable=True)
+        # group sizes are the split points of the grouped product: one read back per layer
+        sizes = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()
+        y = swiglu(h[order // k], self.gate_proj, self.up_proj, self.down_proj, sizes)
+        per_slot = torch.empty_like(y).index_copy_(0, order, y).view(-1, k, shape[-1])
+        out = (per_slot.float() * weight[..., None]).sum(1).to(x.dtype)
+        if self.shared is not None:
+            out = out + self.shared(h)
+        return out.view(shape)

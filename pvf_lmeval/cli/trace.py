@@ -37,6 +37,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from .. import atomic
 from ..lmeval.trace_records import shown_length, token_pieces
 
 #: route -> (label, CSS background, ANSI SGR background). None = early-stop fill.
@@ -396,7 +397,7 @@ def main(argv=None) -> int:
         print("pvf-trace: no matching records", file=sys.stderr)
         return 1
     if args.html:
-        Path(args.html).write_text(render_html(groups, args.tokenizer), encoding="utf-8")
+        atomic.write_text(args.html, render_html(groups, args.tokenizer))
         n = sum(len(g) for g in groups)
         print(f"pvf-trace: wrote {args.html} ({len(groups)} requests, {n} traces)")
     if args.ansi or not args.html:

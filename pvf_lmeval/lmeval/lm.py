@@ -39,7 +39,7 @@ log = logging.getLogger("pvf_lmeval")
 
 #: the ``--model_args`` keys that are not decoder parameters
 LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
-           "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation")
+           "vocab", "trace", "trace_append", "mc_num", "mc_batch", "compile", "truncation")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
 #: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
 VOCAB_KEYS = VOCAB_ARGS
@@ -95,6 +95,7 @@ class PVFDiffusionLM(LM):
     def __init__(self, pretrained: str = "tiny-llada", dtype: str = "auto", device: str | None = None,
                  batch_size: int | str = 1, max_batch_size: int | None = None,
                  trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
+                 trace_append: bool | str = False,
                  mc_num: int | str = 128, mc_batch: int | str = 32,
                  compile: bool | str = False, truncation: str = "left",
                  _device_is_cli_default: bool = False,
@@ -116,6 +117,11 @@ class PVFDiffusionLM(LM):
         self._compile = _compile_scope(compile)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
+        from ..decoding.params import _bool
+
+        #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
+        self.trace_append = _bool("trace_append", trace_append)
+        self._trace_opened = False
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
         self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
         if trust_remote_code is not None:
@@ -416,7 +422,11 @@ class PVFDiffusionLM(LM):
         trace_file = None
         if self.trace_path:
             path = self.trace_path if self.world_size == 1 else f"{self.trace_path}.rank{self.rank}"
-            trace_file = open(path, "a")
+            # a run starts its trace afresh (a rerun must not add duplicates), later calls of
+            # the same run append; trace_append=true keeps what the file held
+            mode = "a" if self.trace_append or self._trace_opened else "w"
+            trace_file = open(path, mode, encoding="utf-8")
+            self._trace_opened = True
         bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
         nfe_sum = 0
         done = 0

@@ -8,14 +8,17 @@ weights are mapped onto the native network by the checkpoint format.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 from pathlib import Path
 
 import torch
 
+from .. import atomic
 from .checkpoints import CheckpointFormat, UnsupportedCheckpoint, format_for
 from .diffusion_lm import DiffusionLM
 from .transformer import BidirectionalTransformer, TransformerConfig
+from .validation import (check_checkpoint, check_token_ids, read_config_file,
+                         weight_files)
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = ("tiny-llada", "tiny-dream")
@@ -50,14 +53,39 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def checkpoint_folder(name_or_path: str) -> Path:
-    """The local folder for a bundled name, a path, or a hub id (downloaded when the hub allows)."""
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def looks_local(name: str) -> bool:
+    """Whether ``name`` is written as a local path: absolute, ``~``, ``.``/``..`` first, or
+    relative with a separator whose first component is an existing folder here (a missing
+    ``checkpoints/llada-ft`` beside an existing ``checkpoints/`` is a typo, not a hub id)."""
+    if name.startswith(("/", "~", "./", "../")) or name in (".", "..") or os.sep != "/" and \
+            name.startswith(os.sep):
+        return True
+    parts = name.replace(os.sep, "/").split("/")
+    return len(parts) > 1 and Path(parts[0]).is_dir()
+
+
+def checkpoint_folder(name_or_path: str, patterns=HUB_PATTERNS) -> Path:
+    """The local folder for a bundled name, a path, or a hub id (downloaded when the hub allows;
+    ``patterns``: the files a download fetches). A name written as a local path (see
+    :func:`looks_local`) that does not exist is an error naming it, never a download."""
     if name_or_path in BUNDLED:
         return FIXTURES_DIR / name_or_path
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
-    if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
+    bundled = f"bundled models: {', '.join(BUNDLED)}"
+    if path.exists():
+        raise ValueError(f"pretrained={name_or_path!r} is a file, not a checkpoint folder "
+                         f"({bundled})")
+    if looks_local(name_or_path):
+        raise ValueError(f"pretrained={name_or_path!r}: no such checkpoint folder (written as a "
+                         f"local path, so it is not looked up on the hub; {bundled})")
+    if name_or_path.count("/") != 1:
         raise ValueError(
             f"pretrained={name_or_path!r} is neither a checkpoint folder, a hub id (owner/name), "
             f"nor a bundled model ({', '.join(BUNDLED)})"
@@ -67,22 +95,16 @@ def checkpoint_folder(name_or_path: str) -> Path:
 
         return Path(snapshot_download(
             name_or_path,
-            allow_patterns=list(HUB_PATTERNS),
+            allow_patterns=list(patterns),
         ))
     except Exception as exc:  # offline, unknown repo, gated: say which and why in one line
         raise ValueError(f"pretrained={name_or_path!r}: could not fetch from the hub "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+                         f"({type(exc).__name__}: {_first_line(exc)})") from None
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / s for s in shards]
-    single = folder / "model.safetensors"
-    if single.exists():
-        return [single]
-    raise ValueError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+    """The folder's weight files, shards confined to it (see ``validation.weight_files``)."""
+    return weight_files(folder)
 
 
 def _open_safetensors(file: Path):
@@ -219,13 +241,23 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
     config_path = folder / "config.json"
     if not config_path.exists():
         raise ValueError(f"pretrained={name_or_path!r}: {folder} has no config.json")
-    config = json.loads(config_path.read_text())
+    config = read_config_file(config_path)
     fmt = format_for(config, str(config_path))
-    cfg: TransformerConfig = fmt.read_config(config)
+    try:
+        cfg: TransformerConfig = fmt.read_config(config)
+    except UnsupportedCheckpoint:
+        raise
+    except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:  # wrong JSON types
+        raise UnsupportedCheckpoint(f"{config_path}: not a readable {fmt.model_type} config "
+                                    f"({type(exc).__name__}: {_first_line(exc)})") from None
+    check_checkpoint(folder, config, fmt, cfg)      # headers only: nothing allocated yet
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(folder, fmt.tokenizer_class)
     mask_id, eos_ids, pad_id = _special_ids(config, tokenizer, dict(fmt.generate_defaults))
+    check_token_ids({"mask_token_id": mask_id, "eos_token_id": list(eos_ids),
+                     "pad_token_id": pad_id}, cfg.vocab_size,
+                    f"{folder} (config.json and tokenizer)")
 
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)
@@ -246,10 +278,11 @@ def save_checkpoint(net: BidirectionalTransformer, fmt: CheckpointFormat, folder
 
     ``special`` holds the config's token-id fields (mask_token_id, eos_token_id, ...).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().to("cpu", torch.float32).contiguous()
                for k, v in net.state_dict().items() for name, t in fmt.checkpoint_tensors(k, v)}
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(fmt.write_config(net.cfg, special), indent=2) + "\n")
+    atomic.write_bytes(folder / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    atomic.write_json(folder / "config.json", fmt.write_config(net.cfg, special), indent=2,
+                      ensure_ascii=True)

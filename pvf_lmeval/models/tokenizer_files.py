@@ -28,6 +28,8 @@ DATA_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
               "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
               "chat_template.json")
 GENERIC_FAST = "PreTrainedTokenizerFast"
+#: what a hub download fetches when only the tokenizer is needed (``pvf-trace``): no weights
+HUB_PATTERNS = DATA_FILES
 
 
 class TokenizerFilesError(ValueError):

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from ..atomic import write_json
 from .vocab import FORMAT_VERSION, tokenizer_hash
 
 DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
@@ -359,9 +359,8 @@ def fingerprint(model_desc: dict, data_desc: dict, n_prompts: int, cfg: CalibCon
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """``data`` as JSON, written atomically (:mod:`pvf_lmeval.atomic`)."""
+    write_json(path, data)
 
 
 def load_state(state_path: Path, fp: str) -> tuple[int, Tally, float]:

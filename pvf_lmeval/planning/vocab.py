@@ -26,6 +26,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..atomic import write_json
 from ..paths import vocab_artifacts_dir
 
 log = logging.getLogger("pvf_lmeval")
@@ -286,13 +287,9 @@ def online_artifact(online, tokenizer, *, model_family: str, task_family: str, m
 
 
 def save_artifact(data: dict, path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write an artifact atomically (fields starting with ``_`` are dropped); its path."""
     clean = {k: v for k, v in data.items() if not k.startswith("_")}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
+    return write_json(path, clean)
 
 
 # ---------------------------------------------------------------- a run's planning vocabulary

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ... import atomic
 from ...decoder_names import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table
@@ -103,14 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"note: {n}")
         text = render(table, args.format)
         if args.output:
-            Path(args.output).write_text(text)
+            atomic.write_text(args.output, text)
         else:
             sys.stdout.write(text)
         if args.plot:
             info = plotting.plot(table, args.plot[0], args.plot[1], log_x=args.log_x)
             _note(f"wrote {info.path}")
         if args.save_baseline:
-            Path(args.save_baseline).write_text(json.dumps(gate.baseline_dict(table), indent=1) + "\n")
+            atomic.write_json(args.save_baseline, gate.baseline_dict(table), ensure_ascii=True)
             _note(f"wrote baseline {args.save_baseline}")
         if baseline is not None:
             return _check(table, baseline, args)

@@ -1,0 +1,357 @@
+"""Hostile and broken checkpoint folders: every one fails before anything is allocated for it,
+in one line naming the file and the key (or weight) at fault; none is taken for a hub id."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import struct
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from pvf_lmeval.models import loader
+from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint
+from pvf_lmeval.models.loader import FIXTURES_DIR, load_model, weights_fingerprint
+from pvf_lmeval.models.validation import read_header
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+GiB = 1 << 30
+
+
+@contextmanager
+def bounded(seconds: int = 20, extra_bytes: int = GiB):
+    """Fail the block if it runs longer than ``seconds`` or raises the process's peak resident
+    memory by ``extra_bytes`` or more."""
+    def stop(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert grew < extra_bytes, f"peak memory grew by {grew} bytes"
+
+
+def _copy(tmp_path: Path, family: str = "llada") -> Path:
+    folder = tmp_path / f"ckpt-{family}"
+    shutil.copytree(FIXTURES_DIR / f"tiny-{family}", folder)
+    return folder
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+_DROP = object()
+
+
+def _fails(folder: Path, *needles: str) -> str:
+    with bounded():
+        with pytest.raises(UnsupportedCheckpoint) as exc:
+            load_model(str(folder), device="cpu")
+    msg = str(exc.value)
+    assert msg and "\n" not in msg, f"not one line: {msg!r}"
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+    return msg
+
+
+# --- config.json against the headers and against sane ranges -----------------------------------
+
+def test_a_billion_layers_fail_before_any_module_is_built(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, n_layers=10 ** 9)
+    msg = _fails(folder, str(folder / "config.json"), "n_layers=1000000000")
+    assert msg.endswith("but the weights hold layers 0..3 (4 layers)")
+
+
+def test_fewer_layers_than_the_weights_hold(tmp_path):
+    folder = _copy(tmp_path, "dream")
+    _edit_config(folder, num_hidden_layers=3)
+    _fails(folder, "num_hidden_layers=3", "layers 0..3 (4 layers)")
+
+
+@pytest.mark.parametrize("family,key", [("llada", "embedding_size"), ("dream", "vocab_size")])
+def test_a_vocabulary_of_10_12_is_a_shape_error_naming_the_weight(tmp_path, family, key):
+    folder = _copy(tmp_path, family)
+    _edit_config(folder, **{key: 10 ** 12})
+    embed = "model.transformer.wte.weight" if family == "llada" else "model.embed_tokens.weight"
+    width = 128 if family == "llada" else json.loads((folder / "config.json").read_text())["hidden_size"]
+    _fails(folder, str(folder / "model.safetensors"), repr(embed), f"[1000000000000, {width}]")
+
+
+def test_heads_that_do_not_divide_the_width(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, n_heads=3, n_kv_heads=3)
+    _fails(folder, "config.json", "n_heads=3 attention heads do not divide the width d_model=128")
+
+
+def test_kv_heads_that_do_not_divide_the_heads(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, n_kv_heads=3)
+    _fails(folder, "config.json", "n_kv_heads=3 key/value heads do not divide the 4")
+
+
+def test_a_narrower_width_names_the_first_misshapen_weight(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, d_model=64, mlp_ratio=6)
+    _fails(folder, "model.safetensors", "'model.transformer.wte.weight' has shape [691, 128]",
+           "implies [691, 64]")
+
+
+@pytest.mark.parametrize("key,value", [("mask_token_id", 10 ** 6), ("eos_token_id", [686, 691]),
+                                       ("pad_token_id", 691)])
+def test_token_ids_outside_the_vocabulary(tmp_path, key, value):
+    folder = _copy(tmp_path)
+    _edit_config(folder, **{key: value})
+    _fails(folder, "config.json", f"{key}={json.dumps(value)} is outside the model's "
+                                  f"vocabulary of 691 embeddings")
+
+
+@pytest.mark.parametrize("value", [-1, "7", 1.5, True])
+def test_token_ids_that_are_not_ids(tmp_path, value):
+    folder = _copy(tmp_path)
+    _edit_config(folder, mask_token_id=value)
+    _fails(folder, "config.json", f"mask_token_id={json.dumps(value)} must be a non-negative "
+                                  f"integer token id")
+
+
+def test_a_mask_id_from_the_tokenizer_outside_the_embeddings(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, mask_token_id=_DROP, embedding_size=689, vocab_size=689)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    for name in ("model.transformer.wte.weight", "model.transformer.ff_out.weight"):
+        tensors[name] = tensors[name][:689].contiguous()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    _fails(folder, "(config.json and tokenizer)", "mask_token_id=690 is outside",
+           "689 embeddings")
+
+
+@pytest.mark.parametrize("value", ["abc", -1e-5, 0, float("nan"), float("inf"), 2.0, None])
+def test_epsilons_that_are_not_small_positive_numbers(tmp_path, value):
+    folder = _copy(tmp_path)
+    _edit_config(folder, rms_norm_eps=value)
+    _fails(folder, "config.json", f"rms_norm_eps={json.dumps(value)} must be a finite number "
+                                  f"between 0 and 1")
+
+
+@pytest.mark.parametrize("family,key", [("llada", "max_sequence_length"),
+                                        ("dream", "max_position_embeddings")])
+@pytest.mark.parametrize("value", [-5, 0, 10 ** 12, "4096", 4096.0])
+def test_lengths_that_are_not_positive_bounded_integers(tmp_path, family, key, value):
+    folder = _copy(tmp_path, family)
+    _edit_config(folder, **{key: value})
+    _fails(folder, "config.json", f"{key}={json.dumps(value)} must be an integer from 1 to "
+                                  f"16777216")
+
+
+@pytest.mark.parametrize("value", ["abc", 0, -1.0])
+def test_rope_theta_must_be_positive(tmp_path, value):
+    folder = _copy(tmp_path)
+    _edit_config(folder, rope_theta=value)
+    _fails(folder, "config.json", f"rope_theta={json.dumps(value)} must be a positive finite")
+
+
+@pytest.mark.parametrize("changes,needle", [
+    ({"mlp_ratio": {}, "mlp_hidden_size": _DROP}, "not a readable llada config (TypeError"),
+    ({"mlp_hidden_size": "384"}, "mlp_hidden_size=\"384\" (ffn_hidden) must be a positive integer"),
+    ({"n_kv_heads": "4"}, "n_kv_heads=\"4\" (n_kv_heads) must be a positive integer"),
+    ({"model_type": ["llada"]}, "model_type=['llada'] must be a string"),
+])
+def test_strings_and_objects_where_numbers_belong(tmp_path, changes, needle):
+    folder = _copy(tmp_path)
+    _edit_config(folder, **changes)
+    _fails(folder, "config.json", needle)
+
+
+def test_config_json_that_is_not_an_object(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "config.json").write_text("[1, 2]")
+    _fails(folder, "config.json: a config must be a JSON object, found list")
+    (folder / "config.json").write_text("{")
+    _fails(folder, "config.json: not a readable JSON config")
+
+
+def test_a_missing_weight_is_named_before_loading(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    del tensors["model.transformer.blocks.2.up_proj.weight"]
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    _fails(folder, "the weights lack 'model.transformer.blocks.2.up_proj.weight'",
+           "shape [384, 128]")
+
+
+def test_a_bias_the_config_does_not_have(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.transformer.blocks.0.q_proj.bias"] = torch.zeros(128)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    _fails(folder, "model.safetensors: weight 'model.transformer.blocks.0.q_proj.bias' is not "
+                   "part of the network")
+
+
+# --- safetensors headers -------------------------------------------------------------------------
+
+def _header_file(path: Path, header: dict, data: bytes = b"", length: int | None = None) -> Path:
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw) if length is None else length) + raw + data)
+    return path
+
+
+@pytest.mark.parametrize("length", [2 ** 63, 10 ** 9])
+def test_a_header_length_beyond_the_file_is_not_read(tmp_path, length):
+    f = _header_file(tmp_path / "x.safetensors", {}, length=length)
+    with bounded(extra_bytes=64 << 20), pytest.raises(UnsupportedCheckpoint,
+                                                      match="exceeds the file's"):
+        read_header(f)
+
+
+@pytest.mark.parametrize("entry", [
+    {"dtype": "F32", "shape": [10 ** 12, 10 ** 12], "data_offsets": [0, 16]},
+    {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 1 << 40]},
+    {"dtype": "XX", "shape": [2, 2], "data_offsets": [0, 16]},
+    {"dtype": "F32", "shape": [-2, -2], "data_offsets": [0, 16]},
+    {"dtype": "F32", "shape": "2x2", "data_offsets": [0, 16]},
+    [1, 2, 3],
+])
+def test_header_entries_that_do_not_describe_their_bytes(tmp_path, entry):
+    f = _header_file(tmp_path / "x.safetensors", {"w": entry}, data=bytes(16))
+    with pytest.raises(UnsupportedCheckpoint) as exc:
+        read_header(f)
+    assert str(exc.value) == (f"{f}: header entry 'w' is not a valid tensor (dtype, shape and "
+                              f"data offsets inside the file); re-download it")
+
+
+def test_a_truncated_weight_file(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "model.safetensors").write_bytes(b"\x01\x02")
+    _fails(folder, f"{folder / 'model.safetensors'}: not a readable safetensors file (2 bytes")
+
+
+# --- shards stay inside the folder -----------------------------------------------------------------
+
+def _sharded(folder: Path, shard_name: str) -> None:
+    """Point every weight of ``folder`` at ``shard_name`` through an index."""
+    names = list(read_header(folder / "model.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {n: shard_name for n in names}}))
+
+
+@pytest.mark.parametrize("shard", ["ABS", "../elsewhere/model.safetensors",
+                                   "sub/../../elsewhere/model.safetensors"])
+def test_shards_outside_the_folder_are_refused(tmp_path, shard):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(FIXTURES_DIR / "tiny-llada", elsewhere)
+    folder = _copy(tmp_path)
+    shard = str(elsewhere / "model.safetensors") if shard == "ABS" else shard
+    _sharded(folder, shard)
+    (folder / "model.safetensors").unlink()
+    msg = _fails(folder, str(folder / "model.safetensors.index.json"), repr(shard),
+                 "outside the checkpoint folder")
+    with pytest.raises(UnsupportedCheckpoint) as exc:
+        weights_fingerprint(folder)
+    assert str(exc.value) == msg
+
+
+def test_a_shard_that_links_out_of_the_folder_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(FIXTURES_DIR / "tiny-llada", elsewhere)
+    folder = _copy(tmp_path)
+    _sharded(folder, "shard.safetensors")
+    (folder / "model.safetensors").unlink()
+    (folder / "shard.safetensors").symlink_to(elsewhere / "model.safetensors")
+    _fails(folder, "shard 'shard.safetensors' resolves to", str(elsewhere / "model.safetensors"),
+           "outside the checkpoint folder")
+
+
+def test_a_model_safetensors_that_links_out_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(FIXTURES_DIR / "tiny-llada", elsewhere)
+    folder = _copy(tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(elsewhere / "model.safetensors")
+    _fails(folder, "resolves to", "outside the checkpoint folder")
+
+
+def test_a_link_inside_the_folder_is_followed(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "blobs").mkdir()
+    (folder / "model.safetensors").rename(folder / "blobs" / "abc")
+    (folder / "model.safetensors").symlink_to(Path("blobs") / "abc")
+    assert load_model(str(folder), device="cpu").net.cfg.n_layers == 4
+
+
+@pytest.mark.parametrize("index", ['{"weight_map": []}', '{"weight_map": {"a": 3}}', "[]", "{"])
+def test_malformed_indexes(tmp_path, index):
+    folder = _copy(tmp_path)
+    (folder / "model.safetensors.index.json").write_text(index)
+    _fails(folder, str(folder / "model.safetensors.index.json"))
+
+
+# --- local paths are never taken for hub ids --------------------------------------------------------
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    import huggingface_hub
+
+    asked = []
+
+    def fake(repo_id, **kw):
+        asked.append(repo_id)
+        raise RuntimeError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    return asked
+
+
+@pytest.mark.parametrize("name", ["checkpoints/llada-ft", "./llada-ft", "../llada-ft",
+                                  "~/no-such-llada-ft", "/no/such/llada-ft", "."])
+def test_a_missing_local_path_is_an_error_not_a_download(tmp_path, monkeypatch, no_hub, name):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work" if name.startswith("../") else tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if name == ".":
+        monkeypatch.chdir(tmp_path / "checkpoints")
+    with pytest.raises(ValueError) as exc:
+        load_model(name, device="cpu")
+    msg = str(exc.value)
+    assert no_hub == []
+    if name == ".":       # the folder exists: it is read as a checkpoint folder
+        assert msg.endswith("has no config.json")
+    else:
+        assert msg == (f"pretrained={name!r}: no such checkpoint folder (written as a local path, "
+                       f"so it is not looked up on the hub; bundled models: tiny-llada, tiny-dream)")
+
+
+def test_an_owner_name_without_a_local_owner_folder_is_a_hub_id(tmp_path, monkeypatch, no_hub):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as exc:
+        load_model("someone/llada-ft", device="cpu")
+    assert no_hub == ["someone/llada-ft"]
+    assert str(exc.value) == ("pretrained='someone/llada-ft': could not fetch from the hub "
+                              "(RuntimeError: offline)")

@@ -104,8 +104,10 @@ class PVFDiffusionLM(LM):
         self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
         self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
         self._decoder = self._explicit.pop("decoder", "threshold")
-        self._preset_arg = self._explicit.pop("preset", None)   # given: wins over the tasks'
-        self.params = make_params(self._decoder, preset=self._preset_arg, **self._explicit)
+        # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
+        self._preset_given = "preset" in decoder_args
+        self.params = make_params(self._decoder, preset=self._explicit.pop("preset", None),
+                                  **self._explicit)
         self._preset_params: dict = {}
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
         self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
@@ -376,7 +378,7 @@ class PVFDiffusionLM(LM):
     def _params_with_preset(self, preset):
         """The run's parameters under a task's ``preset`` (``task_presets``); a ``preset``
         model arg wins over it."""
-        if preset is None or self._preset_arg is not None:
+        if preset is None or self._preset_given:
             return self.params
         if preset not in self._preset_params:
             self._preset_params[preset] = make_params(

@@ -16,3 +16,11 @@ PLANNING_DECODERS = ("pvf", "explore")
 REVEALING_DECODERS = ("pvf", "explore")
 #: the decoders other decoders are compared with (the paper's bracketed speed-ups and deltas)
 REFERENCE_DECODERS = ("static", "threshold")
+#: what each decoder does, in one line (``pvf-dlm decoders``; docs/decoding.md has the rules)
+DECODER_SUMMARIES = {
+    "static": "LLaDA's low-confidence remasking: the most confident position(s) on a fixed schedule",
+    "threshold": "Fast-dLLM: every position at or above threshold (or the factor rule), at least one",
+    "freedave": "static's trajectory, several steps drafted and verified in one call",
+    "pvf": "Plan-Verify-Fill: plans on planning-vocabulary tokens, verifies branches, AR fallback",
+    "explore": "threshold plus one position from a band, at random or by planning (ablation)",
+}

@@ -29,17 +29,17 @@ from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, m
 from ..decoding.params import _bool, override
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
+from .auto_batch import AutoBatch, batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
+from .model_args import check_keys, exit_in_one_line, positive_int
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
+from .task_presets import task_preset
 from .trace_records import trace_record
 from ..planning.vocab import VOCAB_ARGS, RunVocab
 
 log = logging.getLogger("pvf_lmeval")
 
-#: the ``--model_args`` keys that are not decoder parameters
-LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
-           "vocab", "trace", "trace_append", "mc_num", "mc_batch", "compile", "truncation")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
 #: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
 VOCAB_KEYS = VOCAB_ARGS
@@ -102,18 +102,17 @@ class PVFDiffusionLM(LM):
                  **decoder_args):
         super().__init__()
         # Every argument is checked here, before the model loads: bad input fails fast, in one line.
+        check_keys(decoder_args)
         self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
-        unknown = sorted(set(decoder_args) - set(DECODER_KEYS))
-        if unknown:
-            raise ValueError(f"pvf-dlm: unknown model arg {unknown[0]!r}; allowed: "
-                             f"{', '.join(LM_KEYS + VOCAB_KEYS + DECODER_KEYS)}")
         self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
-        self.params = make_params(self._explicit.pop("decoder", "threshold"),
-                                  preset=self._explicit.pop("preset", None), **self._explicit)
-        self.batch_size = self._positive_int("batch_size", batch_size)
-        if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
-            raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
-                             f"a fixed batch_size (a positive integer; no batch_size=auto)")
+        self._decoder = self._explicit.pop("decoder", "threshold")
+        # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
+        self._preset_given = "preset" in decoder_args
+        self.params = make_params(self._decoder, preset=self._explicit.pop("preset", None),
+                                  **self._explicit)
+        self._preset_params: dict = {}
+        self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
+        self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
         self._compile = _compile_scope(compile)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
@@ -187,15 +186,7 @@ class PVFDiffusionLM(LM):
     def plan_vocab(self):
         return self.vocab.ids
 
-    @staticmethod
-    def _positive_int(name: str, value) -> int:
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            number = 0
-        if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
-            raise ValueError(f"{name}={value!r} must be a positive integer")
-        return number
+    _positive_int = staticmethod(positive_int)
 
     # ------------------------------------------------------------------ vocab=online
 
@@ -218,12 +209,21 @@ class PVFDiffusionLM(LM):
         return merged
 
     @classmethod
+    def _create(cls, args: dict):
+        """The model, or the argument error, which lm-eval's CLI then prints as one line."""
+        try:
+            return cls(**args)
+        except ValueError as error:
+            exit_in_one_line(error)
+            raise
+
+    @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
-        return cls(**cls._merge(simple_parse_args_string(arg_string), additional_config))
+        return cls._create(cls._merge(simple_parse_args_string(arg_string), additional_config))
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
-        return cls(**cls._merge(arg_dict, additional_config))
+        return cls._create(cls._merge(arg_dict, additional_config))
 
     # ------------------------------------------------------------------ lm-eval plumbing
 
@@ -279,6 +279,7 @@ class PVFDiffusionLM(LM):
             "decoder": self.params.decoder,
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
+            "task_presets": dict(self.task_presets),
             **self.vocab.info(),
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
@@ -381,8 +382,19 @@ class PVFDiffusionLM(LM):
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
         return out
 
-    def _request_params(self, gen_kwargs: dict):
-        """Decoder parameters for one request: model args, then the request's own overrides."""
+    def _params_with_preset(self, preset):
+        """The run's parameters under a task's ``preset`` (``task_presets``); a ``preset``
+        model arg wins over it."""
+        if preset is None or self._preset_given:
+            return self.params
+        if preset not in self._preset_params:
+            self._preset_params[preset] = make_params(
+                self._decoder, preset=None if preset in ("", "none") else preset, **self._explicit)
+        return self._preset_params[preset]
+
+    def _request_params(self, gen_kwargs: dict, task: str | None = None):
+        """Decoder parameters for one request: model args, the preset of its ``task`` (or of
+        its generation kwargs), then the request's own overrides."""
         kwargs = dict(gen_kwargs)
         for alias in ("max_new_tokens", "max_tokens"):
             if alias in kwargs:
@@ -400,14 +412,18 @@ class PVFDiffusionLM(LM):
         if ignored and tuple(ignored) not in self._length_notices:
             self._length_notices.add(tuple(ignored))
             _notice(f"pvf-dlm: generation kwargs {ignored} do not apply to diffusion decoding and are ignored")
-        params = override(self.params, **overrides) if overrides else self.params
+        preset = overrides.pop("preset", None) or task_preset(task)
+        base = self._params_with_preset(preset)
+        if base is not self.params:
+            self.task_presets[task or "unknown"] = preset
+        params = override(base, **overrides) if overrides else base
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
         if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:
             blocks = -(-max_gen_toks // params.block_length)
             length = blocks * params.block_length
             key = (max_gen_toks, length)
-            if key not in self._length_notices:
+            if length != max_gen_toks and key not in self._length_notices:
                 self._length_notices.add(key)
                 _notice(f"pvf-dlm: gen_length={length} (the task's max_gen_toks={max_gen_toks} rounded "
                         f"up to whole blocks of {params.block_length}); pass gen_length to fix it")
@@ -427,7 +443,7 @@ class PVFDiffusionLM(LM):
             mode = "a" if self.trace_append or self._trace_opened else "w"
             trace_file = open(path, mode, encoding="utf-8")
             self._trace_opened = True
-        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
+        bar = None                  # started after the notices of preparing the requests
         nfe_sum = 0
         done = 0
         chunk: list[dict] = []      # one batch: requests with identical decoding parameters
@@ -476,13 +492,12 @@ class PVFDiffusionLM(LM):
                     # them without decoding again and without counting them.
                     copies.append((i, occurrences[len(occurrences) % repeats]))
                     occurrences.append(i)
-                    bar.update(1)
                     continue
                 repeat_index = len(occurrences)
                 occurrences.append(i)
                 context, gen_kwargs = req.args
-                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs))
                 task = getattr(req, "task_name", None) or "unknown"
+                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs), task)
                 doc = getattr(req, "doc_id", i)
                 prompt_ids, cut = fit_prompt(
                     self.tokenizer.encode(context, add_special_tokens=False), params.gen_length,
@@ -497,14 +512,18 @@ class PVFDiffusionLM(LM):
                 _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
                         f"context of {self.model.max_length} tokens with gen_length and were "
                         "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
+            batch_size = self._batch_size_for(prepared)
+            bar = tqdm(total=len(requests), initial=len(copies),
+                       disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
             for members in batches([c["params"] for c in prepared],
-                                   [len(c["prompt_ids"]) for c in prepared], self.batch_size):
+                                   [len(c["prompt_ids"]) for c in prepared], batch_size):
                 chunk.extend(prepared[k] for k in members)
                 flush()
             for i, src in copies:
                 results[i] = results[src]
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
             if trace_file is not None:
                 trace_file.close()
         if self.online is not None:
@@ -515,6 +534,29 @@ class PVFDiffusionLM(LM):
         if self.world_size > 1:
             self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results
+
+    @property
+    def batch_sizes(self) -> dict:
+        """``batch_size=auto``: the batch picked per (canvas tokens, rows per request) (lm-eval
+        reports these values as ``batch_sizes``)."""
+        return dict(self._auto_batch.sizes) if self._auto_batch is not None else {}
+
+    def _batch_size_for(self, prepared: list[dict]) -> int:
+        """Requests per decoded batch: ``batch_size``, or for ``batch_size=auto`` the largest
+        batch of the run's canvas (longest prompt plus gen_length) that fits, the smallest over
+        the ranks."""
+        if self._auto_batch is None:
+            return self.batch_size
+        size = self._auto_batch.limit
+        if prepared:
+            canvas = max(len(c["prompt_ids"]) + c["params"].gen_length for c in prepared)
+            gen_length = max(c["params"].gen_length for c in prepared)
+            rows = max(DECODERS[c["params"].decoder].rows_per_call(c["params"]) for c in prepared)
+            size = self._auto_batch.size(self.model, canvas=canvas, gen_length=gen_length,
+                                         rows_per_request=rows)
+        if self.world_size > 1:
+            size = min(self.gather_object(size))
+        return size
 
     def _finish(self, out, until: list[str]) -> tuple[str, dict]:
         """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first

@@ -319,6 +319,8 @@ class RunVocab:
         self.online = None
         self.requests = 0
         self.family = "math-word"
+        #: fixed vocabularies: task family (None: no preset) -> (ids, source)
+        self.by_family: dict = {}
 
     @staticmethod
     def settings(spec, args: dict) -> dict:
@@ -356,13 +358,18 @@ class RunVocab:
                              "vocabulary; vocab=online learns its own (use rules=paper or a fixed vocab)")
         if self.source == "unused" and self.spec == "online":
             self.online, self.source = self._make_online(params, model, tokenizer, model_name), "online"
-        if self.source == "unused":
-            self.ids, self.source = resolve_vocab(
-                self.spec, tokenizer=tokenizer, model_family=model.family, model_name=model_name,
-                task_family=params.family, force=self.cfg["force"],
-                weights=getattr(model, "weights_fingerprint", None))
-            log.info("pvf-dlm: planning vocabulary %s (%d tokens)", self.source, len(self.ids or ()))
         ids = self.ids
+        if self.spec != "online":   # one resolution per task family (tasks carry presets)
+            if params.family not in self.by_family:
+                self.by_family[params.family] = resolve_vocab(
+                    self.spec, tokenizer=tokenizer, model_family=model.family,
+                    model_name=model_name, task_family=params.family, force=self.cfg["force"],
+                    weights=getattr(model, "weights_fingerprint", None))
+                got, source = self.by_family[params.family]
+                log.info("pvf-dlm: planning vocabulary %s (%d tokens)", source, len(got or ()))
+            ids, source = self.by_family[params.family]
+            if self.source == "unused":
+                self.ids, self.source = ids, source
         if capitalised:             # rules=reference, switch 2: the authors' code plans on them
             if getattr(self, "_capitalised", None) is None:
                 self._capitalised = capitalised_ids(tokenizer)
@@ -420,7 +427,8 @@ class RunVocab:
 
     def info(self) -> dict:
         """What ``get_model_info`` reports: source, size, online settings."""
-        out = {"vocab": self.source,
+        sources = {source for _, source in self.by_family.values()}
+        out = {"vocab": self.source if len(sources) <= 1 else ", ".join(sorted(sources)),
                "vocab_size": len(self.ids or ()) if self.online is None
                else len(self.online.eligible_ids())}
         if self.online is not None:

@@ -1,0 +1,98 @@
+"""``pvf-dlm``: what the ``--model pvf-dlm`` plugin accepts, printed from the code.
+
+    pvf-dlm args [--markdown]   every --model_args key: default, allowed values, meaning
+    pvf-dlm decoders            the decoders and the parameters each reads
+    pvf-dlm presets             the PVF presets, their values and the bundled tasks that use them
+    pvf-dlm vocab               the bundled planning-vocabulary artifacts (names for vocab=)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _columns(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    """Rows as left-aligned columns (the last one unpadded), under ``header``."""
+    rows = [header] + rows
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    return "\n".join("  ".join([c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]).rstrip()
+                     for r in rows) + "\n"
+
+
+def args_text(markdown: bool = False) -> str:
+    from ..lmeval.model_args import ALL_ARGS, markdown_table
+
+    if markdown:
+        return markdown_table()
+    return _columns([(a.name, a.default, a.allowed, a.meaning) for a in ALL_ARGS],
+                    ("key", "default", "allowed", "meaning"))
+
+
+def decoders_text() -> str:
+    from ..decoder_names import DECODER_NAMES, DECODER_SUMMARIES, PLANNING_DECODERS
+    from ..lmeval.model_args import DECODER_ARGS
+
+    rows = []
+    for name in DECODER_NAMES:
+        reads = [a.name for a in DECODER_ARGS if _reads(a.meaning, name)]
+        if name in PLANNING_DECODERS:
+            reads.append("vocab")
+        rows.append((name, DECODER_SUMMARIES[name], ", ".join(reads) or "-"))
+    return _columns(rows, ("decoder", "what it does", "its own parameters"))
+
+
+def _reads(meaning: str, decoder: str) -> bool:
+    """Whether a parameter's meaning names ``decoder`` as the one(s) it applies to
+    (``"pvf, explore: ..."``, ``"static only: ..."``)."""
+    head = meaning.split(":")[0]
+    return decoder in [w.strip() for w in head.replace(" only", "").split(",")]
+
+
+def presets_text() -> str:
+    from ..decoding.params import PRESETS, preset_defaults
+    from ..lmeval.task_presets import TASK_PRESETS
+
+    keys = ("plan_lo", "plan_hi", "ar_lo", "width", "reveal_next")
+    rows = [("none", "-", *(str(preset_defaults(None)[k]) for k in keys), "-")]
+    for name, family in PRESETS.items():
+        values = preset_defaults(name)
+        tasks = ", ".join(t for t, p in TASK_PRESETS.items() if p == name) or "-"
+        rows.append((name, family, *(str(values[k]) for k in keys), tasks))
+    return _columns(rows, ("preset", "task family", *keys, "bundled tasks that use it"))
+
+
+def vocab_text() -> str:
+    from ..planning.vocab import bundled_artifacts
+
+    rows = [(Path(a["_path"]).stem, a["kind"], a["model_family"], a["task_family"],
+             str(len(a.get("tokens") or ())), str(a.get("model") or "-"))
+            for a in bundled_artifacts()]
+    return _columns(rows, ("name (vocab=NAME)", "kind", "model family", "task family", "tokens",
+                           "made for"))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pvf-dlm", description="What lm_eval --model pvf-dlm accepts, printed from the code.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    a = sub.add_parser("args", help="every --model_args key: default, allowed values, meaning")
+    a.add_argument("--markdown", action="store_true", help="as the README's markdown table")
+    sub.add_parser("decoders", help="the decoders and the parameters each reads")
+    sub.add_parser("presets", help="the PVF presets and the bundled tasks that use them")
+    sub.add_parser("vocab", help="the bundled planning-vocabulary artifacts (names for vocab=)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``pvf-dlm``."""
+    ns = parser().parse_args(argv)
+    text = {"args": lambda: args_text(ns.markdown), "decoders": decoders_text,
+            "presets": presets_text, "vocab": vocab_text}[ns.command]()
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

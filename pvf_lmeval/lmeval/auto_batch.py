@@ -1,0 +1,90 @@
+"""``batch_size=auto``: the largest number of requests whose canvas fits the device.
+
+As lm-eval's HFLM: start at ``max_batch_size`` (64 unless given) and halve on out-of-memory;
+then bisect between the largest batch that fitted and the smallest that did not, so the answer
+is the largest that fits, not a power of two below it. A probe is one real forward of the run's
+canvas (``rows_per_request`` rows per request: a decoder's branches), made once per canvas
+size and cached. On the CPU nothing is probed (host memory swaps long before it runs out): the
+batch is ``CPU_AUTO_BATCH``, capped by ``max_batch_size``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .model_args import AUTO_MAX_BATCH, CPU_AUTO_BATCH, ModelArgError, positive_int
+
+
+def batch_size_arg(batch_size, max_batch_size) -> tuple[int | str, "AutoBatch | None"]:
+    """``(batch_size, AutoBatch or None)`` from the model args ``batch_size`` (a positive
+    integer or ``auto``) and ``max_batch_size`` (``batch_size=auto`` only)."""
+    if str(batch_size).strip().lower() == "auto":
+        limit = AUTO_MAX_BATCH if max_batch_size is None else positive_int("max_batch_size",
+                                                                            max_batch_size)
+        return "auto", AutoBatch(limit)
+    if str(batch_size).strip().lower().startswith("auto:"):
+        raise ModelArgError(f"batch_size={batch_size!r}: pvf-dlm probes once per canvas size "
+                            f"already; use batch_size=auto")
+    size = positive_int("batch_size", batch_size)
+    if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
+        raise ModelArgError(f"max_batch_size={max_batch_size!r} applies only to batch_size=auto "
+                            f"(batch_size={batch_size})")
+    return size, None
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int) -> int:
+    """The largest ``b`` in ``[1, limit]`` with ``fits(b)``, assuming that a batch fits when a
+    larger one does; 1 when none fits (decoding then reports the out-of-memory error)."""
+    fail = None
+    size = limit
+    while size >= 1 and not fits(size):
+        fail, size = size, size // 2
+    if size < 1:
+        return 1
+    if fail is None:
+        return size
+    while fail - size > 1:
+        middle = (size + fail) // 2
+        if fits(middle):
+            size = middle
+        else:
+            fail = middle
+    return size
+
+
+class AutoBatch:
+    """The batch of ``batch_size=auto`` per (canvas tokens, rows per request), probed on first
+    need (``sizes`` holds what was picked, as HFLM's ``batch_sizes``)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.sizes: dict[tuple[int, int], int] = {}
+
+    def size(self, model, *, canvas: int, gen_length: int, rows_per_request: int) -> int:
+        key = (canvas, rows_per_request)
+        if key not in self.sizes:
+            self.sizes[key] = self._pick(model, canvas, gen_length, rows_per_request)
+        return self.sizes[key]
+
+    def _pick(self, model, canvas: int, gen_length: int, rows_per_request: int) -> int:
+        import torch
+
+        if torch.device(model.device).type == "cpu":
+            return min(CPU_AUTO_BATCH, self.limit)
+
+        def fits(batch: int) -> bool:
+            tokens = torch.full((batch * rows_per_request, canvas), model.mask_id,
+                                dtype=torch.long, device=model.device)
+            positions = torch.arange(canvas - gen_length, canvas, device=model.device)
+            try:
+                with torch.inference_mode():
+                    model.logits(tokens, positions)
+                return True
+            except torch.OutOfMemoryError:
+                return False
+            finally:
+                del tokens
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+
+        return largest_fitting(fits, self.limit)

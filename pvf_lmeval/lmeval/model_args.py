@@ -1,0 +1,224 @@
+"""The ``--model_args`` of ``pvf-dlm``: one spec per key (default, allowed values, meaning), the
+key check with "did you mean", and the one-line report of a bad argument on the command line.
+
+Free of lm-eval, so that ``pvf-dlm args`` prints the table without importing it.
+The values themselves are checked where they are used (``decoding.params.make_params``, the
+adapter's constructor, ``planning.vocab.RunVocab.settings``), all before the model loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass, fields
+
+from ..decoder_names import DECODER_NAMES
+from ..decoding.params import (BASE_RULES, CACHES, PICKS, PRESETS, ROUTES, SPEC_DEFAULTS,
+                               DecodeParams)
+from ..decoding.rules import RULES
+from ..planning.vocab import VOCAB_ARGS
+from .request_checks import TRUNCATION_MODES
+
+#: ``batch_size=auto`` on the CPU (no memory to probe: host memory swaps before it runs out)
+CPU_AUTO_BATCH = 8
+#: the largest batch ``batch_size=auto`` tries when ``max_batch_size`` is not given (HFLM's)
+AUTO_MAX_BATCH = 64
+COMPILE_SCOPES = ("false", "true", "blocks", "model")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One ``--model_args`` key: its default and allowed values as shown to users, and what it
+    does, in one line."""
+
+    name: str
+    default: str
+    allowed: str
+    meaning: str
+
+
+def _field_default(name: str) -> str:
+    value = {f.name: f.default for f in fields(DecodeParams)}[name]
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ":".join(str(x) for x in value)
+    return str(value)
+
+
+def _one_of(names) -> str:
+    return ", ".join(names)
+
+
+def _preset_default(name: str) -> str:
+    return f"{SPEC_DEFAULTS[name]} (or the preset's)"
+
+
+#: model-level keys (loading, batching, outputs), in the order ``pvf-dlm args`` prints them
+MODEL_ARGS = (
+    ArgSpec("pretrained", "tiny-llada", "a checkpoint folder, a hub id, tiny-llada, tiny-dream",
+            "the model to load (LLaDA or Dream family)"),
+    ArgSpec("dtype", "auto", "auto, float32, bfloat16, float16",
+            "weights and activations; auto is bfloat16 on CUDA, float32 on the CPU"),
+    ArgSpec("device", "lm-eval's --device", "cuda, cuda:N, cpu",
+            "where the model runs; lm-eval's default falls back to the CPU when there is no GPU"),
+    ArgSpec("batch_size", "1", "a positive integer, auto",
+            "requests decoded together (outputs do not depend on it); auto: the largest batch "
+            "whose canvas fits the GPU, probed once per canvas size; "
+            f"{CPU_AUTO_BATCH} on the CPU"),
+    ArgSpec("max_batch_size", str(AUTO_MAX_BATCH), "a positive integer",
+            "batch_size=auto only: the largest batch it may pick"),
+    ArgSpec("compile", "false", _one_of(COMPILE_SCOPES),
+            "torch.compile the model call: true/blocks each layer, model the whole stack"),
+    ArgSpec("truncation", "left", _one_of(TRUNCATION_MODES),
+            "a prompt longer than the context minus gen_length: keep its last tokens, or stop"),
+    ArgSpec("trace", "none", "a file path",
+            "write one JSONL record per request (render with pvf-trace); a run empties it first"),
+    ArgSpec("trace_append", "false", "true, false",
+            "trace only: keep the file's records and add this run's after them"),
+    ArgSpec("mc_num", "128", "a positive integer",
+            "log-likelihood tasks: Monte Carlo draws of the ELBO per continuation"),
+    ArgSpec("mc_batch", "32", "a positive integer",
+            "log-likelihood tasks: draws per model call (memory, not the result)"),
+)
+
+#: decoding parameters (``decoding.params.DecodeParams``); task generation_kwargs and
+#: ``--gen_kwargs`` override them per request
+DECODER_ARGS = (
+    ArgSpec("decoder", _field_default("decoder"), _one_of(DECODER_NAMES),
+            "the decoding algorithm (pvf-dlm decoders)"),
+    ArgSpec("preset", "the task's", _one_of(PRESETS) + ", none",
+            "the paper's PVF defaults of a task family; the pvf tasks name theirs"),
+    ArgSpec("gen_length", "max_gen_toks rounded up to blocks", "a multiple of block_length",
+            "generation positions L"),
+    ArgSpec("block_length", _field_default("block_length"), "a positive integer",
+            "block size B"),
+    ArgSpec("threshold", _field_default("threshold"), "(0, 1]",
+            "threshold, freedave, pvf, explore: confidence that commits a position (tau_high)"),
+    ArgSpec("factor", "none", "a number > 0",
+            "threshold, freedave: Fast-dLLM's factor rule (freedave with base_rule=threshold)"),
+    ArgSpec("steps", "gen_length", "a multiple of the number of blocks",
+            "static only: denoising steps"),
+    ArgSpec("temperature", "0", "a number >= 0", "> 0: Gumbel-max sampling, seeded"),
+    ArgSpec("seed", _field_default("seed"), "an integer", "seed of every random draw"),
+    ArgSpec("early_stop", _field_default("early_stop"), "true, false",
+            "stop once end-of-text is committed with everything before it unmasked"),
+    ArgSpec("cache", _field_default("cache"), _one_of(CACHES),
+            "KV cache mode; none recomputes the whole canvas every call"),
+    ArgSpec("rules", _field_default("rules"), _one_of(RULES) + ", paper+<switch>+...",
+            "the paper's rules or the published code's (reference)"),
+    ArgSpec("draft_steps", _field_default("draft_steps"), "a positive integer",
+            "freedave: drafts per step"),
+    ArgSpec("base_rule", _field_default("base_rule"), _one_of(BASE_RULES),
+            "freedave: the rule its drafts are checked against"),
+    ArgSpec("plan_lo", _preset_default("plan_lo"), "[0, 1]", "pvf: low end of the planning band"),
+    ArgSpec("plan_hi", _preset_default("plan_hi"), "[0, 1], at most threshold",
+            "pvf: high end of the planning band"),
+    ArgSpec("ar_lo", _preset_default("ar_lo"), "[0, 1]", "pvf: AR-fallback confidence floor"),
+    ArgSpec("width", _preset_default("width"), "a positive integer", "pvf: branch width K"),
+    ArgSpec("reveal_next", _preset_default("reveal_next"), "an integer >= 0",
+            "pvf, explore: early cross-block revelation N_s"),
+    ArgSpec("routes", _field_default("routes"), _one_of(ROUTES), "pvf: which routes run"),
+    ArgSpec("plan_self_check", _field_default("plan_self_check"), "true, false",
+            "pvf: check that a candidate keeps p >= plan_lo in its own branch"),
+    ArgSpec("pick", _field_default("pick"), _one_of(PICKS), "explore: how it picks a position"),
+    ArgSpec("band", _field_default("band"), "lo:hi with 0 <= lo <= hi <= 1",
+            "explore: the confidence band it picks from"),
+)
+
+#: planning-vocabulary keys (``planning.vocab``)
+VOCAB_SPECS = (
+    ArgSpec("vocab", "auto", "auto, none, a path, a bundled name (pvf-dlm vocab)",
+            "planning vocabulary of pvf and explore"),
+    ArgSpec("vocab_force", "false", "true, false",
+            "use an artifact made for another model family"),
+    ArgSpec("rho_ver", "0.9", "[0, 1]", "vocab=online: verification rate a token needs"),
+    ArgSpec("gamma_vig", "0.03", "a number", "vocab=online: the mean gain a token needs"),
+    ArgSpec("online_level", "0.2", "(0, 1)", "vocab=online: confidence level of its bounds"),
+    ArgSpec("online_explore", "1", "an integer >= 0",
+            "vocab=online: verification slots for unproven tokens"),
+    ArgSpec("online_explore_max", "30", "an integer >= 0",
+            "vocab=online: trials after which a token stops being explored"),
+    ArgSpec("online_seed", "none", "auto, a path, a bundled name",
+            "vocab=online: statistics to start from"),
+    ArgSpec("online_save", "none", "a file path", "vocab=online: write the learnt artifact"),
+    ArgSpec("online_frozen", "false", "true, false", "vocab=online: use the seed, learn nothing"),
+    ArgSpec("online_merge", "false", "true, false",
+            "vocab=online, several ranks: merge every rank's outcomes"),
+)
+
+ALL_ARGS = MODEL_ARGS + DECODER_ARGS + VOCAB_SPECS
+#: every key that works, in table order
+ARG_NAMES = tuple(a.name for a in ALL_ARGS)
+#: accepted for command lines written for lm-eval's HFLM, and ignored (not listed as working)
+IGNORED_ARGS = ("trust_remote_code",)
+
+assert set(a.name for a in VOCAB_SPECS) == {"vocab", *VOCAB_ARGS}
+
+
+class ModelArgError(ValueError):
+    """A bad ``--model_args`` value or combination (a one-line message)."""
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` (an int or its text) as a positive integer, else a one-line error."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
+        raise ModelArgError(f"{name}={value!r} must be a positive integer")
+    return number
+
+
+def did_you_mean(key: str, names=ARG_NAMES) -> str | None:
+    """The closest name to a mistyped ``key``, or None when nothing is close."""
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_keys(keys) -> None:
+    """Raise :class:`ModelArgError` for the first key (sorted) that is not a model arg."""
+    for key in sorted(keys):
+        if key in ARG_NAMES or key in IGNORED_ARGS:
+            continue
+        guess = did_you_mean(key)
+        hint = f"did you mean {guess!r}? " if guess else ""
+        raise ModelArgError(f"pvf-dlm: unknown model arg {key!r}; {hint}allowed: "
+                            f"{', '.join(ARG_NAMES)} (pvf-dlm args explains each)")
+
+
+def markdown_table() -> str:
+    """The model-args table of the README (``pvf-dlm args --markdown``)."""
+    lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for a in ALL_ARGS:
+        lines.append(f"| `{a.name}` | {a.default} | {a.allowed} | {a.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ one-line errors on the CLI
+
+def _one_line(message: str) -> str:
+    text = " ".join(str(message).split())
+    return text if text.startswith("pvf-dlm:") else f"pvf-dlm: {text}"
+
+
+def exit_in_one_line(error: BaseException) -> None:
+    """Make ``error``, if it reaches the top of the program uncaught (lm-eval's CLI catches
+    nothing), print as one line without a traceback; the exit status stays 1. Callers that catch
+    it (``simple_evaluate`` from Python) get the exception as usual."""
+    error.pvf_one_line = True
+    if getattr(sys.excepthook, "pvf_one_line", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if getattr(value, "pvf_one_line", False):
+            print(_one_line(value), file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    hook.pvf_one_line = True
+    sys.excepthook = hook

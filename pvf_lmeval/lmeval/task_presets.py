@@ -1,0 +1,34 @@
+"""The PVF preset each bundled task runs with when ``preset`` is not given.
+
+``decoder=pvf`` on ``arith_var`` then decodes as the documented figures were made
+(``preset=arith``), with no extra argument. The table is keyed by the task name lm-eval gives
+each request, not written into the task YAMLs' ``generation_kwargs``: other models
+(``--model hf``) pass those to ``generate`` and would fail on an unknown ``preset``.
+Precedence: the ``preset`` model arg, then a ``preset`` in the request's generation kwargs
+(a task's YAML or ``--gen_kwargs``), then this table; ``preset=none`` turns presets off.
+"""
+
+from __future__ import annotations
+
+#: task name -> preset (``decoding.params.PRESETS``)
+TASK_PRESETS = {
+    "arith": "arith",
+    "arith_var": "arith",
+    "gsm8k_pvf": "gsm8k",
+    "gsm8k_pvf_chat": "gsm8k",
+    "gsm8k_cot_pvf": "gsm8k",
+    "gsm8k_cot_pvf_chat": "gsm8k",
+    "math500_pvf": "math",
+    "math500_pvf_chat": "math",
+    "mmlu_pro_pvf": "mmlu_pro",
+    "mmlu_pro_pvf_chat": "mmlu_pro",
+    "humaneval_pvf": "humaneval",
+    "humaneval_pvf_chat": "humaneval",
+    "humaneval_pvf_sampled": "humaneval",
+    "humaneval_instruct_pvf": "humaneval",
+}
+
+
+def task_preset(task: str | None) -> str | None:
+    """The preset of a bundled task (lm-eval's task name), None for any other task."""
+    return TASK_PRESETS.get(task or "")

@@ -1,0 +1,104 @@
+"""``pvf-dlm``: the model args, decoders, presets and bundled vocabularies, printed from the code;
+the README's model-args table is its ``args --markdown`` output."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dlm(*argv: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "pvf_lmeval.cli.dlm", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_console_script_is_declared():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["pvf-dlm"] == "pvf_lmeval.cli.dlm:main"
+
+
+def test_readme_model_args_table_is_the_generated_one():
+    text = (REPO / "README.md").read_text()
+    begin, end = "<!-- model-args:begin -->\n", "\n<!-- model-args:end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1
+    table = text.split(begin)[1].split(end)[0] + "\n"
+    assert table == dlm("args", "--markdown"), "README.md's model-args table drifted: paste " \
+        "the output of `pvf-dlm args --markdown` between the model-args markers"
+
+
+def test_the_table_lists_exactly_the_keys_the_adapter_accepts():
+    pytest.importorskip("lm_eval")
+    from pvf_lmeval.lmeval.lm import DECODER_KEYS, VOCAB_KEYS, PVFDiffusionLM
+    from pvf_lmeval.lmeval.model_args import ALL_ARGS, IGNORED_ARGS
+
+    named = [p for p in inspect.signature(PVFDiffusionLM.__init__).parameters
+             if p not in ("self", "decoder_args", "_device_is_cli_default", *IGNORED_ARGS)]
+    specs = {a.name: a for a in ALL_ARGS}
+    assert sorted(specs) == sorted([*named, "vocab_force", *DECODER_KEYS, *VOCAB_KEYS[1:]])
+    defaults = {p.name: p.default for p in inspect.signature(PVFDiffusionLM.__init__).parameters.values()}
+    for name in ("pretrained", "dtype", "batch_size", "vocab", "mc_num", "mc_batch", "truncation"):
+        assert specs[name].default == str(defaults[name]), name
+    assert (specs["compile"].default, specs["trace"].default) == ("false", "none")
+
+
+def test_args_plain_lines():
+    lines = dlm("args").splitlines()
+    assert lines[0].split() == ["key", "default", "allowed", "meaning"]
+    row = next(line for line in lines if line.startswith("decoder "))
+    assert row.split(None, 2)[:2] == ["decoder", "threshold"]
+    assert row.split("  ")[-1] == "the decoding algorithm (pvf-dlm decoders)"
+    assert "  static, threshold, freedave, pvf, explore  " in row
+    assert len(lines) == 1 + 44
+
+
+def test_decoders_and_their_parameters():
+    rows = {line.split()[0]: line for line in dlm("decoders").splitlines()[1:]}
+    assert list(rows) == ["static", "threshold", "freedave", "pvf", "explore"]
+    own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
+    assert own == {
+        "static": "steps",
+        "threshold": "threshold, factor",
+        "freedave": "threshold, factor, draft_steps, base_rule",
+        "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",
+        "explore": "threshold, reveal_next, pick, band, vocab",
+    }
+
+
+def test_presets_table():
+    """The paper's table (SPEC "Defaults"): math-word/knowledge 0.2-0.65, ar_lo 0.1, N_s 5;
+    code/math 0.8-0.9, ar_lo 0.3, N_s 0; width 3 everywhere."""
+    rows = [line.split(None, 7) for line in dlm("presets").splitlines()[1:]]
+    assert [r[:7] for r in rows] == [
+        ["none", "-", "0.2", "0.65", "0.1", "3", "0"],
+        ["gsm8k", "math-word", "0.2", "0.65", "0.1", "3", "5"],
+        ["arith", "math-word", "0.2", "0.65", "0.1", "3", "5"],
+        ["mmlu_pro", "knowledge", "0.2", "0.65", "0.1", "3", "5"],
+        ["humaneval", "code", "0.8", "0.9", "0.3", "3", "0"],
+        ["math", "math", "0.8", "0.9", "0.3", "3", "0"],
+    ]
+    assert rows[2][7] == "arith, arith_var"
+
+
+def test_vocab_lists_every_bundled_artifact():
+    lines = dlm("vocab").splitlines()[1:]
+    files = sorted((REPO / "vocab_artifacts").glob("*.json"))
+    assert [line.split()[0] for line in lines] == [f.stem for f in files]
+    row = next(line for line in lines if line.startswith("tiny-llada.math-word.calibrated "))
+    n = len(json.loads((REPO / "vocab_artifacts" / "tiny-llada.math-word.calibrated.json").read_text())["tokens"])
+    assert row.split()[1:6] == ["calibrated", "llada", "math-word", str(n), "tiny-llada"]
+
+
+def test_no_command_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "pvf_lmeval.cli.dlm"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "required: COMMAND" in proc.stderr

@@ -42,6 +42,18 @@ def dist_logits(d, vocab: int = V, mask_id: int = MASK) -> torch.Tensor:
     return out.float()
 
 
+def dist_entropy(d, vocab: int = V) -> float:
+    """Entropy in nats of a distribution spec (see :func:`dist_logits`), from its definition
+    -sum p log p: the named probabilities plus the remainder spread evenly over the other
+    non-mask ids."""
+    if isinstance(d, tuple):
+        d = {d[0]: d[1]}
+    rest = vocab - 1 - len(d)
+    left = max(0.0, 1.0 - sum(d.values()))
+    h = -sum(p * math.log(p) for p in d.values() if p > 0)
+    return h - left * math.log(left / rest) if left > 0 else h
+
+
 class TableModel:
     """Model whose distributions are a function of the generation region's state.
 

@@ -4,24 +4,37 @@ artifact round trip, bad input."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 
 from decoding_tables import BAND_BASE as BASE
 from decoding_tables import BAND_PLAN30 as PLAN30
-from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_logits,
-                             filled)
+from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_entropy,
+                             dist_logits, filled)
 from pvf_lmeval.cli.calibrate import main
 from pvf_lmeval.planning.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
                                            build_artifact, calibrate_prompt, calibrate_prompts,
                                            fingerprint, load_prompts, run_calibration)
 from pvf_lmeval.decoding.common import entropy_from_logits
 
+H = dist_entropy
 
-def H(d) -> float:
-    """Entropy (nats) of a table distribution spec."""
-    return float(entropy_from_logits(dist_logits(d).view(1, 1, -1), MASK))
+
+def test_entropy_is_in_nats_with_the_mask_excluded():
+    # two equally likely ids: log 2; the rest (and the mask) at -inf contribute 0
+    two = torch.full((1, 1, 64), float("-inf"))
+    two[0, 0, [7, 9]] = 0.0
+    assert entropy_from_logits(two, MASK).item() == pytest.approx(math.log(2), abs=1e-6)
+    # all 64 logits equal: the mask is excluded, so uniform over 63 ids
+    assert entropy_from_logits(torch.zeros(1, 1, 64), MASK).item() == pytest.approx(
+        math.log(63), abs=1e-5)
+    # (13, .3): .3 on one id, .7 spread over the 62 others
+    h = -.3 * math.log(.3) - .7 * math.log(.7 / 62)
+    assert entropy_from_logits(dist_logits((13, .3)).view(1, 1, -1), MASK).item() == (
+        pytest.approx(h, abs=1e-5))
+    assert dist_entropy((13, .3)) == pytest.approx(h, abs=1e-12)
 
 
 CFG = CalibConfig(gen_length=4, block_length=4)

@@ -4,14 +4,14 @@ requests, save/seed, determinism, frozen batch-size invariance, bad input."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 from scipy.special import betaincinv
 
-from decoding_tables import MASK, PROMPT, V, RandomModel, TableModel, dist_logits, filled
+from decoding_tables import PROMPT, V, RandomModel, TableModel, filled
 from pvf_lmeval.decoding import decode
-from pvf_lmeval.decoding.common import entropy_from_logits
 from pvf_lmeval.planning.online import OnlineVocab
 
 
@@ -122,9 +122,9 @@ def test_recorded_gain_is_the_entropy_reduction_of_verified_branches():
     run_pvf(ov, tab)
     d = ov.take_pending()
 
-    def H(x):
-        return float(entropy_from_logits(dist_logits(x).view(1, 1, -1), MASK))
-    dh = [H((12, .95)) - H((12, .95)), H((13, .3)) - H((13, .9))] + [0.0] * 4
+    # position 3: (13, .3) -> (13, .9), entropies in nats from -sum p log p
+    dh = [0.0, (-.3 * math.log(.3) - .7 * math.log(.7 / 62))
+          - (-.9 * math.log(.9) - .1 * math.log(.1 / 62))] + [0.0] * 4
     assert d["tok"].tolist() == [30] and d["passed"].tolist() == [1]
     assert d["vig"].item() == pytest.approx(sum(dh) / 6, abs=1e-5)    # R = W \ {0, 1}
 

@@ -11,7 +11,9 @@ Model protocol (the only thing decoders rely on)::
         # cache: per-request KV caches (see models/kv.py). The decoder may modify the returned
         # tensor in place.
 
-Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``.
+Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``,
+``block_size`` (a block-diffusion model: block-causal attention over blocks of that many
+positions, which the model applies itself; see :mod:`.blocks`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Iterable
 
 import torch
 
+from .blocks import block_size_of, check_block_length
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab
@@ -52,13 +55,18 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
     Parameters are the fields of :class:`DecodeParams` as keyword ``overrides`` (None = default
     / preset / keep); with ``params`` given, the overrides replace its fields and the result is
-    re-validated. ``request_indices``/``repeat_indices`` join ``seed`` in seeding every random
+    re-validated. On a block-diffusion model ``block_length`` defaults to the model's block
+    size, and any other value is an error. ``request_indices``/``repeat_indices`` join ``seed`` in seeding every random
     draw (default: 0..n-1 and 0). ``online``: an ``OnlineVocab`` (``vocab=online``) that
     replaces ``plan_vocab``; it records planning outcomes but changes only when its owner calls
     ``update()`` between batches. Outputs and per-request NFE equal those of decoding each
     prompt alone with the same request/repeat index.
     """
+    bs = block_size_of(model)
+    if bs is not None and params is None and overrides.get("block_length") is None:
+        overrides["block_length"] = bs          # a block-diffusion model's own block
     params = params_for_call(decoder, params, preset, **overrides)
+    check_block_length(model, params.block_length)
     prompts = list(prompts)
     if not prompts:
         return []

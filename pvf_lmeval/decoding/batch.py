@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .blocks import block_size_of, check_block_length, reach, region_layout
 from .cache import BatchKV
 from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
 
@@ -54,6 +55,17 @@ class Batch:
         self.n = len(prompts)
         self.device = prompts[0].device
         self.L, self.B = params.gen_length, params.block_length
+        # block-diffusion model (``blocks``): decoding blocks are its attention blocks, and the
+        # region starts at the model block holding the prompt's end (``start`` [n])
+        self.block_size = block_size_of(model)
+        self.start: list[int] = [0] * self.n
+        self._start_live: Tensor | None = None
+        if self.block_size is not None:
+            check_block_length(model, self.B)
+            filler = pad_id_of(model) if any(int(p.shape[0]) == 0 for p in prompts) else 0
+            prompts, self.region0, self.start = region_layout(
+                prompts, self.B, self.L, int(model.mask_id), filler)
+            self.L += self.B
         self.nb = self.L // self.B
         self.mask_id = int(model.mask_id)
         self.eos = torch.tensor(sorted({int(e) for e in model.eos_ids}), dtype=torch.long,
@@ -110,6 +122,26 @@ class Batch:
             out.append(torch.rand(self.L, generator=g, device=g.device))
         return torch.stack(out).to(self.device)
 
+    # ------------------------------------------------------------ the region
+
+    def initial(self) -> Tensor:
+        """The requests' initial regions [n, L]: all masks, or (block-diffusion model) the
+        prompt's last tokens, masks, and filler (see ``blocks``)."""
+        if self.block_size is None:
+            return torch.full((self.n, self.L), self.mask_id, dtype=torch.long,
+                              device=self.device)
+        return self.region0.clone()
+
+    def live(self, ids: list[int]) -> None:
+        """The loop names the live requests of this round (the leading dim of every state the
+        rules below get); only the block-diffusion layout needs them (``start``)."""
+        if self.block_size is not None:
+            self._start_live = torch.tensor([self.start[i] for i in ids], device=self.device)
+
+    def answer(self, i: int, values: list) -> list:
+        """Request i's ``gen_length`` answer positions of per-region-position ``values``."""
+        return values[self.start[i]:self.start[i] + self.p.gen_length]
+
     # ------------------------------------------------------------ rules on states [..., L]
 
     def working_set(self, zg: Tensor, reveal: int = 0) -> Tensor:
@@ -126,10 +158,25 @@ class Batch:
         more = act.sum(dim=-1, keepdim=True) <= reveal
         return act | (masked & (self.blk == a + 1) & more)
 
+    def block_masks(self, zg: Tensor) -> Tensor | int:
+        """Masks the active block of each live state ``zg`` [R, L] held when it became active:
+        ``B``, less the prompt's tokens in a block-diffusion region's first block ([R, 1])."""
+        if self._start_live is None:
+            return self.B
+        a = first_true(zg == self.mask_id) // self.B
+        return self.B - (self._start_live - a * self.B).clamp(0, self.B).unsqueeze(-1)
+
+    def reach(self, own: Tensor) -> Tensor | None:
+        """[R, K, L]: positions each branch's own position (``own`` [R, K, L]) can influence on a
+        block-diffusion model (its block and later ones); None on a bidirectional one (all)."""
+        return None if self.block_size is None else reach(own, self.B)
+
     def stop_index(self, zg: Tensor) -> Tensor:
         """[...] long: early-stop position e of state(s) ``zg`` [..., L], or -1 (none / early stop
         off). e = first end-of-text position with every earlier position unmasked."""
         eos = torch.isin(zg, self.eos) & (self.idx < first_true(zg == self.mask_id).unsqueeze(-1))
+        if self._start_live is not None:      # the prompt's tokens in the region never stop it
+            eos &= self.idx >= self._start_live.view(-1, *([1] * (zg.dim() - 1)))
         e = first_true(eos)
         if not self.early_stop:
             return torch.full_like(e, -1)
@@ -179,6 +226,9 @@ class Batch:
             req = torch.tensor(ids, device=rows.device)
             cols += list(kc.flags(req, rows, a, valid).unbind(-1))
         host = torch.stack(cols, dim=-1).tolist()                          # the one read
+        # stats cover the active block and the next one, which a revealing step's next working
+        # set may hold; a block-diffusion model's next block is never read otherwise
+        ahead = 1 if self.block_size is not None and self.reveal == 0 and cover is None else 2
         # seats: (r, request, rows, lo, hi, span or None, first row)
         refresh_group, full_group, cached_group = [], [], []
         for r, i in enumerate(ids):
@@ -187,7 +237,7 @@ class Batch:
                 continue
             if hb < 0:
                 raise RuntimeError("forward called on rows without any mask")
-            lo, hi = lb * B, min(L, (hb + 2) * B)
+            lo, hi = lb * B, min(L, (hb + ahead) * B)
             if kc is not None and not host[r][3]:
                 span = kc.span(host[r][4], host[r][5])
                 cached_group.append((r, i, k, lo, min(hi, span[1]), span, 0))
@@ -247,6 +297,12 @@ class Batch:
         attention = None
         if self.attention is not None and any(self.padded[i] for _, i, *_ in seats):
             attention = self.attention.index_select(0, index[1])
+        if self.block_size is not None and self.cache is None:
+            # block-causal: positions after the last requested block cannot influence any
+            # requested one, so the call runs on the canvas up to that block's end
+            end = self.P0 + max(hi for _, _, _, _, hi, *_ in seats)
+            tokens = tokens[:, :end]
+            attention = None if attention is None else attention[:, :end]
         cache = None
         if self.cache is not None:
             spans = None if seats[0][5] is None else [s[5] for s in seats]

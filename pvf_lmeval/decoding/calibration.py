@@ -57,7 +57,7 @@ class CalibrationStep(Step):
         plans = Stats(out.tok[:, 1:], out.conf[:, 1:], out.pmax[:, 1:], out.pcur[:, 1:],
                       out.ent[:, 1:])
         v = verify_plans(out.row(0), plans, m["own"], m["W"] & (m["zb"] == b.mask_id),
-                         self.p.threshold)
+                         self.p.threshold, reach=b.reach(m["own"]))
         K = m["own"].shape[1]
         kept = (torch.arange(K, device=y.device) < m["k"][:, None]) & (br.n > 0)[:, None]
         pos = m["own"].float().argmax(-1)                                        # [R, K]

@@ -297,10 +297,13 @@ def base_labels(sel: Tensor, forced: Tensor) -> Tensor:
     return torch.where(forced, FORCED, torch.where(sel, BASE, NONE)).to(torch.int8)
 
 
-def llada_count_tensor(block_masks: int, steps_per_block: int, done: Tensor) -> Tensor:
-    """:func:`llada_count` for a tensor of ``done`` counts (same rule, elementwise)."""
-    q, r = divmod(block_masks, steps_per_block)
+def llada_count_tensor(block_masks: int | Tensor, steps_per_block: int, done: Tensor) -> Tensor:
+    """:func:`llada_count` for a tensor of ``done`` counts (same rule, elementwise; ``block_masks``
+    an int or a tensor broadcasting with ``done``)."""
+    m = torch.as_tensor(block_masks, device=done.device)
+    q, r = m // steps_per_block, m % steps_per_block
+    q1 = q.clamp(min=1)
     first = done // (q + 1)
-    later = r + (done - r * (q + 1)) // max(q, 1)
+    later = r + (done - r * (q + 1)) // q1
     j = torch.where(done < r * (q + 1), first, later)
-    return torch.where(j < r, torch.full_like(done, q + 1), torch.full_like(done, max(q, 1)))
+    return torch.where(j < r, q + 1, q1).expand_as(done)

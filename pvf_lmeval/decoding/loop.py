@@ -67,6 +67,11 @@ class DecodeResult:
     #: planning candidates verified / passing the impact-set check (pvf); not in ``stats()``
     plan_tried: int = 0
     plan_passed: int = 0
+    #: the model's attention block size (None: bidirectional); not in ``stats()``
+    block_size: int | None = None
+    #: whether the KV cache gives exactly the logits of uncached calls: no cache, or any cache
+    #: on a block-diffusion model (finished blocks cannot see later ones); not in ``stats()``
+    cache_exact: bool = True
 
     @property
     def tpf(self) -> float:
@@ -107,7 +112,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     t0 = time.perf_counter()
     L, dev = b.L, b.device
     ids = list(range(n))
-    y = torch.full((n, L), b.mask_id, dtype=torch.long, device=dev)
+    y = b.initial()
     routes = torch.zeros((n, L), dtype=torch.int8, device=dev)
     tally = torch.zeros((n, 2), dtype=torch.long, device=dev)        # plan_tried, plan_passed
     ones = torch.ones(n, dtype=torch.long, device=dev)
@@ -117,6 +122,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     done_at: list[tuple | None] = [None] * n
     t = 0
     while ids:
+        b.live(ids)
         br = step.branches(b, ids, y, st)
         out = b.call(ids, br.rows, br.n, entropy=br.entropy, cover=br.cover,
                      max_rows=getattr(step, "max_rows", None))
@@ -160,8 +166,10 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     share = (time.perf_counter() - t0) / n
     eos = set(int(i) for i in model.eos_ids)
     results = []
+    L = params.gen_length
     for i in range(n):
         tokens, route_codes, (tried, passed) = done_at[i]
+        tokens, route_codes = b.answer(i, tokens), b.answer(i, route_codes)
         counts = [route_codes.count(c) for c in range(len(ROUTE_NAMES))]
         gen_tokens = next((k for k, tk in enumerate(tokens) if tk in eos), L)
         results.append(DecodeResult(
@@ -171,7 +179,8 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             tokens_base=counts[BASE], tokens_plan=counts[PLAN], tokens_ar=counts[AR],
             tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE], decoder=step.name,
             steps=records[i] if records is not None else None, plan_tried=tried,
-            plan_passed=passed))
+            plan_passed=passed, block_size=b.block_size,
+            cache_exact=params.cache == "none" or b.block_size is not None))
     return results
 
 

@@ -237,7 +237,8 @@ class PVFDecoder(Step):
         # planning route: verify, then the best verified branch by C_total
         masked_b = W & (zb == b.mask_id)
         verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold,
-                               impact_over=W if ref.impact_includes_committed else None)
+                               impact_over=W if ref.impact_includes_committed else None,
+                               reach=b.reach(own))
         tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
         pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
         if br.entropy:

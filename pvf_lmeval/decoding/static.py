@@ -25,8 +25,8 @@ class StaticDecoder(Step):
         k = 1
         if self.steps_per_block is not None:
             left = W.sum(-1, keepdim=True)
-            # blocks start fully masked for static, so m = B masks at the block start
-            k = torch.minimum(left, llada_count_tensor(b.B, self.steps_per_block, b.B - left))
+            m = b.block_masks(y)          # masks of the active block when it became active
+            k = torch.minimum(left, llada_count_tensor(m, self.steps_per_block, m - left))
         sel = static_select(st.conf, W, k)
         labels = torch.where(sel, BASE, NONE).to(torch.int8)
         return single_row(b, torch.where(sel, st.tok, y), labels)

@@ -10,6 +10,11 @@ For request r with base state z_base (stats ``base``) and planning branches z_pl
              argmax under z_plan_j equals the argmax under z_base at every position of it
     VIG_j  = A_j * mean over R_j of (H(z_base) - H(z_plan_j)), R_j = positions of W_t masked in
              z_base minus branch j's own position (0 when R_j is empty); only with entropies
+
+On a block-diffusion model (block-causal attention) a candidate can influence only positions of
+its own block and later ones: S_imp and R_j are restricted to those (``reach``), so that a
+candidate in the revealed next block is verified on the next block's impact positions alone,
+and is unverifiable (A_j = 0) when it has none.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ class Verdict:
 
 
 def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
-                 tau_high: float, *, impact_over: Tensor | None = None) -> Verdict:
+                 tau_high: float, *, impact_over: Tensor | None = None,
+                 reach: Tensor | None = None) -> Verdict:
     """Verify K planning branches of R requests.
 
     ``base``: stats [R, L] of z_base; ``plans``: stats [R, K, L] of the branches; ``own``
@@ -43,18 +49,25 @@ def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
     ``impact_over`` (``rules=reference``, switch 4): the impact set is taken over these
     positions [R, L] (W_t masked before the base commit) with no position left out, and an empty
     impact set passes; ``nonvacuous`` still reports whether it was empty.
+
+    ``reach`` [R, K, L] (block-diffusion models): the positions each branch's candidate can
+    influence; the impact set and R_j of branch j are taken within them.
     """
     if impact_over is None:
         imp = masked_base & (base.pmax >= tau_high)                    # S_imp [R, L]
         imp_j = imp.unsqueeze(1) & ~own                                 # [R, K, L]
     else:
         imp_j = (impact_over & (base.pmax >= tau_high)).unsqueeze(1).expand_as(own)
+    if reach is not None:
+        imp_j = imp_j & reach
     agree = ((plans.tok == base.tok.unsqueeze(1)) | ~imp_j).all(-1)
     nonvac = imp_j.any(-1)
     passed = agree if impact_over is not None else nonvac & agree
     vig = None
     if base.ent is not None and plans.ent is not None:
         R = masked_base.unsqueeze(1) & ~own                            # [R, K, L]
+        if reach is not None:
+            R = R & reach
         dH = torch.where(R, base.ent.unsqueeze(1) - plans.ent, torch.zeros_like(plans.ent))
         vig = passed * dH.sum(-1) / R.sum(-1).clamp(min=1)
     return Verdict(nonvac, passed, vig)

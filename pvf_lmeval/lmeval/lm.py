@@ -26,6 +26,7 @@ from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
+from ..decoding.blocks import block_size_of, check_block_length, params_for_model
 from ..decoding.params import _bool, override
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
@@ -153,6 +154,8 @@ class PVFDiffusionLM(LM):
             _notice(warning)
         quiet_git_probe()
         self.model = load_model(pretrained, device=dev, dtype=dtype)
+        self.params = params_for_model(self.model, self.params,
+                                       block_length_given="block_length" in self._explicit)
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
         self._device = self.model.device
@@ -280,6 +283,9 @@ class PVFDiffusionLM(LM):
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
             "task_presets": dict(self.task_presets),
+            # a block-diffusion model's KV cache is exact (docs/decoding.md, "Block-diffusion")
+            "block_size": block_size_of(self.model),
+            "cache_exact": self.params.cache == "none" or block_size_of(self.model) is not None,
             **self.vocab.info(),
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
@@ -417,6 +423,7 @@ class PVFDiffusionLM(LM):
         if base is not self.params:
             self.task_presets[task or "unknown"] = preset
         params = override(base, **overrides) if overrides else base
+        check_block_length(self.model, params.block_length)
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
         if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:

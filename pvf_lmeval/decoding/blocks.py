@@ -1,0 +1,98 @@
+"""Block-diffusion models: decoding blocks aligned with the model's own blocks.
+
+A model may carry ``block_size: int`` (absent or None: attention is bidirectional over the whole
+canvas). Its attention is then block-causal: blocks of ``block_size`` positions aligned to
+absolute position ids from 0 (prompt and generation together, as the model counts positions,
+left padding excluded), and a position sees every position of its own and earlier blocks. The
+model applies that mask itself, on every call. The decoders follow from it (docs/decoding.md,
+"Block-diffusion models"):
+
+- ``block_length`` is the model's block size by default and must equal it when given: a decoding
+  block is exactly one model block.
+- The generation region of a request starts in the middle of a model block when its prompt
+  length ``p`` is not a multiple of the block size ``B``. The canvas the decoders work on (the
+  *region*, ``gen_length + B`` positions for every request) then begins at that block's start:
+  its first ``start = p mod B`` positions hold the prompt's last tokens (never masked, never
+  returned), so the first decoding block completes the prompt's partial block with
+  ``B - start`` generated tokens, followed by ``gen_length / B`` whole blocks. A prompt whose
+  length is a multiple of ``B`` puts its last whole block there (``start = B``); an empty prompt
+  puts a block of filler after the generation instead (``start = 0``; a later block, which no
+  decoded position can see). Every request thus has the same region geometry, alone or batched.
+- The answer is the first ``gen_length`` generated tokens; the generated tokens after them
+  complete the last block (the model was trained on whole blocks) and are decoded but dropped.
+- A position can influence only positions of its own block and later ones (:func:`reach`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def block_size_of(model) -> int | None:
+    """The model's attention block size (None: bidirectional attention)."""
+    bs = getattr(model, "block_size", None)
+    if bs is None:
+        return None
+    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+        raise ValueError(f"model block_size={bs!r} must be a positive integer or None")
+    return bs
+
+
+def check_block_length(model, block_length: int) -> None:
+    """One-line error when ``block_length`` does not fit a block-diffusion ``model``."""
+    bs = block_size_of(model)
+    if bs is not None and block_length != bs:
+        raise ValueError(f"block_length={block_length} must equal the model's block size {bs} "
+                         "(a block-diffusion model decodes one attention block at a time)")
+
+
+def region_start(prompt_len: int, block: int) -> int:
+    """Region positions before the first generated one: the prompt's tokens in the region's
+    first block (see the module docstring)."""
+    r = prompt_len % block
+    if r == 0 and prompt_len >= block:
+        return block
+    return r
+
+
+def region_layout(prompts: list[Tensor], block: int, gen_length: int, mask_id: int,
+                  filler: int) -> tuple[list[Tensor], Tensor, list[int]]:
+    """(prompts without the tokens that move into the region, initial regions [n, L + B],
+    each request's ``start``). Region: the prompt's last ``start`` tokens, then masks over the
+    ``B - start`` completing positions (when ``start`` < B) and the ``gen_length`` positions,
+    then filler up to ``L + B`` (empty prompts only)."""
+    width = gen_length + block
+    heads, regions, starts = [], [], []
+    for p in prompts:
+        s = region_start(int(p.shape[0]), block)
+        region = torch.full((width,), mask_id, dtype=torch.long, device=p.device)
+        region[:s] = p[p.shape[0] - s:]
+        n_masked = gen_length + (block - s if s else 0)
+        region[s + n_masked:] = filler
+        heads.append(p[:p.shape[0] - s])
+        regions.append(region)
+        starts.append(s)
+    return heads, torch.stack(regions), starts
+
+
+def reach(own: Tensor, block: int) -> Tensor:
+    """[..., K, L] bool: region positions that each branch's own position (``own`` [..., K, L],
+    one True per branch) can influence under block-causal attention: its block and later ones
+    (region blocks are the model's blocks)."""
+    L = own.shape[-1]
+    blk = torch.arange(L, device=own.device) // block
+    at = (own.long().argmax(-1) // block).unsqueeze(-1)                          # [..., K, 1]
+    return blk >= at
+
+
+def params_for_model(model, params, *, block_length_given: bool):
+    """``params`` fitted to ``model``: on a block-diffusion model ``block_length`` becomes the
+    model's block size when it was not given, and is checked when it was (one-line error)."""
+    bs = block_size_of(model)
+    if bs is not None and not block_length_given and params.block_length != bs:
+        from .params import override
+
+        params = override(params, block_length=bs)
+    check_block_length(model, params.block_length)
+    return params

@@ -270,6 +270,14 @@ def _layer_indices(native_names) -> set[int]:
     return {int(m.group(1)) for n in native_names if (m := _LAYER.match(n))}
 
 
+def _checkpoint_name(fmt: CheckpointFormat, native: str, expert: int | None) -> str:
+    """The checkpoint name of a native parameter, or of one expert's slice of a stacked one."""
+    if expert is None:
+        return fmt.from_native(native)
+    plain, groups = fmt._native_match(native)
+    return plain.format(e=expert, **groups)
+
+
 def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
                      cfg: TransformerConfig) -> list[Path]:
     """Everything of the module docstring; returns the weight files (headers read, valid)."""
@@ -280,26 +288,28 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
         if key in config:
             check_token_ids({key: config[key]}, cfg.vocab_size, where)
     files = weight_files(folder)
-    found: dict[str, tuple[Path, str, tuple[int, ...]]] = {}   # native name -> file, name, shape
+    # (native parameter, expert index or None) -> file, name, shape: an expert's tensor fills
+    # one slice of a parameter stacked over experts
+    found: dict[tuple[str, int | None], tuple[Path, str, tuple[int, ...]]] = {}
     tied = fmt.ties_head(config)
     for file in files:
         for name, (_, shape) in read_header(file).items():
-            native = fmt.to_native(name)
-            if native is None:
+            slot = fmt.slot(name)
+            if slot is None:
                 if name.endswith("rotary_emb.inv_freq"):
                     continue
                 raise UnsupportedCheckpoint(f"{file}: unexpected weight {name!r} for "
                                             f"model_type={fmt.model_type}")
-            if native == "lm_head.weight" and tied:
+            if slot[0] == "lm_head.weight" and tied:
                 raise UnsupportedCheckpoint(
                     f"{file}: has a separate head weight {name!r} but config.json says "
                     f"{fmt.tie_flag}={'true' if fmt.tie_flag in config else 'absent (true)'}; "
                     f"set {fmt.tie_flag} to false")
-            if native in found:
+            if slot in found:
                 raise UnsupportedCheckpoint(f"{file}: weight {name!r} is also in "
-                                            f"{found[native][0]}")
-            found[native] = (file, name, shape)
-    layers = _layer_indices(found)
+                                            f"{found[slot][0]}")
+            found[slot] = (file, name, shape)
+    layers = _layer_indices(native for native, _ in found)
     consecutive = not layers or max(layers) == len(layers) - 1
     if len(layers) != cfg.n_layers or not consecutive:   # never range(n_layers): it may be 10**9
         key = _keys_of(config, cfg.n_layers, "n_layers")
@@ -307,20 +317,40 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
         gaps = "" if consecutive else " (not consecutive from 0)"
         raise UnsupportedCheckpoint(f"{where}: {key}={cfg.n_layers} but the weights hold "
                                     f"{held} ({len(layers)} layers{gaps})")
+    experts_held: dict[str, set[int]] = {}
+    for native, e in found:
+        if e is not None:
+            experts_held.setdefault(native, set()).add(e)
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)
-    expected = {n: tuple(p.shape) for n, p in net.state_dict().items()}
+    expected: dict[tuple[str, int | None], tuple[int, ...]] = {}
+    for native, param in net.state_dict().items():
+        shape = tuple(param.shape)
+        plain, _ = fmt._native_match(native)
+        if "{e}" not in plain:
+            expected[(native, None)] = shape
+            continue
+        held = experts_held.get(native, set())
+        if len(held) != shape[0]:        # before iterating over experts: it may be 10**9
+            if len(held) < shape[0] <= len(held) + 64:
+                lacking = sorted(set(range(shape[0])) - held)
+                raise UnsupportedCheckpoint(f"{folder}: the checkpoint lacks expert(s) {lacking} of "
+                                            f"{_checkpoint_name(fmt, native, lacking[0])!r}")
+            raise UnsupportedCheckpoint(f"{where}: {shape[0]} experts, but the weights hold "
+                                        f"{len(held)} for {native!r}")
+        expected.update({(native, e): shape[1:] for e in range(shape[0])})
     if tied:
-        expected.pop("lm_head.weight", None)
-    for native, shape in expected.items():
-        if native not in found:
-            raise UnsupportedCheckpoint(f"{folder}: the weights lack {fmt.from_native(native)!r}, "
-                                        f"which {where} implies (shape {list(shape)})")
-        file, name, got = found[native]
+        expected.pop(("lm_head.weight", None), None)
+    for slot, shape in expected.items():
+        if slot not in found:
+            raise UnsupportedCheckpoint(f"{folder}: the weights lack "
+                                        f"{_checkpoint_name(fmt, *slot)!r}, which {where} "
+                                        f"implies (shape {list(shape)})")
+        file, name, got = found[slot]
         if got != shape:
             raise UnsupportedCheckpoint(f"{file}: weight {name!r} has shape {list(got)}, but "
                                         f"{where} implies {list(shape)}")
-    extra = sorted(set(found) - set(expected))
+    extra = sorted(set(found) - set(expected), key=str)
     if extra:
         file, name, _ = found[extra[0]]
         raise UnsupportedCheckpoint(f"{file}: weight {name!r} is not part of the network "

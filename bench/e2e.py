@@ -166,7 +166,8 @@ class Timer:
 def stats_timer() -> Timer:
     """The per-row statistics over the vocabulary (``stats_from_logits``, entropies): work
     proportional to rows x positions x vocabulary, outside the model call but not host overhead."""
-    return Timer(batch_mod, ("stats_from_logits", "entropy_from_logits"))
+    return Timer(batch_mod, ("stats_from_logits", "compiled_stats_from_logits",
+                             "entropy_from_logits"))
 
 
 def cache_commit_timer() -> Timer:
@@ -213,6 +214,8 @@ def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
 
 def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
     base = load_model(name, device=args.device)
+    if args.compile_step:
+        base.compile_step = {}
     prompts = arith_bench.prompt_ids(base.tokenizer, docs)
     model = TimedModel(base, args.block_length)
     rows, schedules, vocab_cache = [], {}, {}
@@ -410,6 +413,8 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
     big = shadow_model(args.shadow, dev, dtype)
     if args.compile:
         big.compile(args.compile_scope)
+    elif args.compile_step:
+        big.compile_step = {}
     model = shadow_mod.ShadowModel(fixture, big)
     prompts = arith_bench.prompt_ids(fixture.tokenizer, docs)
     rows, vocab_cache = [], {}
@@ -417,50 +422,68 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
         for cache in args.caches:
             params = params_for(dec, cache, args, fixture, vocab_cache)
             base = None
-            for bs in args.batch_sizes:
+            for k, bs in enumerate(args.batch_sizes):
                 n = len(prompts) if not args.requests_per_size else min(
                     len(prompts), max(args.requests_per_size, bs))
                 order = batches([0] * n, [len(p) for p in prompts[:n]], bs)
-                decode_batch(model, [prompts[i] for i in order[0]], params=params,
-                             request_indices=order[0])            # warm-up: this batch's shapes
-                model.fixture_s = model.inside_s = 0.0
-                model.calls = 0
-                tokens, wall, latency, nfe = 0, 0.0, 0.0, 0
-                with RoundCounter() as rc, stats_timer() as stt:
-                    for b in order:
-                        sync(dev)
-                        tb, fix0 = time.perf_counter(), model.fixture_s
-                        res = decode_batch(model, [prompts[i] for i in b], params=params,
-                                           request_indices=b)
-                        sync(dev)
-                        wall_b = time.perf_counter() - tb - (model.fixture_s - fix0)
-                        wall += wall_b
-                        latency += wall_b * len(res)
-                        tokens += sum(r.gen_tokens for r in res)
-                        nfe += sum(r.nfe for r in res)
-                outside = wall - model.inside_s
-                row = {"shape": args.shadow, "fixture": args.fixtures[0], "task": args.task,
-                       "decoder": dec, "cache": cache, "batch": bs, "requests": n,
-                       "nfe": nfe / n, "rounds": rc.n, "calls": model.calls,
-                       "tokens": tokens, "wall_s": wall, "inside_s": model.inside_s,
-                       "fixture_s": model.fixture_s, "stats_s": stt.seconds,
-                       "per_request_tps": tokens / latency,
-                       "aggregate_tps": tokens / wall,
-                       "bound_tps": tokens / model.inside_s,
-                       "outside_share": outside / wall,
-                       "outside_ms_per_round": 1000 * outside / max(rc.n, 1),
-                       "stats_ms_per_round": 1000 * stt.seconds / max(rc.n, 1)}
-                base = base or row["aggregate_tps"]
-                row["vs_batch_1"] = row["aggregate_tps"] / base
+                try:
+                    # one warm-up at the first size and one at the first size above 1
+                    warm = k == 0 or (bs > 1 and all(b == 1 for b in args.batch_sizes[:k]))
+                    row = shadow_row(model, prompts, order, params, dev, warm=warm)
+                except torch.OutOfMemoryError:
+                    row = {"oom": True}
+                    torch.cuda.empty_cache()
+                row.update({"shape": args.shadow, "fixture": args.fixtures[0], "task": args.task,
+                            "decoder": dec, "cache": cache, "batch": bs, "requests": n})
+                if not row.get("oom"):
+                    base = base or row["aggregate_tps"]
+                    row["vs_batch_1"] = row["aggregate_tps"] / base
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     where = (torch.cuda.get_device_name(dev) if dev.type == "cuda"
              else f"cpu, torch threads {torch.get_num_threads()}")
-    note = (f"random {args.shadow} ({str(dtype).replace('torch.', '')}, "
-            f"{'compile=' + args.compile_scope if args.compile else 'eager'}, {where}) shadowing "
-            f"{args.fixtures[0]} on held-out {args.task} items, gen_length {args.gen_length}, "
-            f"block_length {args.block_length}")
+    compiled = ("compile=" + args.compile_scope if args.compile
+                else "statistics compiled" if args.compile_step else "eager")
+    note = (f"random {args.shadow} ({str(dtype).replace('torch.', '')}, {compiled}, {where}) "
+            f"shadowing {args.fixtures[0]} on held-out {args.task} items, gen_length "
+            f"{args.gen_length}, block_length {args.block_length}")
     return rows, note
+
+
+def shadow_row(model, prompts, order, params, dev, *, warm: bool) -> dict:
+    """Decode the batches ``order`` (lists of prompt indices) through the shadow ``model``; the
+    timed figures of one table row. ``warm``: decode the first batch once untimed first (the
+    compiled graphs are dynamic beyond size 1: one warm-up at size 1 and one above serve all)."""
+    if warm:
+        decode_batch(model, [prompts[i] for i in order[0]], params=params,
+                     request_indices=order[0])
+    model.fixture_s = model.inside_s = 0.0
+    model.calls = 0
+    tokens, wall, latency, nfe = 0, 0.0, 0.0, 0
+    with RoundCounter() as rc, stats_timer() as stt:
+        for b in order:
+            sync(dev)
+            tb, fix0 = time.perf_counter(), model.fixture_s
+            res = decode_batch(model, [prompts[i] for i in b], params=params,
+                               request_indices=b)
+            sync(dev)
+            wall_b = time.perf_counter() - tb - (model.fixture_s - fix0)
+            wall += wall_b
+            latency += wall_b * len(res)
+            tokens += sum(r.gen_tokens for r in res)
+            nfe += sum(r.nfe for r in res)
+    n = sum(len(b) for b in order)
+    outside = wall - model.inside_s
+    row = {"nfe": nfe / n, "rounds": rc.n, "calls": model.calls,
+           "tokens": tokens, "wall_s": wall, "inside_s": model.inside_s,
+           "fixture_s": model.fixture_s, "stats_s": stt.seconds,
+           "per_request_tps": tokens / latency,
+           "aggregate_tps": tokens / wall,
+           "bound_tps": tokens / model.inside_s,
+           "outside_share": outside / wall,
+           "outside_ms_per_round": 1000 * outside / max(rc.n, 1),
+           "stats_ms_per_round": 1000 * stt.seconds / max(rc.n, 1)}
+    return row
 
 
 def shadow_table(rows: list[dict], note: str) -> str:
@@ -470,6 +493,10 @@ def shadow_table(rows: list[dict], note: str) -> str:
            "| outside ms/round | statistics ms/round |",
            "|" + "---|" * 14]
     for r in rows:
+        if r.get("oom"):
+            out.append(f"| {r['shape']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
+                       f"{r['requests']} | out of memory |" + " |" * 8)
+            continue
         out.append(f"| {r['shape']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
                    f"{r['requests']} | {r['nfe']:.1f} | {r['rounds']} | "
                    f"{r['per_request_tps']:.1f} | {r['aggregate_tps']:.1f} | "
@@ -497,7 +524,11 @@ def main(argv=None) -> None:
                     help="shadow: each batch size decodes the first max(K, batch) items only")
     ap.add_argument("--compile", action="store_true",
                     help="replay, shadow: compile the random model (--compile-scope)")
-    ap.add_argument("--compile-scope", choices=("blocks", "model"), default="blocks")
+    ap.add_argument("--compile-scope", choices=("blocks", "model", "true"), default="true",
+                    help="true: the device's fastest (models.diffusion_lm.COMPILE_TRUE)")
+    ap.add_argument("--compile-step", action="store_true",
+                    help="the statistics pass compiled, the network eager (part 1: the "
+                         "fixture's; shadow: the shadow's)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="part 1: wall seconds, or CPU seconds of the decoding thread (one "
                          "torch thread, CPU only)")

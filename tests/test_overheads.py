@@ -68,11 +68,11 @@ def test_last_layer_runs_only_on_the_requested_rows(name):
 def test_compile_scope_parsing():
     from pvf_lmeval.lmeval.lm import _compile_scope
     assert [_compile_scope(v) for v in (False, "false", "0", True, "true", "model", "Blocks")] == \
-        [None, None, None, "blocks", "blocks", "model", "blocks"]
+        [None, None, None, "true", "true", "model", "blocks"]
     with pytest.raises(ValueError, match="compile='fast' must be one of false, true, blocks, model"):
         _compile_scope("fast")
     from pvf_lmeval.models import load_model
-    with pytest.raises(ValueError, match="compile scope='layers' must be one of model, blocks"):
+    with pytest.raises(ValueError, match="compile scope='layers' must be one of model, blocks, true"):
         load_model("tiny-llada").compile(scope="layers")
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .blocks import block_size_of, check_block_length, reach, region_layout
 from .cache import BatchKV
+from .compiled import compiled_stats_from_logits, step_options
 from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
 
 
@@ -99,6 +100,8 @@ class Batch:
                                  device=self.device)
         self.nfe = [0] * self.n
         self.rows = [0] * self.n
+        #: ``torch.compile`` options of the statistics pass when the model asks for it compiled
+        self.compile_step = step_options(model)
 
     # ------------------------------------------------------------ per-request randomness
 
@@ -316,8 +319,13 @@ class Batch:
         noise = None
         if self.temperature > 0:
             noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
-        tok, conf, pmax, pcur = stats_from_logits(logits, gen.gather(1, gpos), self.mask_id,
-                                                  self.temperature, noise)
+        cur = gen.gather(1, gpos)
+        if self.compile_step is None:
+            tok, conf, pmax, pcur = stats_from_logits(logits, cur, self.mask_id,
+                                                      self.temperature, noise)
+        else:
+            tok, conf, pmax, pcur = compiled_stats_from_logits(
+                logits, cur, self.mask_id, self.temperature, noise, options=self.compile_step)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)

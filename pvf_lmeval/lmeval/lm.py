@@ -56,13 +56,13 @@ def _notice(msg: str) -> None:
 def _compile_scope(v) -> str | None:
     """``compile=false|true|blocks|model`` -> None or the ``DiffusionLM.compile`` scope.
 
-    true = blocks: on the 8B shapes it compiles in ~25 s and gets most of model's speed-up
-    (model needs 1-2 min per call shape, a few minutes in all, which a GSM8K-sized run does not
-    win back)."""
+    true: the fastest option measured on the model's device (``models.diffusion_lm.COMPILE_TRUE``;
+    blocks: on the 8B shapes it compiles in ~25 s and gets most of model's speed-up, while model
+    needs 1-2 min per call shape, which a GSM8K-sized run does not win back)."""
     if isinstance(v, str) and v.strip().lower() in ("model", "blocks"):
         return v.strip().lower()
     try:
-        return "blocks" if _bool("compile", v) else None
+        return "true" if _bool("compile", v) else None
     except ValueError:
         raise ValueError(f"compile={v!r} must be one of false, true, blocks, model") from None
 

@@ -20,6 +20,11 @@ from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
 from .transformer import BidirectionalTransformer
 
 
+#: what ``compile=true`` compiles on each device type: the fastest option measured there
+#: (docs/speed.md, "compile=true"). One place to change when a measurement says otherwise.
+COMPILE_TRUE = {"cuda": "blocks", "cpu": "blocks"}
+
+
 def _compiled(fn, options: dict):
     """``torch.compile(fn)`` whose graphs serve every call of a batched run.
 
@@ -67,6 +72,8 @@ class DiffusionLM:
         #: :func:`.loader.weights_fingerprint` of the checkpoint it was loaded from (None: built
         #: in memory); calibrated vocabularies record it, and vocab=auto skips one of other weights
         self.weights_fingerprint = weights_fingerprint
+        #: ``torch.compile`` options of the decode loop's statistics pass (None: eager)
+        self.compile_step: dict | None = None
 
     @property
     def block_size(self) -> int | None:
@@ -102,17 +109,23 @@ class DiffusionLM:
         compile grows with the depth: about a minute on a CPU for 32 layers).
         ``scope="blocks"``: each transformer block (every block shares one compiled graph, so
         the compile takes seconds whatever the depth); the layers are still called from Python.
+        ``scope="true"``: :data:`COMPILE_TRUE` of the model's device type.
+        Either scope also compiles the decode loop's statistics pass
+        (``pvf_lmeval.decoding.compiled``; ``compile_step`` holds the options).
         Off unless asked for (``compile=true``)."""
         options.setdefault("dynamic", True)
+        if scope == "true":
+            scope = COMPILE_TRUE.get(self.device.type, "blocks")
         if scope == "model":
             names, owners = ("hidden", "hidden_cached"), [self.net]
         elif scope == "blocks":
             names, owners = ("forward", "forward_rows", "forward_cached"), list(self.net.blocks)
         else:
-            raise ValueError(f"compile scope={scope!r} must be one of model, blocks")
+            raise ValueError(f"compile scope={scope!r} must be one of model, blocks, true")
         for owner in owners:
             for name in names:
                 setattr(owner, name, _compiled(getattr(owner, name), options))
+        self.compile_step = dict(options)
         return self
 
     @torch.no_grad()

@@ -1,0 +1,64 @@
+"""The compiled statistics pass (``compile`` option, ``pvf_lmeval.decoding.compiled``): the same
+tokens, routes, NFE and branch rows as the eager pass for every decoder and cache mode at batch
+1 and 8 (tiny-llada, greedy, left-padded prompts); and ``compile=true`` resolves per device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cache_models import arith_prompts
+
+from pvf_lmeval.decoding import compiled, decode_batch
+from pvf_lmeval.models import load_model
+from pvf_lmeval.models.diffusion_lm import COMPILE_TRUE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+CACHES = ("none", "prefix", "dual", "dual_base")
+
+
+def _key(r):
+    return (r.tokens, r.nfe, r.branch_rows, r.routes)
+
+
+@pytest.fixture(scope="module")
+def models():
+    eager = load_model("tiny-llada")
+    step = load_model("tiny-llada")
+    step.compile_step = {}                 # the statistics pass compiled, the network eager
+    prompts, _ = arith_prompts(eager.tokenizer, 8)
+    prompts = [p[:len(p) - (i % 4)] for i, p in enumerate(prompts)]       # left padding
+    return eager, step, prompts
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("dec", DECODERS)
+def test_compiled_statistics_decode_like_eager(models, dec, cache, monkeypatch):
+    eager, step, prompts = models
+    kw = dict(gen_length=16, block_length=8, cache=cache, seed=3)
+    if dec in ("pvf", "explore"):
+        kw.update(preset="arith", reveal_next=3, plan_vocab=list(range(0, 600, 3)))
+    if dec == "static":
+        kw.update(steps=8)
+    ran = []
+    real = compiled.compiled_stats_from_logits
+    monkeypatch.setattr("pvf_lmeval.decoding.batch.compiled_stats_from_logits",
+                        lambda *a, **k: ran.append(1) or real(*a, **k))
+    for batch in ([prompts[:1], prompts[1:2]], [prompts]):
+        idx = 0
+        for chunk in batch:
+            ids = list(range(idx, idx + len(chunk)))
+            want = decode_batch(eager, chunk, dec, request_indices=ids, **kw)
+            got = decode_batch(step, chunk, dec, request_indices=ids, **kw)
+            assert [_key(r) for r in got] == [_key(r) for r in want], (dec, cache, len(chunk))
+            idx += len(chunk)
+    assert ran                              # the compiled pass served the calls
+
+
+def test_compile_true_is_the_device_mapping():
+    assert COMPILE_TRUE == {"cuda": "blocks", "cpu": "blocks"}
+    m = load_model("tiny-llada").compile(scope="true", backend="eager")
+    assert "forward_cached" in vars(m.net.blocks[0]) and "hidden" not in vars(m.net)
+    assert m.compile_step == {"dynamic": True, "backend": "eager"}
+    assert load_model("tiny-llada").compile_step is None

@@ -223,6 +223,8 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
         for cache in args.caches:
             params = params_for(dec, cache, args, base, vocab_cache)
             decode_batch(base, prompts[:2], params=params)                      # warm-up
+            if args.compile_step:       # the compiled statistics' graph of size 1 too
+                decode_batch(base, prompts[:1], params=params)
             for bs in args.batch_sizes:
                 model.inside, model.calls = 0.0, 0
                 model.record = bs == 1

@@ -335,3 +335,34 @@ def test_auto_prefers_the_users_calibration_over_an_equal_bundled_one(tmp_path, 
                                       task_family="math-word")
     assert ids == (llada_tok.get_vocab()["####"],) and source == f"auto:{user / 'z.json'}"
     assert vocab.find_artifact("z") == user / "z.json" and vocab.find_artifact("a") == bundled / "a.json"
+
+
+# --- pvf-report on malformed results files ---------------------------------------------------------
+
+def _results(**changes) -> dict:
+    res = {"results": {"t": {"exact_match,none": 0.5}}, "n-samples": {"t": {"effective": 4}},
+           "config": {"model": "pvf-dlm", "model_args": {"pretrained": "m", "decoder": "pvf"}},
+           "date": 1.0}
+    res.update(changes)
+    return res
+
+
+@pytest.mark.parametrize("n_samples", [{"t": 5}, {"t": [4]}, [1, 2], "x", {"t": {"effective": "x"}}])
+def test_an_n_samples_field_of_another_shape_is_no_count(tmp_path, n_samples):
+    from pvf_lmeval.cli import report
+
+    (tmp_path / "results_a.json").write_text(json.dumps(_results(**{"n-samples": n_samples})))
+    (e,) = report.build([tmp_path]).rows[0].entries.values()
+    assert (e.acc, e.n) == (50.0, None)
+    assert report.main([str(tmp_path)]) == 0
+
+
+def test_a_field_of_an_unexpected_shape_is_one_line(tmp_path, capsys):
+    from pvf_lmeval.cli import report
+
+    path = tmp_path / "results_a.json"
+    path.write_text(json.dumps(_results(group_subtasks=[["t"]])))
+    assert report.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"pvf-report: {path}: malformed lm-eval results file (TypeError: unhashable "
+                   f"type: 'list')\n")

@@ -126,12 +126,13 @@ def test_token_ids_outside_the_vocabulary(tmp_path, key, value):
                                   f"vocabulary of 691 embeddings")
 
 
-@pytest.mark.parametrize("value", [-1, "7", 1.5, True])
+@pytest.mark.parametrize("value", [-1, "7", 1.5, True, [690]])
 def test_token_ids_that_are_not_ids(tmp_path, value):
     folder = _copy(tmp_path)
     _edit_config(folder, mask_token_id=value)
-    _fails(folder, "config.json", f"mask_token_id={json.dumps(value)} must be a non-negative "
-                                  f"integer token id")
+    msg = _fails(folder, "config.json", f"mask_token_id={json.dumps(value)} must be a "
+                                        f"non-negative integer token id")
+    assert msg.endswith("token id")            # one id: a list is for eos_token_id only
 
 
 def test_a_mask_id_from_the_tokenizer_outside_the_embeddings(tmp_path):

@@ -4,7 +4,6 @@ in one line naming the file and the key (or weight) at fault; none is taken for 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import signal
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pvf_lmeval.models import loader
 from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_model, weights_fingerprint
 from pvf_lmeval.models.validation import read_header

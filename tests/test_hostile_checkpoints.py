@@ -24,7 +24,7 @@ GiB = 1 << 30
 
 
 @contextmanager
-def bounded(seconds: int = 20, extra_bytes: int = GiB):
+def bounded(seconds: int = 60, extra_bytes: int = GiB):
     """Fail the block if it runs longer than ``seconds`` or raises the process's peak resident
     memory by ``extra_bytes`` or more."""
     def stop(signum, frame):

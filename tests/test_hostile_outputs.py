@@ -244,3 +244,125 @@ def test_a_run_starts_its_trace_afresh_unless_told_to_append(tmp_path):
     with pytest.raises(ValueError) as exc:
         run(trace_append="sometimes")
     assert str(exc.value) == "trace_append='sometimes' must be true or false"
+
+
+# --- planning-vocabulary artifacts: written to the user's folder, read defensively ----------------
+
+def _tree(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_calibrate_without_out_writes_to_the_user_folder_not_the_package(tmp_path, monkeypatch,
+                                                                         capsys):
+    from pvf_lmeval.cli import calibrate as cli
+    from pvf_lmeval.paths import vocab_artifacts_dir
+
+    monkeypatch.setenv("PVF_LMEVAL_HOME", str(tmp_path / "home"))
+    shipped = _tree(vocab_artifacts_dir())
+    assert cli.main(["--model", "tiny-llada", "--data", "arith", "--family", "math-word",
+                     "--limit", "2", "--gen-length", "32", "--block-length", "32",
+                     "--no-progress"]) == 0
+    assert _tree(vocab_artifacts_dir()) == shipped
+    out = tmp_path / "home" / "vocab" / "tiny-llada.math-word.calibrated.json"
+    assert json.loads(out.read_text())["calibration"]["prompts"] == 2
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+
+def test_the_default_output_folder_is_stated_in_help(monkeypatch):
+    from pvf_lmeval.cli import calibrate as cli
+    from pvf_lmeval.paths import user_vocab_dir
+
+    help_text = " ".join(cli.parser().format_help().split())
+    assert ("default: <model>.<family>.calibrated.json in $PVF_LMEVAL_HOME/vocab, else "
+            "$XDG_CACHE_HOME/pvf_lmeval/vocab, else ~/.cache/pvf_lmeval/vocab") in help_text
+    monkeypatch.delenv("PVF_LMEVAL_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/x/cache")
+    assert user_vocab_dir() == Path("/x/cache/pvf_lmeval/vocab")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "/home/u")
+    assert user_vocab_dir() == Path("/home/u/.cache/pvf_lmeval/vocab")
+    assert cli.default_out("GSAI-ML/LLaDA-8B-Instruct", "code") == \
+        Path("/home/u/.cache/pvf_lmeval/vocab/llada-8b-instruct.code.calibrated.json")
+
+
+@pytest.fixture
+def llada_tok():
+    from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer
+
+    return load_tokenizer(FIXTURES_DIR / "tiny-llada")
+
+
+def _art(tok, **kw) -> dict:
+    vocab = tok.get_vocab()
+    strings = kw.pop("strings", ["Ġ="])
+    return dict(ART, tokenizer={"name": "t", "vocab_hash": None},
+                tokens=[{"id": vocab[s], "string": s} for s in strings], **kw)
+
+
+@pytest.mark.parametrize("where", ["user", "bundled"])
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b'{"format_version": 1}',
+                                     b'[]', b'{"format_version": 1, "kind": "calibrated", '
+                                     b'"model_family": "llada", "task_family": "math-word", '
+                                     b'"tokens": [{"id": "7", "string": "a"}]}'])
+def test_an_unreadable_artifact_is_skipped_with_a_warning_naming_it(tmp_path, monkeypatch,
+                                                                    caplog, llada_tok, where,
+                                                                    content):
+    user, bundled = tmp_path / "home" / "vocab", tmp_path / "bundled"
+    user.mkdir(parents=True)
+    bundled.mkdir()
+    monkeypatch.setenv("PVF_LMEVAL_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("pvf_lmeval.planning.vocab.vocab_artifacts_dir", lambda: bundled)
+    vocab.save_artifact(_art(llada_tok), bundled / "good.json")
+    bad = (user if where == "user" else bundled) / "broken.json"
+    bad.write_bytes(content)
+    ids, source = vocab.resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
+                                      task_family="math-word")
+    assert ids == (llada_tok.get_vocab()["Ġ="],) and source == f"auto:{bundled / 'good.json'}"
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].startswith(f"vocab=auto: skipped {bad}: ")
+    assert "\n" not in skipped[0]
+
+
+def test_auto_prefers_the_users_calibration_over_an_equal_bundled_one(tmp_path, monkeypatch,
+                                                                      llada_tok):
+    user, bundled = tmp_path / "home" / "vocab", tmp_path / "bundled"
+    monkeypatch.setenv("PVF_LMEVAL_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("pvf_lmeval.planning.vocab.vocab_artifacts_dir", lambda: bundled)
+    vocab.save_artifact(_art(llada_tok, kind="calibrated"), bundled / "a.json")
+    vocab.save_artifact(_art(llada_tok, kind="calibrated", strings=["####"]), user / "z.json")
+    vocab.save_artifact(_art(llada_tok, kind="hand-written", strings=["ĠStep"]), user / "b.json")
+    ids, source = vocab.resolve_vocab("auto", tokenizer=llada_tok, model_family="llada",
+                                      task_family="math-word")
+    assert ids == (llada_tok.get_vocab()["####"],) and source == f"auto:{user / 'z.json'}"
+    assert vocab.find_artifact("z") == user / "z.json" and vocab.find_artifact("a") == bundled / "a.json"
+
+
+# --- pvf-report on malformed results files ---------------------------------------------------------
+
+def _results(**changes) -> dict:
+    res = {"results": {"t": {"exact_match,none": 0.5}}, "n-samples": {"t": {"effective": 4}},
+           "config": {"model": "pvf-dlm", "model_args": {"pretrained": "m", "decoder": "pvf"}},
+           "date": 1.0}
+    res.update(changes)
+    return res
+
+
+@pytest.mark.parametrize("n_samples", [{"t": 5}, {"t": [4]}, [1, 2], "x", {"t": {"effective": "x"}}])
+def test_an_n_samples_field_of_another_shape_is_no_count(tmp_path, n_samples):
+    from pvf_lmeval.cli import report
+
+    (tmp_path / "results_a.json").write_text(json.dumps(_results(**{"n-samples": n_samples})))
+    (e,) = report.build([tmp_path]).rows[0].entries.values()
+    assert (e.acc, e.n) == (50.0, None)
+    assert report.main([str(tmp_path)]) == 0
+
+
+def test_a_field_of_an_unexpected_shape_is_one_line(tmp_path, capsys):
+    from pvf_lmeval.cli import report
+
+    path = tmp_path / "results_a.json"
+    path.write_text(json.dumps(_results(group_subtasks=[["t"]])))
+    assert report.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"pvf-report: {path}: malformed lm-eval results file (TypeError: unhashable "
+                   f"type: 'list')\n")

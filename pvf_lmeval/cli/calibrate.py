@@ -29,10 +29,12 @@ def _band(text: str) -> tuple[float, float]:
 
 
 def default_out(model: str, family: str) -> Path:
-    from ..paths import vocab_artifacts_dir
+    """``<user folder>/<model>.<family>.calibrated.json``: never inside the installed package,
+    whose artifacts are read-only data."""
+    from ..paths import user_vocab_dir
 
     stem = Path(model.rstrip("/")).name.lower()
-    return vocab_artifacts_dir() / f"{stem}.{family}.calibrated.json"
+    return user_vocab_dir() / f"{stem}.{family}.calibrated.json"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +47,10 @@ def parser() -> argparse.ArgumentParser:
                          "lm-eval task: its train/validation split)")
     ap.add_argument("--family", required=True, help=f"task family: {', '.join(TASK_FAMILIES)}")
     ap.add_argument("--out", type=Path, default=None,
-                    help="artifact path (default vocab_artifacts/<model>.<family>.calibrated.json)")
+                    help="artifact path (default: <model>.<family>.calibrated.json in "
+                         "$PVF_LMEVAL_HOME/vocab, else $XDG_CACHE_HOME/pvf_lmeval/vocab, else "
+                         "~/.cache/pvf_lmeval/vocab; vocab=auto looks there too, before the "
+                         "bundled artifacts)")
     ap.add_argument("--limit", type=int, default=None, help="first N prompts only")
     ap.add_argument("--template", default=None, help="Python format string over a record's fields")
     ap.add_argument("--prompt-field", default=None, help="record field holding the prompt")

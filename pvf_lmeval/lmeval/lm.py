@@ -117,8 +117,6 @@ class PVFDiffusionLM(LM):
         self._compile = _compile_scope(compile)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
-        from ..decoding.params import _bool
-
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
         self.trace_append = _bool("trace_append", trace_append)
         self._trace_opened = False

@@ -43,6 +43,8 @@ MAX_LENGTH = 1 << 24
 #: config keys holding a context length
 LENGTH_KEYS = ("max_sequence_length", "max_position_embeddings", "seq_length", "n_positions",
                "max_seq_len", "model_max_length")
+#: token-id keys that may hold a list of ids
+LIST_ID_KEYS = ("eos_token_id",)
 #: bytes per element of the safetensors dtypes
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
                "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -218,10 +220,12 @@ def check_config_values(config: dict, where: str) -> None:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a positive "
                                             f"finite number")
         elif key.endswith("_token_id") and value is not None:
-            ids = value if isinstance(value, list) else [value]
+            several = key in LIST_ID_KEYS and isinstance(value, list)
+            ids = value if several else [value]
             if not ids or not all(_is_int(i) and i >= 0 for i in ids):
+                also = " (or a list of them)" if key in LIST_ID_KEYS else ""
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a "
-                                            f"non-negative integer token id (or a list of them)")
+                                            f"non-negative integer token id{also}")
 
 
 def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:

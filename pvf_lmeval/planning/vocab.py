@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..atomic import write_json
-from ..paths import vocab_artifacts_dir
+from ..paths import user_vocab_dir, vocab_artifacts_dir
 
 log = logging.getLogger("pvf_lmeval")
 
@@ -67,9 +67,10 @@ def load_artifact(path: str | Path) -> dict:
     """Read and check an artifact; one-line errors name the file and the problem."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"vocab artifact {path}: unreadable ({type(exc).__name__}: {exc})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:   # ValueError: JSON and UTF-8 errors
+        why = str(exc).splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(f"vocab artifact {path}: unreadable ({type(exc).__name__}: {why})") from None
     if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
         got = data.get("format_version") if isinstance(data, dict) else None
         raise ValueError(f"vocab artifact {path}: format_version={got!r}, expected {FORMAT_VERSION}")
@@ -83,12 +84,43 @@ def load_artifact(path: str | Path) -> dict:
             raise ValueError(f"vocab artifact {path}: {key!r} must be a list of {{id, string, ...}} records")
     if "tokens" not in data:
         raise ValueError(f"vocab artifact {path}: 'tokens' must be a list of {{id, string, ...}} records")
+    for key in ("tokens", "rejected_near", "observed"):
+        bad = next((t["id"] for t in data.get(key, []) if t.get("id") is not None
+                    and (not isinstance(t["id"], int) or isinstance(t["id"], bool) or t["id"] < 0)),
+                   None)
+        if bad is not None:
+            raise ValueError(f"vocab artifact {path}: {key!r} holds id {bad!r}; ids are "
+                             f"non-negative integers or null")
+    if not isinstance(data.get("tokenizer", {}), dict):
+        raise ValueError(f"vocab artifact {path}: 'tokenizer' must be an object "
+                         f"{{name, vocab_hash}}")
+    for key in ("model", "model_weights"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f"vocab artifact {path}: {key!r} must be a string")
     data["_path"] = str(path)
     return data
 
 
+def artifact_dirs() -> list[Path]:
+    """Where artifacts are looked for, in order: the user's folder (``pvf-calibrate``'s
+    default output, :func:`~pvf_lmeval.paths.user_vocab_dir`), then the bundled ones."""
+    return [user_vocab_dir(), vocab_artifacts_dir()]
+
+
 def bundled_artifacts() -> list[dict]:
-    return [load_artifact(p) for p in sorted(vocab_artifacts_dir().glob("*.json"))]
+    """Every readable artifact of :func:`artifact_dirs` (the user's first); an unreadable one
+    is skipped with a one-line warning naming it."""
+    out = []
+    for folder in artifact_dirs():
+        for p in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            try:
+                art = load_artifact(p)
+            except ValueError as exc:
+                log.warning("vocab=auto: skipped %s", str(exc).removeprefix("vocab artifact "))
+                continue
+            art["_user"] = folder != vocab_artifacts_dir()
+            out.append(art)
+    return out
 
 
 def model_stem(name: str) -> str:
@@ -112,7 +144,8 @@ def pick_artifact(model_family: str, task_family: str, model_name: str = "", tok
 
     Order: built with the running tokenizer (same vocabulary hash), then built for a model of
     the same name, then the family's generic heuristic artifact, then any other of the family;
-    within each, calibrated before hand-written before heuristic (online artifacts last).
+    within each, calibrated before hand-written before heuristic (online artifacts last), and
+    among equals the user's folder (``pvf-calibrate``'s output) before the bundled ones.
     Artifacts that kept no token are skipped, and so, with a warning, are those that record a
     weights fingerprint (``model_weights``) other than ``weights``, the loaded checkpoint's:
     calibrated on other weights of the same tokenizer (a retrained or fine-tuned model).
@@ -129,7 +162,8 @@ def pick_artifact(model_family: str, task_family: str, model_name: str = "", tok
     if not fits:
         return None
     tok_hash = tokenizer_hash(tokenizer) if tokenizer is not None else None
-    best = min(fits, key=lambda a: (_match(a, model_name, tok_hash)[0], KIND_RANK[a["kind"]], a["_path"]))
+    best = min(fits, key=lambda a: (_match(a, model_name, tok_hash)[0], KIND_RANK[a["kind"]],
+                                    not a.get("_user"), a["_path"]))
     best["_why"] = _match(best, model_name, tok_hash)[1]
     return best
 
@@ -141,7 +175,11 @@ def resolve_artifact(artifact: dict, tokenizer, model_family: str, *, force: boo
         raise ValueError(f"vocab artifact {where} is for model family {artifact['model_family']!r}, "
                          f"the loaded model is {model_family!r} (pass force to use it anyway)")
     if _same_tokenizer(artifact, tokenizer, artifact["tokens"]):
-        return tuple(sorted({int(t["id"]) for t in artifact["tokens"]}))
+        ids = tuple(sorted({int(t["id"]) for t in artifact["tokens"]}))
+        if ids and ids[-1] >= len(tokenizer):
+            raise ValueError(f"vocab artifact {where}: id {ids[-1]} is outside this tokenizer "
+                             f"(size {len(tokenizer)}) although its vocab_hash matches")
+        return ids
     return resolve_strings([t["string"] for t in artifact["tokens"]], tokenizer, where=where)
 
 
@@ -181,10 +219,11 @@ def find_artifact(spec: str, what: str = "vocab") -> Path:
     path = Path(spec).expanduser()
     if path.exists():
         return path
-    stem = vocab_artifacts_dir() / f"{spec}.json"
-    if stem.exists():
-        return stem
-    names = sorted(p.stem for p in vocab_artifacts_dir().glob("*.json"))
+    for folder in artifact_dirs():
+        stem = folder / f"{spec}.json"
+        if stem.exists():
+            return stem
+    names = sorted({p.stem for d in artifact_dirs() if d.is_dir() for p in d.glob("*.json")})
     kinds = "auto, none, online, " if what == "vocab" else ""
     raise ValueError(f"{what}={spec!r} is not {kinds}an artifact path or a bundled artifact "
                      f"({', '.join(names) or 'none bundled'})")
@@ -223,8 +262,9 @@ def resolve_vocab(spec: Any, *, tokenizer, model_family: str, model_name: str = 
             family = task_family or "math-word"
             art = pick_artifact(model_family, family, model_name, tokenizer, weights)
             if art is None:
-                raise ValueError(f"vocab=auto: no bundled planning vocabulary for model family "
-                                 f"{model_family!r} and task family {family!r}; pass vocab=PATH or vocab=none")
+                raise ValueError(f"vocab=auto: no bundled planning vocabulary (nor one in "
+                                 f"{user_vocab_dir()}) for model family {model_family!r} and task "
+                                 f"family {family!r}; pass vocab=PATH or vocab=none")
             ids = resolve_artifact(art, tokenizer, model_family, force=force)
             flag = " — UNCALIBRATED" if art["kind"] == "heuristic" else ""
             log.warning("vocab=auto: picked %s (%s, %s%s; %d tokens)", Path(art["_path"]).name,

@@ -10,7 +10,8 @@ wraps a command line. Each sandboxed process gets:
   namespace (only its own loopback), and its own IPC, UTS and cgroup namespaces;
 - a mount namespace whose root is empty but for read-only binds of ``/usr`` (and the
   ``/bin``, ``/lib*``, ``/sbin`` links or folders), the dynamic loader's files from
-  ``/etc``, the Python installation and this package's folder; a fresh ``/proc`` (of its
+  ``/etc``, the Python installation (:func:`python_paths`: its prefix, or only its binary,
+  standard library and libpython; never the user's home) and this package's folder; a fresh ``/proc`` (of its
   PID namespace), a minimal read-only ``/dev`` (null, zero, random, ...), and a private tmpfs
   ``/tmp`` of a fixed size, its only writable place (also ``HOME`` and the working directory);
 - a seccomp filter that refuses new processes and threads (:func:`seccomp_program`);
@@ -116,11 +117,39 @@ def find_bwrap() -> str | None:
         return shutil.which("bwrap")
 
 
-def python_paths() -> tuple[str, list[str]]:
-    """The real interpreter binary and the folders it needs (its installation)."""
-    exe = os.path.realpath(sys.executable)
-    dirs = {os.path.dirname(os.path.dirname(exe)), os.path.realpath(sys.base_prefix)}
-    return exe, sorted(d for d in dirs if d != "/" and not d.startswith("/usr/") and d != "/usr")
+def _system(path: str) -> bool:
+    """Bound anyway (``/usr``) or too wide to bind (``/``)."""
+    return path in ("/", "/usr") or path.startswith("/usr/")
+
+
+def _holds(folder: str, path: str) -> bool:
+    """Whether ``folder`` is ``path`` or one of its ancestors."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def python_paths(executable: str | None = None, base_prefix: str | None = None,
+                 stdlib: str | None = None, home: str | None = None) -> tuple[str, list[str]]:
+    """The real interpreter binary and what the sandbox shows of its installation: its prefix
+    (``sys.base_prefix``), or, when that prefix is the user's home folder or one of its
+    ancestors (a Python in ``~/bin``), only the binary, the standard library folder and the
+    shared libpython. Never the home folder itself, never a folder above it. The arguments
+    default to this interpreter's (they exist for tests)."""
+    exe = os.path.realpath(executable or sys.executable)
+    prefix = os.path.realpath(base_prefix or sys.base_prefix)
+    home = os.path.realpath(home or os.path.expanduser("~"))
+    if not _system(prefix) and not _holds(prefix, home):
+        paths = [prefix]
+    else:
+        import sysconfig
+
+        paths = [os.path.realpath(stdlib or os.path.dirname(os.__file__))]
+        libdir, libpython = (sysconfig.get_config_var(k) for k in ("LIBDIR", "LDLIBRARY"))
+        if executable is None and libdir and libpython and \
+                os.path.isfile(os.path.join(libdir, libpython)):
+            paths.append(os.path.realpath(os.path.join(libdir, libpython)))
+    if not any(_holds(p, exe) for p in paths):
+        paths.append(exe)
+    return exe, sorted({p for p in paths if not _system(p) and not _holds(p, home)})
 
 
 @dataclass(frozen=True)

@@ -77,16 +77,27 @@ def _one_line(text):
 
 
 def _describe(exc):
-    """(type name, message) of an exception; its own __str__ may fail or lie, which only
-    changes the detail of a failure, never a verdict."""
+    """(type name, message) of an exception, both plain strings; its own ``__str__`` and its
+    class's ``__name__`` (a metaclass may make it a property returning anything, or raising)
+    may fail or lie, which only changes the detail of a failure, never a verdict."""
     try:
         msg = str(exc)
+        msg = msg if type(msg) is str else "<unprintable message>"
     except BaseException:  # noqa: BLE001  (a message that cannot be printed)
         msg = "<unprintable message>"
-    return type(exc).__name__, _one_line(msg)
+    try:
+        name = type.__dict__["__name__"].__get__(type(exc))   # the class's own name, no lookup
+    except BaseException:  # noqa: BLE001
+        name = None
+    if type(name) is not str:
+        name = "<unnamed exception>"
+    return name, _one_line(msg)
 
 
 def _say(name, message):
+    """``name: message`` from values received across a pipe (any literal): always a string."""
+    name = name if type(name) is str else repr(name)
+    message = message if type(message) is str else repr(message)
     return f"{name}: {message}" if message else name
 
 
@@ -192,6 +203,8 @@ def checker(job, in_fd, out_fd, verdict_fd):
         return verdict("failed", "ended", "the candidate's process ended before it loaded")
     except literals.ProtocolError as e:
         return verdict("failed", "failed", _one_line(e))
+    if type(hello) is not tuple or not hello:
+        return verdict("failed", "failed", "the candidate's process sent no greeting")
     if hello[0] == "syntax":
         return verdict("failed", "syntax", _one_line(hello[1] if len(hello) > 1 else ""))
     if hello[0] == "raised" and len(hello) == 3:

@@ -10,8 +10,9 @@ the wall-clock limit. Nothing the candidate does can write that verdict.
 :class:`ExecResult` ``reason`` is one of :data:`REASONS`:
 
 - ``passed``;
-- ``failed``: the check raised (a wrong answer, an exception of the candidate's), or the
-  candidate's process exited while it was being checked;
+- ``failed``: the check raised (a wrong answer, an exception of the candidate's), the
+  candidate's process exited while it was being checked, or the checker program itself failed
+  on what the candidate sent;
 - ``syntax``: the program does not compile;
 - ``timeout``: the CPU-time limit (RLIMIT_CPU, of either process) or the wall-clock limit;
 - ``memory``: a MemoryError (the address-space limit, RLIMIT_AS) decided the check;
@@ -241,7 +242,9 @@ def _classify(verdict_raw: bytes, chk_rc, cand_rc, cpu_s: int, result) -> ExecRe
     if verdict == ("passed",) and chk_rc == 0:
         return result("passed")
     if type(verdict) is tuple and len(verdict) == 2 and verdict[0] == "error":
-        raise SandboxError(f"pvf_lmeval.sandbox: the checker failed: {verdict[1]}")
+        # the checker program itself raised: it runs on what the candidate sent, so this is a
+        # failed sample with its reason, never an exception in the evaluation
+        return result("failed", f"the checker failed: {verdict[1]}")
     if chk_rc == 128 + signal.SIGXCPU:
         return result("timeout", f"the checker hit the CPU limit of {cpu_s} s")
     if not (type(verdict) is tuple and len(verdict) == 3 and verdict[0] == "failed"):

@@ -184,9 +184,26 @@ def _leaves(task: str, group_subtasks: dict, seen=None) -> list[str]:
     return out
 
 
+def _effective(n_samples, task: str) -> int:
+    """``n-samples[task].effective`` as a count, 0 when the file does not hold one (a field of
+    another shape, such as a bare number, is no count)."""
+    entry = n_samples.get(task) if isinstance(n_samples, dict) else None
+    n = num(entry.get("effective")) if isinstance(entry, dict) else None
+    return int(n) if n is not None and n >= 0 else 0
+
+
 def load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
     """Every task of one results file (a group with an accuracy of its own stands for its
-    subtasks; one without is replaced by them)."""
+    subtasks; one without is replaced by them). A field of an unexpected shape is a
+    one-line :class:`ReportError` naming the file, never a traceback."""
+    try:
+        return _load_entries(path, metric_choice)
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as exc:
+        raise ReportError(f"{path}: malformed lm-eval results file ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc).strip() else ''})") from None
+
+
+def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
     try:
         r = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -213,7 +230,7 @@ def load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
         entries = _metric_entries(res)
         acc, se, acc_metric = _accuracy(entries, task, metric_choice)
         leaves = _leaves(task, group_subtasks)
-        n = sum(int(num((n_samples.get(t) or {}).get("effective")) or 0) for t in leaves) or None
+        n = sum(_effective(n_samples, t) for t in leaves) or None
         cost, source = _cost_from_metrics(entries), "metrics"
         if cost is None and totals:
             cost, source = _cost_from_totals(totals, leaves), "totals"

@@ -54,6 +54,22 @@ def dist_entropy(d, vocab: int = V) -> float:
     return h - left * math.log(left / rest) if left > 0 else h
 
 
+class NoCapitals:
+    """A tokenizer for table models: no token's text is capitalised, so ``rules=reference``
+    (switch 2, capitalised planning tokens) adds nothing to the planning vocabulary."""
+
+    all_special_ids: list = []
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def decode(self, ids) -> str:
+        return "x"
+
+
 class TableModel:
     """Model whose distributions are a function of the generation region's state.
 
@@ -72,6 +88,7 @@ class TableModel:
         self.vocab = vocab
         self.calls: list[tuple[int, tuple[int, int]]] = []
         self.canvases: list[list[list]] = []
+        self.tokenizer = NoCapitals(vocab)
 
     @property
     def nfe(self) -> int:

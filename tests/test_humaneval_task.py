@@ -321,3 +321,39 @@ def test_keep_all_keeps_every_sample_and_its_meta():
     g = [GenerationText("a", META), GenerationText("b", META)]
     kept = U.keep_all([g, ("c",)], [{}, {}])
     assert kept == [g, ["c"]] and kept[0][1].meta == META
+
+
+def test_each_sample_records_the_sandbox_verdict(problems):
+    p = dict(problems[2], pass_at_k=[1])
+    bodies = {"passed": p["canonical_solution"], "failed": "    return None\n",
+              "syntax": "    return (\n", "timeout": "    while True:\n        pass\n"}
+    for verdict, body in bodies.items():
+        out = U.score(p, [GenerationText(body, META)], U.completion_base, timeout=1, workers=1)
+        assert out["verdict"] == [verdict], verdict
+    out = U.score(p, [[GenerationText(bodies["failed"], META), GenerationText(bodies["passed"], META)]],
+                  U.completion_base, timeout=1, workers=1)
+    assert out["verdict"] == ["failed", "passed"]
+
+
+def test_verdict_counts():
+    assert U.verdict_counts([["passed"], ["syntax", "passed"], ["failed"]]) == "passed 2, failed 1, syntax 1"
+    assert U.verdict_counts(["timeout", "signal", "memory"]) == "timeout 1, memory 1, signal 1"
+    assert U.verdict_counts([]) == ""
+
+
+def test_verdicts_in_logged_samples_and_the_results(data_env, problems):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    def one_good_one_broken(ctx, kwargs):
+        p = max((p for p in problems if p["prompt"] in ctx), key=lambda p: len(p["prompt"]))
+        good = p is problems[0]
+        return GenerationText(p["canonical_solution"] if good else "    return (\n", META)
+
+    tm = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
+    out = simple_evaluate(model=_generation_lm(one_good_one_broken), tasks=["humaneval_pvf"],
+                          task_manager=tm, limit=2, confirm_run_unsafe_code=True,
+                          bootstrap_iters=0, log_samples=True)
+    logged = {s["doc_id"]: s["verdict"] for s in out["samples"]["humaneval_pvf"]}
+    assert logged == {0: ["passed"], 1: ["syntax"]}
+    assert out["results"]["humaneval_pvf"]["verdict,none"] == "passed 1, syntax 1"

@@ -13,7 +13,9 @@ Model protocol (the only thing decoders rely on)::
 
 Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``,
 ``block_size`` (a block-diffusion model: block-causal attention over blocks of that many
-positions, which the model applies itself; see :mod:`.blocks`).
+positions, which the model applies itself; see :mod:`.blocks`), ``max_length`` (the context:
+``gen_length`` plus the longest prompt must fit it), ``tokenizer`` (needed by
+``rules=reference``, whose planning vocabulary includes the capitalised tokens).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import torch
 from .blocks import block_size_of, check_block_length
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
-from .plan_vocab import FixedVocab
+from .plan_vocab import FixedVocab, capitalised_ids
 from .registry import DECODERS
+from .rules import rules_for
 
 
 def _device(model, prompt_ids) -> torch.device:
@@ -36,14 +39,37 @@ def _device(model, prompt_ids) -> torch.device:
     return torch.device(dev)
 
 
-def planning_vocab(params: DecodeParams, online=None, device="cpu"):
+def planning_vocab(params: DecodeParams, online=None, device="cpu", tokenizer=None):
     """The vocabulary a decoder with ``params`` reads: ``online`` when given, else the fixed
-    ``plan_vocab`` ids; None for decoders that read none."""
+    ``plan_vocab`` ids, plus the ``tokenizer``'s capitalised tokens when the rules say so
+    (``rules=reference``, switch 2); None for decoders that read none."""
     if not DECODERS[params.decoder].uses_vocab:
         return None
+    capitalised = rules_for(params.rules).capitalised_plan_tokens
     if online is not None:
+        if capitalised:
+            raise ValueError(f"rules={params.rules} adds capitalised tokens to a fixed planning "
+                             "vocabulary; an online vocabulary learns its own (use rules=paper "
+                             "or plan_vocab)")
         return online
-    return FixedVocab(params.plan_vocab or (), device=device)
+    ids = params.plan_vocab or ()
+    if capitalised:
+        if tokenizer is None:
+            raise ValueError(f"rules={params.rules} plans on capitalised tokens: the model needs a "
+                             "tokenizer attribute (or use rules=paper)")
+        ids = set(ids) | capitalised_ids(tokenizer)
+    return FixedVocab(ids, device=device)
+
+
+def check_context(model, prompts, gen_length: int) -> None:
+    """The longest prompt plus ``gen_length`` must fit the model's context (``max_length``,
+    when the model has one), else a one-line ``ValueError`` naming the three."""
+    context = getattr(model, "max_length", None)
+    longest = max(len(p) for p in prompts)
+    if context is not None and longest + gen_length > context:
+        raise ValueError(f"gen_length={gen_length} after a prompt of {longest} tokens needs "
+                         f"{longest + gen_length} positions, more than the model's context of "
+                         f"{context} tokens; lower gen_length or shorten the prompt")
 
 
 def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodeParams | None = None,
@@ -72,10 +98,11 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
         return []
     dev = _device(model, prompts[0])
     prompts = [torch.as_tensor(p, dtype=torch.long).to(dev).reshape(-1) for p in prompts]
+    check_context(model, prompts, params.gen_length)
+    vocab = planning_vocab(params, online, dev, getattr(model, "tokenizer", None))
     step = DECODERS[params.decoder](params)
     return run(model, prompts, params, step, request_indices=request_indices,
-               repeat_indices=repeat_indices, trace=trace,
-               vocab=planning_vocab(params, online, dev))
+               repeat_indices=repeat_indices, trace=trace, vocab=vocab)
 
 
 def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,

@@ -16,8 +16,8 @@ Switches (numbers as in the documentation's table):
    last one in the confidence ranking, every remaining masked position of the block is committed,
    the failing one included.
 2. Capitalised tokens (a token whose text starts with an upper-case letter) are planning tokens
-   besides the vocabulary. Decoders never see strings: the adapter adds those ids to the planning
-   vocabulary (``vocab.capitalised_ids``); ``capitalised_plan_tokens`` says it should.
+   besides the vocabulary. The step code never sees strings: ``decode``/``decode_batch`` add those
+   ids, from the model's ``tokenizer``, to the planning vocabulary (``plan_vocab.capitalised_ids``).
 3. ``force_after_routes`` (``pvf``, ``explore``): the most confident position is forced only when
    the step commits nothing else (after planning, AR or the exploration pick), not as part of the
    base set before them.

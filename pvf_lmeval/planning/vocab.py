@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..atomic import write_json
+from ..decoding.plan_vocab import capitalised_ids  # noqa: F401  (rules=reference, switch 2)
 from ..paths import user_vocab_dir, vocab_artifacts_dir
 
 log = logging.getLogger("pvf_lmeval")
@@ -43,24 +44,6 @@ def tokenizer_hash(tokenizer) -> str:
     """sha256 over the tokenizer's (token, id) pairs, independent of file layout."""
     items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     return "sha256:" + hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()
-
-
-def capitalised_ids(tokenizer) -> frozenset[int]:
-    """Ids whose decoded text, stripped of whitespace, starts with an upper-case letter.
-
-    ``rules=reference`` (switch 2 of ``decoding.rules``): the PVF authors' code treats such a
-    token (a name or a sentence opening, e.g. " Emma", "The") as a planning token besides the
-    vocabulary. Special tokens are left out. Decodes every id once (about a second on a
-    150k-token vocabulary); cache the result per tokenizer."""
-    special = set(getattr(tokenizer, "all_special_ids", None) or ())
-    out = []
-    for i in range(len(tokenizer)):
-        if i in special:
-            continue
-        text = tokenizer.decode([i]).strip()
-        if text and text[0].isupper():
-            out.append(i)
-    return frozenset(out)
 
 
 def load_artifact(path: str | Path) -> dict:

@@ -16,7 +16,9 @@ Same prompts, stop strings, ``max_gen_toks`` and answer handling as lm-eval's bu
   ``metadata: pass_at_k`` (``load`` stores the list on every doc; ``--metadata`` overrides
   it), each reported as ``pass@k`` (list it in ``metric_list``). With the default filter one
   sample per problem reaches ``process_results`` (pass@1); a list of samples (a keep-all
-  filter with ``repeats``) gives ``n`` > 1.
+  filter with ``repeats``) gives ``n`` > 1;
+- ``verdict``: the sandbox's verdict of each sample, in sample order (``--log_samples`` shows
+  it per problem; the results table counts each verdict, :func:`verdict_counts`).
 """
 
 from __future__ import annotations
@@ -190,7 +192,17 @@ def score(doc: dict, results: list, completion, *, timeout: float = DEFAULT_TIME
     runs = check_candidates(check_jobs(doc, [completion(doc, str(g)) for g in gens]),
                             workers=workers, timeout=timeout)
     out.update(pass_at_k_values(len(runs), sum(r.passed for r in runs), doc.get("pass_at_k")))
+    out["verdict"] = [r.reason for r in runs]
     return out
+
+
+def verdict_counts(items) -> str:
+    """Aggregation of ``verdict``: how many samples got each verdict, in
+    ``pvf_lmeval.sandbox.REASONS`` order, e.g. ``"passed 3, failed 1, syntax 1"``."""
+    from pvf_lmeval.sandbox import REASONS
+
+    verdicts = [v for item in items for v in ([item] if isinstance(item, str) else item)]
+    return ", ".join(f"{r} {verdicts.count(r)}" for r in REASONS if r in verdicts)
 
 
 def process_results(doc: dict, results: list) -> dict:

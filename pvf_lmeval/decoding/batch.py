@@ -46,8 +46,9 @@ class Batch:
     Canvas tensors here are generation regions [..., L]; ``prompt`` [n, P0] holds the padded
     prompts. On a block-diffusion model (``block_size``) a region is ``gen_length + B`` wide and
     starts at the model block that holds the prompt's end (``blocks``): request i's first
-    ``start[i]`` region positions are its prompt's last tokens, and ``prompt`` the rest. ``nfe[i]`` counts the model calls that carried rows of request i, ``rows[i]`` the
-    rows it sent.
+    ``start[i]`` region positions are its prompt's last tokens, and ``prompt`` the rest.
+    ``nfe[i]`` counts the model calls that carried rows of request i, ``rows[i]`` the rows it
+    sent.
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,

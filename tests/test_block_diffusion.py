@@ -252,3 +252,44 @@ def test_cache_model_shows_drift_when_attention_is_bidirectional():
                                block_length=B, cache=c)
     assert outs["none"][0].tokens != outs["prefix"][0].tokens
     assert not outs["prefix"][0].cache_exact and outs["none"][0].cache_exact
+
+
+# ---------------------------------------------------------------- the native LLaDA 2 network
+
+
+@pytest.fixture(scope="module")
+def llada2(tmp_path_factory):
+    """A tiny random LLaDA 2 network with blocks of 4, weights scaled up so that its
+    distributions are peaked (threshold commits several tokens, PVF plans)."""
+    import torch
+    from moe_folders import make_llada2_folder
+
+    from pvf_lmeval.models import load_model
+
+    m = load_model(str(make_llada2_folder(tmp_path_factory.mktemp("llada2") / "f", seed=2)),
+                   device="cpu", dtype="float32")
+    m.block_size = B
+    with torch.no_grad():
+        for name, p in m.net.named_parameters():
+            if p.dim() > 1 and "gate" not in name and "router" not in name:
+                p.mul_(3.0)
+    return m
+
+
+NET_PROMPTS = [[123, 45, 67], [89, 12, 34, 56, 78, 90], [11, 22, 33, 44, 55, 66, 77, 88], [99]]
+NET_DECODERS = [("threshold", {"threshold": 0.3}),
+                ("pvf", {"threshold": 0.3, "plan_lo": 0.05, "plan_hi": 0.3, "reveal_next": 2,
+                         "plan_vocab": list(range(691))})]
+
+
+@pytest.mark.parametrize("dec,kw", NET_DECODERS)
+def test_native_block_network_cache_and_batching_change_nothing(llada2, dec, kw):
+    none = decode_batch(llada2, NET_PROMPTS, dec, gen_length=8, **kw)
+    for cache in ("prefix", "dual"):
+        for a, b in zip(none, decode_batch(llada2, NET_PROMPTS, dec, gen_length=8, cache=cache,
+                                           **kw)):
+            _same(a, b)
+    for i, p in enumerate(NET_PROMPTS):
+        _same(none[i], decode(llada2, p, dec, gen_length=8, request_index=i, **kw))
+    if dec == "pvf":
+        assert sum(r.tokens_plan for r in none) > 0

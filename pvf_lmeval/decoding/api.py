@@ -82,8 +82,8 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     Parameters are the fields of :class:`DecodeParams` as keyword ``overrides`` (None = default
     / preset / keep); with ``params`` given, the overrides replace its fields and the result is
     re-validated. On a block-diffusion model ``block_length`` defaults to the model's block
-    size, and any other value is an error. ``request_indices``/``repeat_indices`` join ``seed`` in seeding every random
-    draw (default: 0..n-1 and 0). ``online``: an ``OnlineVocab`` (``vocab=online``) that
+    size, and any other value is an error. ``request_indices``/``repeat_indices`` join
+    ``seed`` in seeding every random draw (default: 0..n-1 and 0). ``online``: an ``OnlineVocab`` (``vocab=online``) that
     replaces ``plan_vocab``; it records planning outcomes but changes only when its owner calls
     ``update()`` between batches. Outputs and per-request NFE equal those of decoding each
     prompt alone with the same request/repeat index.

@@ -45,8 +45,11 @@ class Batch:
     Requests are numbered 0..n-1 in the order given; the loop passes ``ids``, the numbers of the
     requests still decoding, in that order, with every batched tensor ([R, ...], R = len(ids)).
     Canvas tensors here are generation regions [..., L]; ``prompt`` [n, P0] holds the padded
-    prompts. ``nfe[i]`` counts the model calls that carried rows of request i, ``rows[i]`` the
-    rows it sent.
+    prompts. On a block-diffusion model (``block_size``) a region is ``gen_length + B`` wide and
+    starts at the model block that holds the prompt's end (``blocks``): request i's first
+    ``start[i]`` region positions are its prompt's last tokens, and ``prompt`` the rest.
+    ``nfe[i]`` counts the model calls that carried rows of request i, ``rows[i]`` the rows it
+    sent.
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
@@ -204,7 +207,9 @@ class Batch:
 
         Each request's rows request generation positions [lo, hi): from the earliest active block
         of its rows to the end of the block after the latest one (the next step's stats need the
-        active + next block of whichever row is committed); rows without a mask do not widen it.
+        active + next block of whichever row is committed; on a block-diffusion model, the next
+        block only when the step reveals it, and the call then runs on the canvas up to that
+        end); rows without a mask do not widen it.
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
         ``cover`` [R] (optional): a generation position per request from which on the call
         must cover stats too (``rules=reference`` reads positions its rows already filled, and

@@ -85,14 +85,3 @@ def reach(own: Tensor, block: int) -> Tensor:
     at = (own.long().argmax(-1) // block).unsqueeze(-1)                          # [..., K, 1]
     return blk >= at
 
-
-def params_for_model(model, params, *, block_length_given: bool):
-    """``params`` fitted to ``model``: on a block-diffusion model ``block_length`` becomes the
-    model's block size when it was not given, and is checked when it was (one-line error)."""
-    bs = block_size_of(model)
-    if bs is not None and not block_length_given and params.block_length != bs:
-        from .params import override
-
-        params = override(params, block_length=bs)
-    check_block_length(model, params.block_length)
-    return params

@@ -35,7 +35,8 @@ class Stats:
                           entropies: online vocabulary, calibration), else None.
 
     A call covers, per request, the generation positions from the earliest active block of its
-    rows to the end of the block after the latest one (active + next block of every row).
+    rows to the end of the block after the latest one (active + next block of every row); on a
+    block-diffusion model, to the end of the latest one unless the step reveals next blocks.
     """
 
     tok: Tensor

@@ -26,8 +26,8 @@ from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
-from ..decoding.blocks import block_size_of, check_block_length, params_for_model
-from ..decoding.params import _bool, override
+from ..decoding.blocks import block_size_of, check_block_length
+from ..decoding.params import DecodeParams, _bool, override
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .auto_batch import AutoBatch, batch_size_arg
@@ -109,8 +109,12 @@ class PVFDiffusionLM(LM):
         self._decoder = self._explicit.pop("decoder", "threshold")
         # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
         self._preset_given = "preset" in decoder_args
+        # Without block_length, a block-diffusion model gives its own once loaded: until then
+        # the rules that involve it are checked with gen_length as one block.
+        one_block = ({} if "block_length" in self._explicit else
+                     {"block_length": self._explicit.get("gen_length", DecodeParams.gen_length)})
         self.params = make_params(self._decoder, preset=self._explicit.pop("preset", None),
-                                  **self._explicit)
+                                  **self._explicit, **one_block)
         self._preset_params: dict = {}
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
         self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
@@ -152,8 +156,11 @@ class PVFDiffusionLM(LM):
             _notice(warning)
         quiet_git_probe()
         self.model = load_model(pretrained, device=dev, dtype=dtype)
-        self.params = params_for_model(self.model, self.params,
-                                       block_length_given="block_length" in self._explicit)
+        if one_block:
+            # the model's own block (block-diffusion), else the default; task presets build on it
+            self._explicit["block_length"] = block_size_of(self.model) or DecodeParams.block_length
+            self.params = override(self.params, block_length=self._explicit["block_length"])
+        check_block_length(self.model, self.params.block_length)
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
         self._device = self.model.device
@@ -281,7 +288,7 @@ class PVFDiffusionLM(LM):
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
             "task_presets": dict(self.task_presets),
-            # a block-diffusion model's KV cache is exact (docs/decoding.md, "Block-diffusion")
+            # a block-diffusion model's cache is exact (docs/decoding.md, "Block-diffusion models")
             "block_size": block_size_of(self.model),
             "cache_exact": self.params.cache == "none" or block_size_of(self.model) is not None,
             **self.vocab.info(),

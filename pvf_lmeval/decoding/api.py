@@ -11,7 +11,9 @@ Model protocol (the only thing decoders rely on)::
         # cache: per-request KV caches (see models/kv.py). The decoder may modify the returned
         # tensor in place.
 
-Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``.
+Optional: ``device`` (tokens are built there; default: the prompt's device), ``pad_id``, and
+``batch_invariant()``: a context manager inside which the model computes every row the same way
+whatever the batch (``batch_invariant=True``; it raises a one-line ValueError where it cannot).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Iterable
 
 import torch
 
+from .common import invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab
@@ -46,7 +49,7 @@ def planning_vocab(params: DecodeParams, online=None, device="cpu"):
 def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodeParams | None = None,
                  request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
                  trace: bool = False, online=None, preset: str | None = None,
-                 **overrides) -> list[DecodeResult]:
+                 batch_invariant: bool = False, **overrides) -> list[DecodeResult]:
     """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, together.
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
@@ -57,25 +60,34 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     replaces ``plan_vocab``; it records planning outcomes but changes only when its owner calls
     ``update()`` between batches. Outputs and per-request NFE equal those of decoding each
     prompt alone with the same request/repeat index.
+
+    ``batch_invariant``: every per-request result (tokens, routes, every statistic) is
+    bit-identical whatever the batch also on devices whose library kernels depend on the batch's
+    shape (CUDA in bfloat16/float16): the model computes in its batch-invariant kernels and the
+    decoding side sums in a fixed order. A model or device without those kernels is a one-line
+    ValueError naming the argument (no fallback).
     """
     params = params_for_call(decoder, params, preset, **overrides)
+    mode = invariant_mode(model, bool(batch_invariant))
     prompts = list(prompts)
     if not prompts:
         return []
     dev = _device(model, prompts[0])
     prompts = [torch.as_tensor(p, dtype=torch.long).to(dev).reshape(-1) for p in prompts]
     step = DECODERS[params.decoder](params)
-    return run(model, prompts, params, step, request_indices=request_indices,
-               repeat_indices=repeat_indices, trace=trace,
-               vocab=planning_vocab(params, online, dev))
+    with mode:
+        return run(model, prompts, params, step, request_indices=request_indices,
+                   repeat_indices=repeat_indices, trace=trace,
+                   vocab=planning_vocab(params, online, dev), invariant=bool(batch_invariant))
 
 
 def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,
            params: DecodeParams | None = None, request_index: int = 0, repeat_index: int = 0,
            trace: bool = False, online=None, preset: str | None = None,
-           **overrides) -> DecodeResult:
+           batch_invariant: bool = False, **overrides) -> DecodeResult:
     """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor): a batch
     of one (see :func:`decode_batch` for the arguments)."""
     return decode_batch(model, [prompt_ids], decoder, params=params,
                         request_indices=[request_index], repeat_indices=[repeat_index],
-                        trace=trace, online=online, preset=preset, **overrides)[0]
+                        trace=trace, online=online, preset=preset,
+                        batch_invariant=batch_invariant, **overrides)[0]

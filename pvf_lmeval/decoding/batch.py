@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from .cache import BatchKV
-from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
+from .common import (Stats, entropy_from_logits, first_true, fixed_sum, gumbel_like, mix_seed,
+                     stats_from_logits)
 
 
 def pad_id_of(model) -> int:
@@ -48,7 +49,8 @@ class Batch:
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
-                 request_indices: list[int], repeat_indices: list[int], reveal: int = 0):
+                 request_indices: list[int], repeat_indices: list[int], reveal: int = 0,
+                 invariant: bool = False):
         self.model = model
         self.p = params
         self.n = len(prompts)
@@ -87,6 +89,10 @@ class Batch:
                                  device=self.device)
         self.nfe = [0] * self.n
         self.rows = [0] * self.n
+        #: batch-invariant decoding: every float sum of the decoding side (the softmax
+        #: normaliser, entropies, C_total, VIG) in :func:`.common.fixed_sum`'s order, so that a
+        #: request's statistics never depend on the rows decoded beside it
+        self.invariant = invariant
 
     # ------------------------------------------------------------ per-request randomness
 
@@ -109,6 +115,10 @@ class Batch:
             g = self.generator(i)
             out.append(torch.rand(self.L, generator=g, device=g.device))
         return torch.stack(out).to(self.device)
+
+    def rowsum(self, x: Tensor) -> Tensor:
+        """Sum over the last dim: in a fixed order for batch-invariant decoding."""
+        return fixed_sum(x) if self.invariant else x.sum(-1)
 
     # ------------------------------------------------------------ rules on states [..., L]
 
@@ -256,12 +266,12 @@ class Batch:
         for _, i, k, *_ in seats:
             self.nfe[i] += 1
             self.rows[i] += k
-        ent = entropy_from_logits(logits, self.mask_id) if entropy else None
+        ent = entropy_from_logits(logits, self.mask_id, fixed=self.invariant) if entropy else None
         noise = None
         if self.temperature > 0:
             noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
         tok, conf, pmax, pcur = stats_from_logits(logits, gen.gather(1, gpos), self.mask_id,
-                                                  self.temperature, noise)
+                                                  self.temperature, noise, fixed=self.invariant)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)

@@ -33,7 +33,8 @@ class Verdict:
 
 
 def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
-                 tau_high: float, *, impact_over: Tensor | None = None) -> Verdict:
+                 tau_high: float, *, impact_over: Tensor | None = None,
+                 rowsum=None) -> Verdict:
     """Verify K planning branches of R requests.
 
     ``base``: stats [R, L] of z_base; ``plans``: stats [R, K, L] of the branches; ``own``
@@ -42,7 +43,8 @@ def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
 
     ``impact_over`` (``rules=reference``, switch 4): the impact set is taken over these
     positions [R, L] (W_t masked before the base commit) with no position left out, and an empty
-    impact set passes; ``nonvacuous`` still reports whether it was empty.
+    impact set passes; ``nonvacuous`` still reports whether it was empty. ``rowsum``: the sum
+    over the last dim VIG uses (default ``Tensor.sum(-1)``; the batch's, ``Batch.rowsum``).
     """
     if impact_over is None:
         imp = masked_base & (base.pmax >= tau_high)                    # S_imp [R, L]
@@ -56,7 +58,8 @@ def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
     if base.ent is not None and plans.ent is not None:
         R = masked_base.unsqueeze(1) & ~own                            # [R, K, L]
         dH = torch.where(R, base.ent.unsqueeze(1) - plans.ent, torch.zeros_like(plans.ent))
-        vig = passed * dH.sum(-1) / R.sum(-1).clamp(min=1)
+        total = dH.sum(-1) if rowsum is None else rowsum(dH)
+        vig = passed * total / R.sum(-1).clamp(min=1)
     return Verdict(nonvac, passed, vig)
 
 

@@ -38,7 +38,7 @@ log = logging.getLogger("pvf_lmeval")
 
 #: the ``--model_args`` keys that are not decoder parameters
 LM_KEYS = ("pretrained", "dtype", "device", "batch_size", "max_batch_size", "trust_remote_code",
-           "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation")
+           "vocab", "trace", "mc_num", "mc_batch", "compile", "truncation", "batch_invariant")
 DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
 #: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
 VOCAB_KEYS = VOCAB_ARGS
@@ -96,7 +96,7 @@ class PVFDiffusionLM(LM):
                  trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
                  mc_num: int | str = 128, mc_batch: int | str = 32,
                  compile: bool | str = False, truncation: str = "left",
-                 _device_is_cli_default: bool = False,
+                 batch_invariant: bool | str = False, _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
         # Every argument is checked here, before the model loads: bad input fails fast, in one line.
@@ -113,6 +113,7 @@ class PVFDiffusionLM(LM):
             raise ValueError(f"max_batch_size={max_batch_size!r} has no effect: pvf-dlm decodes "
                              f"a fixed batch_size (a positive integer; no batch_size=auto)")
         self._compile = _compile_scope(compile)
+        self.batch_invariant = _bool("batch_invariant", batch_invariant)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
@@ -124,7 +125,8 @@ class PVFDiffusionLM(LM):
         import torch
 
         from ..models import load_model
-        from ..models.loader import resolve_device
+        from ..models.batch_invariant import support_error
+        from ..models.loader import resolve_device, resolve_dtype
 
         self.accelerator = None
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -146,6 +148,10 @@ class PVFDiffusionLM(LM):
         if warning:
             _notice(warning)
         quiet_git_probe()
+        if self.batch_invariant:        # before the weights load: a one-line error, no fallback
+            err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
+            if err:
+                raise ValueError(err)
         self.model = load_model(pretrained, device=dev, dtype=dtype)
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
@@ -273,6 +279,8 @@ class PVFDiffusionLM(LM):
             "params": {k: v for k, v in self._public_params(self.params).items()},
             "early_stop": self.params.early_stop,
             **self.vocab.info(),
+            "batch_size": self.batch_size,
+            "batch_invariant": self.batch_invariant,
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
         }}
@@ -343,7 +351,8 @@ class PVFDiffusionLM(LM):
             with self._oom_guard("scoring a continuation", min(self.mc_batch, self.mc_num), n):
                 r = elbo_loglikelihood(self.model, ctx_ids, cont_ids, mc_num=self.mc_num,
                                        mc_batch=self.mc_batch, seed=self.params.seed,
-                                       request_index=self._likelihood_key(req, i))
+                                       request_index=self._likelihood_key(req, i),
+                                       batch_invariant=self.batch_invariant)
             out.append((r.logprob, bool(r.is_greedy)))
             self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
         return out
@@ -369,7 +378,8 @@ class PVFDiffusionLM(LM):
                                  self.model.max_length):
                 r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
                                           mc_batch=self.mc_batch, seed=self.params.seed,
-                                          request_index=self._likelihood_key(req, i))
+                                          request_index=self._likelihood_key(req, i),
+                                       batch_invariant=self.batch_invariant)
             out.append(r.logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
         return out
@@ -437,7 +447,8 @@ class PVFDiffusionLM(LM):
                     self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
                     request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
                     repeat_indices=[c["repeat_index"] for c in chunk],
-                    trace=trace_file is not None, online=self.online)
+                    trace=trace_file is not None, online=self.online,
+                    batch_invariant=self.batch_invariant)
             for c, out in zip(chunk, outs):
                 text, stats = self._finish(out, c["until"])
                 results[c["i"]] = GenerationText(text, meta=stats)

@@ -165,3 +165,27 @@ def test_attention_rejects_a_per_head_bias():
     q = torch.zeros(1, 2, 1, 8)
     with pytest.raises(ValueError, match="one mask for every head"):
         attn.attention(q, q, q, torch.zeros(1, 2, 1, 1), False)
+
+
+def test_network_logits_do_not_depend_on_the_batch(monkeypatch):
+    """A one-layer network through DiffusionLM.batch_invariant(): a request's logits alone
+    equal its row's in a left-padded batch of two, bit for bit, and torch's within tolerance."""
+    from pvf_lmeval.models.diffusion_lm import DiffusionLM
+    from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = TransformerConfig(vocab_size=24, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
+                            ffn_hidden=32, qkv_bias=True)
+    net = BidirectionalTransformer(cfg)
+    net.init_weights(0)
+    m = DiffusionLM(net, mask_id=23, eos_ids=(2,), pad_id=3, logit_shift=0, decodable=24)
+    mine = torch.tensor([[5, 6, 7, 23, 23, 23]])
+    other = torch.tensor([[3, 3, 9, 10, 11, 12, 23, 23, 23]])     # 2 pads, 1 longer prompt
+    batch = torch.cat([torch.cat([torch.full((1, 3), 3), mine], 1), other])
+    att = (torch.arange(9)[None] >= torch.tensor([[3], [2]])).long()
+    with m.batch_invariant():
+        alone = m.logits(mine, torch.arange(3, 6))
+        both = m.logits(batch, torch.arange(6, 9), attention_mask=att)
+    assert torch.equal(both[0], alone[0])
+    ref = m.logits(mine, torch.arange(3, 6))
+    assert torch.allclose(alone, ref, rtol=1e-5, atol=1e-5)

@@ -74,17 +74,17 @@ def interpreting() -> bool:
     return type(_matmul_kernel).__name__ == "InterpretedFunction"
 
 
-def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           out: torch.Tensor | None = None) -> torch.Tensor:
+def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+           ) -> torch.Tensor:
     """``x`` [M, K] @ ``weight`` [N, K].T (+ ``bias`` [N]) -> [M, N] in ``x``'s dtype, float32
-    accumulation in a fixed order (module docstring). ``out``: a [M, N] view to write into."""
+    accumulation in a fixed order (module docstring)."""
     M, K = x.shape
     N = weight.shape[0]
     if weight.shape[1] != K or weight.dtype != x.dtype:
         raise ValueError(f"matmul: x {tuple(x.shape)} {x.dtype} and weight "
                          f"{tuple(weight.shape)} {weight.dtype} do not match")
     bm, bn, bk, warps, stages = CONFIGS[x.dtype]
-    c = torch.empty((M, N), dtype=x.dtype, device=x.device) if out is None else out
+    c = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
         return c
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)

@@ -11,7 +11,7 @@ changes. pvf and explore use ``preset=arith`` and the fixture's bundled vocabula
 commits 8 tokens per step (``steps = gen_length / 8``) to keep batch size 1 affordable.
 
 Part 2 (``--shape llada-8b``, random weights of LLaDA-8B's shape): median milliseconds of one
-model call, full (cache ``none``: 2 blocks of queries over a 512-token canvas) and cached
+model call (part 2 runs first), full (cache ``none``: 2 blocks of queries over a 512-token canvas) and cached
 (``dual``: one block recomputed), at the rows of a pvf round (width 3: 4 rows per request) and
 a threshold round (1 row per request) for 1 and 16 requests, option off vs on. At this size a
 decode's time is its model calls, so the ratio of call times is the option's cost in tokens/s.
@@ -76,8 +76,9 @@ def decode_all(model, prompts, dec, kw, bs: int, on: bool):
     return out
 
 
-def invariance(args) -> list[dict]:
-    rows = []
+def invariance(args, rows: list, save) -> list[dict]:
+    """Part 1; appends to ``rows`` and calls ``save()`` after each setting (a run cut short
+    keeps what it measured)."""
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     for fx in args.fixtures.split(","):
         model = load_model(fx, device=args.device, dtype=args.dtype)
@@ -95,6 +96,7 @@ def invariance(args) -> list[dict]:
                     except ValueError as e:
                         row["error"] = str(e)
                         rows.append(row)
+                        save()
                         print(f"{fx} {dec} {cache} on={on}: {e}", flush=True)
                         continue
                     ref = res[sizes[0]]
@@ -110,8 +112,11 @@ def invariance(args) -> list[dict]:
                                        or a.branch_rows != b.branch_rows
                                        for a, b in zip(ref, got))}
                     rows.append(row)
+                    save()
                     print(json.dumps(row), flush=True)
         del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -131,10 +136,10 @@ class _null:
         return False
 
 
-def speed(args) -> list[dict]:
+def speed(args, out: list, save) -> list[dict]:
+    """Part 2; appends to ``out`` and saves after each setting."""
     from throughput import random_model
     model = random_model(args.shape, torch.device(args.device), getattr(torch, args.dtype))
-    out = []
     for dec, per in (("pvf", 4), ("threshold", 1)):
         for n in (1, 16):
             for cache in ("none", "dual"):
@@ -148,7 +153,11 @@ def speed(args) -> list[dict]:
                            off_ms=round(off, 3), on_ms=None if on is None else round(on, 3),
                            cost=None if on is None else round(on / off - 1, 4))
                 out.append(row)
+                save()
                 print(json.dumps(row), flush=True)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return out
 
 
@@ -187,7 +196,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch-sizes", default="1,16,64")
     ap.add_argument("--gen-length", type=int, default=256)
     ap.add_argument("--shape", default="llada-8b", help="real shape for the cost, or none")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     for d in args.decoders.split(","):
@@ -196,18 +205,27 @@ def main(argv=None) -> None:
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     t0 = time.perf_counter()
-    inv = invariance(args)
-    spd = speed(args) if args.shape != "none" else []
-    text = report(inv, spd, args, name)
-    print(text)
-    print(f"total {time.perf_counter() - t0:.1f} s")
-    if args.out is not None:
+    inv: list[dict] = []
+    spd: list[dict] = []
+
+    def save() -> None:
+        if args.out is None:
+            return
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(
             {"device": name, "torch": torch.__version__, "args": {k: str(v) for k, v in
                                                                   vars(args).items()},
-             "invariance": inv, "speed": spd}, indent=1))
-        (args.out / "report.md").write_text(text)
+             "seconds": round(time.perf_counter() - t0, 1), "invariance": inv, "speed": spd},
+            indent=1))
+        (args.out / "report.md").write_text(report(inv, spd, args, name))
+
+    # the cost first (it decides the default), then the counts
+    if args.shape != "none":
+        speed(args, spd, save)
+    invariance(args, inv, save)
+    save()
+    print(report(inv, spd, args, name))
+    print(f"total {time.perf_counter() - t0:.1f} s")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ decode's time is its model calls, so the ratio of call times is the option's cos
 
 On the CPU the option runs its kernels only under ``TRITON_INTERPRET=1`` (slow); without it the
 script measures the option off and reports the option's one-line error for the on rows.
-Prints markdown; with ``--out`` also writes ``results.json`` and ``report.md`` there.
+``--compile``: part 1 with the fixtures compiled (``compile=true``; longer: one compile per
+batch shape). Prints markdown; with ``--out`` also writes ``results.json`` and ``report.md`` there.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def invariance(args, rows: list, save) -> list[dict]:
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     for fx in args.fixtures.split(","):
         model = load_model(fx, device=args.device, dtype=args.dtype)
+        if args.compile:
+            model.compile()
         prompts = prompts_of(model, args.items)
         for dec in args.decoders.split(","):
             for cache in args.caches.split(","):
@@ -197,6 +200,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gen-length", type=int, default=256)
     ap.add_argument("--shape", default="llada-8b", help="real shape for the cost, or none")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the fixtures (blocks) for part 1")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     for d in args.decoders.split(","):

@@ -130,3 +130,36 @@ def test_model_arg_errors_before_the_model_loads(monkeypatch, value, message):
     monkeypatch.setattr(models, "load_model", no_load)
     with pytest.raises(ValueError, match=message):
         PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant=value)
+
+
+def test_model_arg_reaches_every_call(monkeypatch):
+    """pvf-dlm's batch_invariant=true goes to decode_batch and to the likelihoods, and into
+    the results' config.pvf (the run's identity)."""
+    from types import SimpleNamespace
+
+    import pvf_lmeval.decoding.likelihood as likelihood
+    import pvf_lmeval.lmeval.lm as lm_mod
+
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")        # the CPU may then select the kernels
+    lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant="true",
+                               gen_length=8, block_length=8, batch_size=2)
+    assert lm.get_model_info()["pvf"]["batch_invariant"] is True
+    seen = []
+    real = lm_mod.decode_batch
+
+    def decode_spy(*a, batch_invariant=False, **k):
+        seen.append(("decode", batch_invariant))
+        return real(*a, **k)            # torch's kernels here: the interpreter is slow
+    monkeypatch.setattr(lm_mod, "decode_batch", decode_spy)
+
+    def elbo_spy(*a, batch_invariant=False, **k):
+        seen.append(("likelihood", batch_invariant))
+        return SimpleNamespace(logprob=-1.0, is_greedy=True)
+    monkeypatch.setattr(likelihood, "loglikelihood", elbo_spy)
+    req = SimpleNamespace(args=("Question: 1+1?\nAnswer:", {"until": ["\n"]}), repeats=1,
+                          task_name="t", doc_id=0, idx=0)
+    lm.generate_until([req])
+    lm.loglikelihood([SimpleNamespace(args=("Question: 1+1?\nAnswer:", " 2"), task_name="t",
+                                      doc_id=0, idx=0)])
+    assert seen == [("decode", True), ("likelihood", True)]

@@ -85,8 +85,9 @@ class PVFDiffusionLM(LM):
     """lm-eval adapter for masked diffusion LMs (LLaDA, Dream, the bundled tiny fixtures).
 
     ``--model_args``: ``pretrained`` (checkpoint folder, hub id, ``tiny-llada`` or ``tiny-dream``),
-    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``vocab`` (planning
-    vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
+    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``batch_invariant``
+    (true: the same results at any batch size on CUDA too; docs/batch-invariance.md), ``vocab``
+    (planning vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
     ``gen_length``, ``block_length``, ``threshold``, ...; see ``pvf_lmeval.decoding.params``).
     Task ``generation_kwargs`` and ``--gen_kwargs`` override decoder parameters per request.
     """

@@ -98,8 +98,9 @@ def _own_keys_kernel(q_ptr, k_ptr, v_ptr, o_ptr, idx_ptr, cnt_ptr,
     q = tl.load(q_ptr + b * sqb + h * sqh + qi * sqq + od * sqd, mask=dm, other=0.0)
     q = q.to(tl.float32)
     n = tl.load(cnt_ptr + b * scb + qi * scq)
-    m_i = tl.full((), float("-inf"), tl.float32)
-    l_i = tl.zeros((), tl.float32)
+    # 0-d float32 starting values (reductions of constant blocks: plain tensors in any Triton)
+    m_i = tl.max(tl.full((BLOCK_N,), float("-inf"), tl.float32), axis=0)
+    l_i = tl.sum(tl.zeros((BLOCK_N,), tl.float32), axis=0)
     acc = tl.zeros((BLOCK_D,), tl.float32)
     for j0 in range(0, n, BLOCK_N):
         jj = j0 + tl.arange(0, BLOCK_N)

@@ -24,7 +24,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, D, sx, sy, eps,
         x = tl.load(x_ptr + row * sx + cols, mask=cols < D, other=0.0).to(tl.float32)
         ss = tl.sum(x * x, axis=0)
     else:
-        ss = tl.zeros((), dtype=tl.float32)
+        ss = tl.sum(tl.zeros((BLOCK,), dtype=tl.float32), axis=0)
         for c0 in range(0, D, BLOCK):
             c = c0 + cols
             x = tl.load(x_ptr + row * sx + c, mask=c < D, other=0.0).to(tl.float32)

@@ -102,15 +102,22 @@ def test_option_reaches_model_and_decoding_side(monkeypatch, cache):
     real_rowsum = Batch.rowsum
     monkeypatch.setattr(Batch, "rowsum", lambda self, x: (sums.append(self.invariant),
                                                           real_rowsum(self, x))[1])
+    import pvf_lmeval.decoding.batch as batch_mod
+    fixed = []
+    real_stats = batch_mod.stats_from_logits
+    monkeypatch.setattr(batch_mod, "stats_from_logits",
+                        lambda *a, **k: (fixed.append(k.get("fixed")), real_stats(*a, **k))[1])
     prompts = random_prompts(3, 47, seed=2)
     kw = dict(gen_length=8, block_length=4, cache=cache, preset="arith", reveal_next=2,
               plan_vocab=list(range(4, 40)))
     on = decode_batch(m, prompts, "pvf", batch_invariant=True, **kw)
     assert seen and all(seen) and spy.calls > 0 and sums and all(sums)
+    assert fixed and all(f is True for f in fixed)
     assert ops.active() is ops.TORCH
     seen.clear()
+    fixed.clear()
     off = decode_batch(m, prompts, "pvf", **kw)
-    assert seen and not any(seen)
+    assert seen and not any(seen) and fixed and not any(fixed)
     # torch's ops under the spy: the same numbers, and on the CPU in float32 fixed-order sums
     # decide the same tokens here
     assert [r.tokens for r in on] == [r.tokens for r in off]

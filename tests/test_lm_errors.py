@@ -40,7 +40,7 @@ CASES = [
      "compile='fast' must be one of false, true, blocks, model"),
 ]
 #: every key that works, in the order the unknown-key message lists them
-ALLOWED = ("pretrained, dtype, device, batch_size, max_batch_size, compile, truncation, trace, trace_append, "
+ALLOWED = ("pretrained, dtype, device, batch_size, batch_invariant, max_batch_size, compile, truncation, trace, trace_append, "
            "mc_num, mc_batch, decoder, preset, gen_length, block_length, threshold, factor, steps, "
            "temperature, seed, early_stop, cache, rules, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "

@@ -222,7 +222,7 @@ def test_gate_passes_identical_reruns_and_fails_on_a_missing_baseline_row(runs, 
     base = tmp_path / "baseline.json"
     assert report.main([str(runs / "first"), "--save-baseline", str(base)]) == 0
     saved = json.loads(base.read_text())
-    assert saved["pvf_report_baseline"] == 2 and len(saved["entries"]) == 2
+    assert saved["pvf_report_baseline"] == 3 and len(saved["entries"]) == 2
     # a rerun of the same commands: tokens/s differ (not checked by default), the rest must pass
     capsys.readouterr()
     assert report.main([str(runs / "rerun"), "--check", str(base)]) == 0

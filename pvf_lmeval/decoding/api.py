@@ -15,7 +15,9 @@ Optional: ``device`` (tokens are built there; default: the prompt's device), ``p
 ``block_size`` (a block-diffusion model: block-causal attention over blocks of that many
 positions, which the model applies itself; see :mod:`.blocks`), ``max_length`` (the context:
 ``gen_length`` plus the longest prompt must fit it), ``tokenizer`` (needed by
-``rules=reference``, whose planning vocabulary includes the capitalised tokens).
+``rules=reference``, whose planning vocabulary includes the capitalised tokens), and
+``batch_invariant()``: a context manager inside which the model computes every row the same way
+whatever the batch (``batch_invariant=True``; it raises a one-line ValueError where it cannot).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Iterable
 import torch
 
 from .blocks import block_size_of, check_block_length
+from .common import invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab, capitalised_ids
@@ -75,7 +78,7 @@ def check_context(model, prompts, gen_length: int) -> None:
 def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodeParams | None = None,
                  request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
                  trace: bool = False, online=None, preset: str | None = None,
-                 **overrides) -> list[DecodeResult]:
+                 batch_invariant: bool = False, **overrides) -> list[DecodeResult]:
     """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, together.
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
@@ -87,12 +90,19 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     replaces ``plan_vocab``; it records planning outcomes but changes only when its owner calls
     ``update()`` between batches. Outputs and per-request NFE equal those of decoding each
     prompt alone with the same request/repeat index.
+
+    ``batch_invariant``: every per-request result (tokens, routes, every statistic) is
+    bit-identical whatever the batch also on devices whose library kernels depend on the batch's
+    shape (CUDA in bfloat16/float16): the model computes in its batch-invariant kernels and the
+    decoding side sums in a fixed order. A model or device without those kernels is a one-line
+    ValueError naming the argument (no fallback).
     """
     bs = block_size_of(model)
     if bs is not None and params is None and overrides.get("block_length") is None:
         overrides["block_length"] = bs          # a block-diffusion model's own block
     params = params_for_call(decoder, params, preset, **overrides)
     check_block_length(model, params.block_length)
+    mode = invariant_mode(model, bool(batch_invariant))
     prompts = list(prompts)
     if not prompts:
         return []
@@ -101,16 +111,19 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     check_context(model, prompts, params.gen_length)
     vocab = planning_vocab(params, online, dev, getattr(model, "tokenizer", None))
     step = DECODERS[params.decoder](params)
-    return run(model, prompts, params, step, request_indices=request_indices,
-               repeat_indices=repeat_indices, trace=trace, vocab=vocab)
+    with mode:
+        return run(model, prompts, params, step, request_indices=request_indices,
+                   repeat_indices=repeat_indices, trace=trace, vocab=vocab,
+                   invariant=bool(batch_invariant))
 
 
 def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,
            params: DecodeParams | None = None, request_index: int = 0, repeat_index: int = 0,
            trace: bool = False, online=None, preset: str | None = None,
-           **overrides) -> DecodeResult:
+           batch_invariant: bool = False, **overrides) -> DecodeResult:
     """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor): a batch
     of one (see :func:`decode_batch` for the arguments)."""
     return decode_batch(model, [prompt_ids], decoder, params=params,
                         request_indices=[request_index], repeat_indices=[repeat_index],
-                        trace=trace, online=online, preset=preset, **overrides)[0]
+                        trace=trace, online=online, preset=preset,
+                        batch_invariant=batch_invariant, **overrides)[0]

@@ -25,7 +25,8 @@ from torch import Tensor
 from .blocks import block_size_of, check_block_length, reach, region_layout
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits, step_options
-from .common import Stats, entropy_from_logits, first_true, gumbel_like, mix_seed, stats_from_logits
+from .common import (Stats, entropy_from_logits, first_true, fixed_sum, gumbel_like, mix_seed,
+                     stats_from_logits)
 
 
 def pad_id_of(model) -> int:
@@ -53,7 +54,8 @@ class Batch:
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
-                 request_indices: list[int], repeat_indices: list[int], reveal: int = 0):
+                 request_indices: list[int], repeat_indices: list[int], reveal: int = 0,
+                 invariant: bool = False):
         self.model = model
         self.p = params
         self.n = len(prompts)
@@ -105,6 +107,10 @@ class Batch:
         self.rows = [0] * self.n
         #: ``torch.compile`` options of the statistics pass when the model asks for it compiled
         self.compile_step = step_options(model)
+        #: batch-invariant decoding: every float sum of the decoding side (the softmax
+        #: normaliser, entropies, C_total, VIG) in :func:`.common.fixed_sum`'s order, so that a
+        #: request's statistics never depend on the rows decoded beside it
+        self.invariant = invariant
 
     # ------------------------------------------------------------ per-request randomness
 
@@ -147,6 +153,10 @@ class Batch:
     def answer(self, i: int, values: list) -> list:
         """Request i's ``gen_length`` answer positions of per-region-position ``values``."""
         return values[self.start[i]:self.start[i] + self.p.gen_length]
+
+    def rowsum(self, x: Tensor) -> Tensor:
+        """Sum over the last dim: in a fixed order for batch-invariant decoding."""
+        return fixed_sum(x) if self.invariant else x.sum(-1)
 
     # ------------------------------------------------------------ rules on states [..., L]
 
@@ -320,14 +330,15 @@ class Batch:
         for _, i, k, *_ in seats:
             self.nfe[i] += 1
             self.rows[i] += k
-        ent = entropy_from_logits(logits, self.mask_id) if entropy else None
+        ent = entropy_from_logits(logits, self.mask_id, fixed=self.invariant) if entropy else None
         noise = None
         if self.temperature > 0:
             noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
         cur = gen.gather(1, gpos)
-        if self.compile_step is None:
+        if self.compile_step is None or self.invariant:   # the fixed-order sums run eager
             tok, conf, pmax, pcur = stats_from_logits(logits, cur, self.mask_id,
-                                                      self.temperature, noise)
+                                                      self.temperature, noise,
+                                                      fixed=self.invariant)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
                 logits, cur, self.mask_id, self.temperature, noise, options=self.compile_step)

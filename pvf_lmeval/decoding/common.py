@@ -7,6 +7,7 @@ working set without Python loops. Probabilities are plain softmax probabilities 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
@@ -112,6 +113,18 @@ class Choice:
     memo: dict = field(default_factory=dict)
 
 
+def invariant_mode(model, on: bool):
+    """The context a batch-invariant call runs in: the model's ``batch_invariant()`` (it raises
+    where its kernels cannot run), or nothing when ``on`` is False."""
+    if not on:
+        return contextlib.nullcontext()
+    enter = getattr(model, "batch_invariant", None)
+    if enter is None:
+        raise ValueError(f"batch_invariant=true: the model ({type(model).__name__}) has no "
+                         "batch-invariant kernels (a loaded pvf_lmeval DiffusionLM has them)")
+    return enter()
+
+
 def mix_seed(seed: int, request_index: int, repeat_index: int) -> int:
     """Deterministic 63-bit seed from (seed, request index, repeat index), process-independent."""
     h = hashlib.blake2b(f"{seed}/{request_index}/{repeat_index}".encode(), digest_size=8)
@@ -124,8 +137,24 @@ def gumbel_like(shape: tuple[int, ...], generator: torch.Generator, device) -> T
     return -torch.log(-torch.log(u.clamp_(min=torch.finfo(torch.float32).tiny)))
 
 
+def fixed_sum(x: Tensor) -> Tensor:
+    """Sum over the last dim of ``x`` [..., n] -> [...] in one fixed pairwise order: halve the
+    row by elementwise adds of its two halves (an odd last column carried along) until one
+    column is left. Every step is elementwise, so a row's sum depends on its own values only:
+    never on the number of rows, the device's reduction kernels or their thread count (a library
+    reduction splits a row by the number of rows it reduces). The batch-invariant path's sums."""
+    if x.shape[-1] == 0:
+        return x.new_zeros(x.shape[:-1])
+    while x.shape[-1] > 1:
+        h = x.shape[-1] // 2
+        head = x[..., :h] + x[..., h:2 * h]
+        x = torch.cat([head, x[..., 2 * h:]], -1) if x.shape[-1] % 2 else head
+    return x[..., 0]
+
+
 def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,
-                      noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      noise: Tensor | None = None, *, fixed: bool = False
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
 
     The mask token's logit is set to -inf first. ``noise`` [P, V] or [N, P, V] (Gumbel) is added
@@ -135,7 +164,8 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
     One read of the vocabulary for the maximum and two passes for the normaliser, in place: the
     float32 ``logits`` are overwritten (the decoder owns the tensor the model returns; a copy
     is made only for other dtypes). The normaliser is torch.logsumexp's own arithmetic
-    (max-shifted sum of exponentials, bit for bit), reusing the maximum the top-1 needs anyway.
+    (max-shifted sum of exponentials, bit for bit), reusing the maximum the top-1 needs anyway;
+    ``fixed``: the sum of exponentials in :func:`fixed_sum`'s order (batch-invariant decoding).
     """
     lg = logits.float()
     lg[..., mask_id] = float("-inf")
@@ -145,24 +175,39 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
         at_tok = lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
     at_cur = lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1)
     shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
-    lse = lg.sub_(shift.unsqueeze(-1)).exp_().sum(dim=-1).log_().add_(shift)
+    ex = lg.sub_(shift.unsqueeze(-1)).exp_()
+    lse = (fixed_sum(ex) if fixed else ex.sum(dim=-1)).log_().add_(shift)
     pmax = torch.exp(mx - lse)
     conf = torch.exp(at_tok - lse) if temperature > 0 else pmax
     pcur = torch.exp(at_cur - lse)
     return tok, conf, pmax, pcur
 
 
-def entropy_from_logits(logits: Tensor, mask_id: int) -> Tensor:
+def entropy_from_logits(logits: Tensor, mask_id: int, *, fixed: bool = False) -> Tensor:
     """Entropy [N, P] (nats) of softmax(logits) [N, P, V] with the mask token excluded.
 
     Ids whose logit is -inf (the mask, undecodable ids) contribute 0. Only the calibration and
     the online vocabulary ask for it, so the default decoding path never pays for it.
+    ``fixed``: every sum over the vocabulary in :func:`fixed_sum`'s order (batch-invariant).
     """
     lg = logits.float()
     lg[..., mask_id] = float("-inf")
-    logp = torch.log_softmax(lg, dim=-1)
+    if fixed:
+        logp = log_softmax_fixed(lg)
+    else:
+        logp = torch.log_softmax(lg, dim=-1)
     p = logp.exp()
-    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+    plogp = p * torch.where(p > 0, logp, torch.zeros_like(logp))
+    return -(fixed_sum(plogp) if fixed else plogp.sum(-1))
+
+
+def log_softmax_fixed(lg: Tensor) -> Tensor:
+    """log_softmax over the last dim with the normaliser summed in :func:`fixed_sum`'s order
+    (a row's values depend on that row only); -inf logits stay -inf."""
+    mx = lg.max(dim=-1, keepdim=True).values
+    shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
+    z = lg - shift
+    return z - fixed_sum(z.exp()).log().unsqueeze(-1)
 
 
 def first_true(mask: Tensor) -> Tensor:

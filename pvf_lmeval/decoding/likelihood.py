@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .common import mix_seed
+from .common import fixed_sum, invariant_mode, log_softmax_fixed, mix_seed
 
 #: LLaDA's evaluation defaults (``mc_num=128`` draws, 32 per call).
 DEFAULT_MC_NUM = 128
@@ -87,20 +87,23 @@ def mask_draws(target_len: int, mc_num: int, generator: torch.Generator) -> tupl
     return rank < counts.unsqueeze(1), counts
 
 
-def _target_logprobs(model, rows: Tensor, positions: Tensor, target: Tensor) -> Tensor:
-    """log p(target_i | row) at ``positions`` for every row: [N, T] float32."""
+def _target_logprobs(model, rows: Tensor, positions: Tensor, target: Tensor,
+                     fixed: bool = False) -> Tensor:
+    """log p(target_i | row) at ``positions`` for every row: [N, T] float32 (``fixed``: the
+    normaliser summed in a fixed order, batch-invariant)."""
     logits = model.logits(rows, positions, attention_mask=None, cache=None).float()
     logits[..., int(model.mask_id)] = float("-inf")
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = log_softmax_fixed(logits) if fixed else torch.log_softmax(logits, dim=-1)
     return logp.gather(-1, target.to(logp.device).expand(rows.shape[0], -1).unsqueeze(-1)).squeeze(-1)
 
 
 @torch.no_grad()
 def elbo(model, prefix, target, *, mc_num: int = DEFAULT_MC_NUM, mc_batch: int = DEFAULT_MC_BATCH,
-         seed: int = 0, request_index: int = 0) -> tuple[Tensor, int]:
+         seed: int = 0, request_index: int = 0, fixed: bool = False) -> tuple[Tensor, int]:
     """Per-draw ELBO estimates [mc_num] (float64, CPU) of ``target`` after ``prefix``, and the NFE.
 
-    ``prefix`` may be empty; ``target`` must hold at least one token.
+    ``prefix`` may be empty; ``target`` must hold at least one token. ``fixed``: every sum in a
+    fixed order (batch-invariant: a draw's estimate does not depend on ``mc_batch``).
     """
     if int(mc_batch) < 1:
         raise ValueError(f"mc_batch={mc_batch!r} must be a positive integer")
@@ -120,9 +123,10 @@ def elbo(model, prefix, target, *, mc_num: int = DEFAULT_MC_NUM, mc_batch: int =
         rows = seq.unsqueeze(0).repeat(m.shape[0], 1)
         rows[:, P:] = torch.where(m, torch.full_like(m, int(model.mask_id), dtype=torch.long),
                                   rows[:, P:])
-        lp = _target_logprobs(model, rows, positions, target)
+        lp = _target_logprobs(model, rows, positions, target, fixed)
         nfe += 1
-        s = torch.where(m.to(lp.device), lp, torch.zeros_like(lp)).sum(-1).double().cpu()
+        lp = torch.where(m.to(lp.device), lp, torch.zeros_like(lp))
+        s = (fixed_sum(lp) if fixed else lp.sum(-1)).double().cpu()
         out[a:a + m.shape[0]] = s * T / counts[a:a + m.shape[0]].double()
     return out, nfe
 
@@ -143,20 +147,23 @@ def greedy_match(model, prefix, target) -> bool:
 
 def loglikelihood(model, prefix, target, *, mc_num: int = DEFAULT_MC_NUM,
                   mc_batch: int = DEFAULT_MC_BATCH, seed: int = 0, request_index: int = 0,
-                  greedy: bool = True) -> Likelihood:
-    """The ELBO estimate of ``log p(target | prefix)`` and (``greedy``) the one-step greedy check."""
-    draws, nfe = elbo(model, prefix, target, mc_num=mc_num, mc_batch=mc_batch, seed=seed,
-                      request_index=request_index)
-    is_greedy = None
-    if greedy:
-        is_greedy = greedy_match(model, prefix, target)
-        nfe += 1
+                  greedy: bool = True, batch_invariant: bool = False) -> Likelihood:
+    """The ELBO estimate of ``log p(target | prefix)`` and (``greedy``) the one-step greedy check.
+    ``batch_invariant``: as in ``decode_batch`` (the model's batch-invariant kernels, fixed-order
+    sums)."""
+    with invariant_mode(model, batch_invariant):
+        draws, nfe = elbo(model, prefix, target, mc_num=mc_num, mc_batch=mc_batch, seed=seed,
+                          request_index=request_index, fixed=batch_invariant)
+        is_greedy = None
+        if greedy:
+            is_greedy = greedy_match(model, prefix, target)
+            nfe += 1
     return Likelihood(float(draws.mean()), is_greedy, draws, nfe)
 
 
 def rolling_loglikelihood(model, windows, *, mc_num: int = DEFAULT_MC_NUM,
                           mc_batch: int = DEFAULT_MC_BATCH, seed: int = 0,
-                          request_index: int = 0) -> Likelihood:
+                          request_index: int = 0, batch_invariant: bool = False) -> Likelihood:
     """Sum of the ELBO estimates over disjoint ``windows`` [(context_ids, pred_ids), ...].
 
     Each window's draws are seeded by (``seed``, ``request_index`` + window index). ``draws`` of
@@ -164,9 +171,11 @@ def rolling_loglikelihood(model, windows, *, mc_num: int = DEFAULT_MC_NUM,
     """
     total = torch.zeros(int(mc_num), dtype=torch.float64)
     nfe = 0
-    for w, (ctx, pred) in enumerate(windows):
-        d, n = elbo(model, ctx, pred, mc_num=mc_num, mc_batch=mc_batch, seed=seed,
-                    request_index=(int(request_index) + w) & ((1 << 63) - 1))
-        total += d
-        nfe += n
+    with invariant_mode(model, batch_invariant):
+        for w, (ctx, pred) in enumerate(windows):
+            d, n = elbo(model, ctx, pred, mc_num=mc_num, mc_batch=mc_batch, seed=seed,
+                        request_index=(int(request_index) + w) & ((1 << 63) - 1),
+                        fixed=batch_invariant)
+            total += d
+            nfe += n
     return Likelihood(float(total.mean()), None, total, nfe)

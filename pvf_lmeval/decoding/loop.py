@@ -92,14 +92,16 @@ def _sync(device: torch.device) -> None:
 
 
 def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int] | None = None,
-        repeat_indices: list[int] | None = None, trace: bool = False, vocab=None
-        ) -> list[DecodeResult]:
+        repeat_indices: list[int] | None = None, trace: bool = False, vocab=None,
+        invariant: bool = False) -> list[DecodeResult]:
     """Decode ``prompts`` (1-D long tensors on the model device) together with ``step`` (a
     decoder step object); results in order.
 
     ``vocab``: the planning vocabulary (``eligible_mask(tok)``; an online one also records),
     None for none. Wall time: every request is charged an equal share of the batch's wall
-    time, so that ``tps`` (a ratio of sums) is the batch's throughput.
+    time, so that ``tps`` (a ratio of sums) is the batch's throughput. ``invariant``: the
+    decoding side's sums in a fixed order (batch-invariant decoding; the model's own kernels
+    are the caller's to select).
     """
     n = len(prompts)
     if n == 0:
@@ -107,7 +109,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     request_indices = list(request_indices) if request_indices is not None else list(range(n))
     repeat_indices = list(repeat_indices) if repeat_indices is not None else [0] * n
     b = Batch(model, prompts, params, vocab=vocab, request_indices=request_indices,
-              repeat_indices=repeat_indices, reveal=step.reveal)
+              repeat_indices=repeat_indices, reveal=step.reveal, invariant=invariant)
     _sync(b.device)
     t0 = time.perf_counter()
     L, dev = b.L, b.device

@@ -238,7 +238,7 @@ class PVFDecoder(Step):
         masked_b = W & (zb == b.mask_id)
         verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold,
                                impact_over=W if ref.impact_includes_committed else None,
-                               reach=b.reach(own))
+                               reach=b.reach(own), rowsum=b.rowsum)
         tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
         pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
         if br.entropy:
@@ -253,7 +253,7 @@ class PVFDecoder(Step):
             live = W.unsqueeze(1).expand_as(br.rows)                             # [R, K+1, L]
         else:
             live = W.unsqueeze(1) & (br.rows == b.mask_id)
-        c_total = torch.where(live, out.pmax, torch.zeros_like(out.pmax)).sum(-1)
+        c_total = b.rowsum(torch.where(live, out.pmax, torch.zeros_like(out.pmax)))
         score = torch.where(ok, c_total[:, 1:], torch.full_like(c_total[:, 1:], float("-inf")))
         best = first_true(score == score.max(-1, keepdim=True).values)          # tie: earlier
         any_ok = ok.any(-1)

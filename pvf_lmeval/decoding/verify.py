@@ -39,7 +39,7 @@ class Verdict:
 
 def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
                  tau_high: float, *, impact_over: Tensor | None = None,
-                 reach: Tensor | None = None) -> Verdict:
+                 reach: Tensor | None = None, rowsum=None) -> Verdict:
     """Verify K planning branches of R requests.
 
     ``base``: stats [R, L] of z_base; ``plans``: stats [R, K, L] of the branches; ``own``
@@ -51,7 +51,8 @@ def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
     impact set passes; ``nonvacuous`` still reports whether it was empty.
 
     ``reach`` [R, K, L] (block-diffusion models): the positions each branch's candidate can
-    influence; the impact set and R_j of branch j are taken within them.
+    influence; the impact set and R_j of branch j are taken within them. ``rowsum``: the sum
+    over the last dim VIG uses (default ``Tensor.sum(-1)``; the batch's, ``Batch.rowsum``).
     """
     if impact_over is None:
         imp = masked_base & (base.pmax >= tau_high)                    # S_imp [R, L]
@@ -69,7 +70,8 @@ def verify_plans(base: Stats, plans: Stats, own: Tensor, masked_base: Tensor,
         if reach is not None:
             R = R & reach
         dH = torch.where(R, base.ent.unsqueeze(1) - plans.ent, torch.zeros_like(plans.ent))
-        vig = passed * dH.sum(-1) / R.sum(-1).clamp(min=1)
+        total = dH.sum(-1) if rowsum is None else rowsum(dH)
+        vig = passed * total / R.sum(-1).clamp(min=1)
     return Verdict(nonvac, passed, vig)
 
 

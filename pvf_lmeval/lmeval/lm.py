@@ -30,7 +30,7 @@ from ..decoding.blocks import block_size_of, check_block_length
 from ..decoding.params import DecodeParams, _bool, override
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
-from .auto_batch import AutoBatch, batch_size_arg
+from .auto_batch import batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
 from .model_args import check_keys, exit_in_one_line, positive_int
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
@@ -87,8 +87,9 @@ class PVFDiffusionLM(LM):
     """lm-eval adapter for masked diffusion LMs (LLaDA, Dream, the bundled tiny fixtures).
 
     ``--model_args``: ``pretrained`` (checkpoint folder, hub id, ``tiny-llada`` or ``tiny-dream``),
-    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``vocab`` (planning
-    vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
+    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``batch_invariant``
+    (true: the same results at any batch size on CUDA too; docs/batch-invariance.md), ``vocab``
+    (planning vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
     ``gen_length``, ``block_length``, ``threshold``, ...; see ``pvf_lmeval.decoding.params``).
     Task ``generation_kwargs`` and ``--gen_kwargs`` override decoder parameters per request.
     """
@@ -99,7 +100,7 @@ class PVFDiffusionLM(LM):
                  trace_append: bool | str = False,
                  mc_num: int | str = 128, mc_batch: int | str = 32,
                  compile: bool | str = False, truncation: str = "left",
-                 _device_is_cli_default: bool = False,
+                 batch_invariant: bool | str = False, _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
         # Every argument is checked here, before the model loads: bad input fails fast, in one line.
@@ -119,6 +120,7 @@ class PVFDiffusionLM(LM):
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
         self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
         self._compile = _compile_scope(compile)
+        self.batch_invariant = _bool("batch_invariant", batch_invariant)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
@@ -133,7 +135,8 @@ class PVFDiffusionLM(LM):
         import torch
 
         from ..models import load_model
-        from ..models.loader import resolve_device
+        from ..models.batch_invariant import support_error
+        from ..models.loader import resolve_device, resolve_dtype
 
         self.accelerator = None
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -155,6 +158,10 @@ class PVFDiffusionLM(LM):
         if warning:
             _notice(warning)
         quiet_git_probe()
+        if self.batch_invariant:        # before the weights load: a one-line error, no fallback
+            err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
+            if err:
+                raise ValueError(err)
         self.model = load_model(pretrained, device=dev, dtype=dtype)
         if one_block:
             # the model's own block (block-diffusion), else the default; task presets build on it
@@ -292,6 +299,8 @@ class PVFDiffusionLM(LM):
             "block_size": block_size_of(self.model),
             "cache_exact": self.params.cache == "none" or block_size_of(self.model) is not None,
             **self.vocab.info(),
+            "batch_size": self.batch_size,
+            "batch_invariant": self.batch_invariant,
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
         }}
@@ -362,7 +371,8 @@ class PVFDiffusionLM(LM):
             with self._oom_guard("scoring a continuation", min(self.mc_batch, self.mc_num), n):
                 r = elbo_loglikelihood(self.model, ctx_ids, cont_ids, mc_num=self.mc_num,
                                        mc_batch=self.mc_batch, seed=self.params.seed,
-                                       request_index=self._likelihood_key(req, i))
+                                       request_index=self._likelihood_key(req, i),
+                                       batch_invariant=self.batch_invariant)
             out.append((r.logprob, bool(r.is_greedy)))
             self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
         return out
@@ -388,7 +398,8 @@ class PVFDiffusionLM(LM):
                                  self.model.max_length):
                 r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
                                           mc_batch=self.mc_batch, seed=self.params.seed,
-                                          request_index=self._likelihood_key(req, i))
+                                          request_index=self._likelihood_key(req, i),
+                                       batch_invariant=self.batch_invariant)
             out.append(r.logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
         return out
@@ -476,7 +487,8 @@ class PVFDiffusionLM(LM):
                     self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
                     request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
                     repeat_indices=[c["repeat_index"] for c in chunk],
-                    trace=trace_file is not None, online=self.online)
+                    trace=trace_file is not None, online=self.online,
+                    batch_invariant=self.batch_invariant)
             for c, out in zip(chunk, outs):
                 text, stats = self._finish(out, c["until"])
                 results[c["i"]] = GenerationText(text, meta=stats)

@@ -68,6 +68,9 @@ MODEL_ARGS = (
             "requests decoded together (outputs do not depend on it); auto: the largest batch "
             "whose canvas fits the GPU, probed once per canvas size; "
             f"{CPU_AUTO_BATCH} on the CPU"),
+    ArgSpec("batch_invariant", "false", "true, false",
+            "the same tokens and statistics at any batch size on CUDA in bfloat16/float16 too "
+            "(batch-invariant kernels; CUDA, or the CPU under TRITON_INTERPRET=1)"),
     ArgSpec("max_batch_size", str(AUTO_MAX_BATCH), "a positive integer",
             "batch_size=auto only: the largest batch it may pick"),
     ArgSpec("compile", "false", _one_of(COMPILE_SCOPES),

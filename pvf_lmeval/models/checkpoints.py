@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .moe import MoEConfig
 from .transformer import TransformerConfig
 
 

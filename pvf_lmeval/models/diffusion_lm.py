@@ -16,6 +16,8 @@ import functools
 
 import torch
 
+from . import ops
+from .batch_invariant import batch_invariant_ops, support_error
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
 from .transformer import BidirectionalTransformer
 
@@ -127,6 +129,17 @@ class DiffusionLM:
                 setattr(owner, name, _compiled(getattr(owner, name), options))
         self.compile_step = dict(options)
         return self
+
+    def batch_invariant(self):
+        """A context manager inside which every call computes each row the same way whatever
+        the batch: the network's products, attention and norms in the batch-invariant kernels
+        (``models/batch_invariant``). A device or dtype without them is a one-line ValueError
+        naming ``batch_invariant`` (CUDA in bfloat16/float16/float32; the CPU only under Triton's
+        interpreter)."""
+        err = support_error(self.device, self.dtype)
+        if err:
+            raise ValueError(err)
+        return ops.use(batch_invariant_ops())
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None, cache=None):

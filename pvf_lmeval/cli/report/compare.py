@@ -199,3 +199,6 @@ def compute_cells(table: Table) -> None:
                     c[f"nfe_speedup_{base}"] = r.nfe / e.nfe
                 if e.tps is not None and r.tps:
                     c[f"tps_speedup_{base}"] = e.tps / r.tps
+                    if (e.batch_size and r.batch_size and e.batch_size != r.batch_size):
+                        # a ratio of speeds at different batch sizes measures batching too
+                        c[f"tps_batches_{base}"] = (e.batch_size, r.batch_size)

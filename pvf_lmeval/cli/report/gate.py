@@ -23,7 +23,7 @@ from . import identity as ident
 from .compare import Table, describe, reference
 from .runs import ReportError, num
 
-FORMAT = 2
+FORMAT = 3
 #: relative slack for comparing means of integers that were summed in another order
 EPS = 1e-9
 
@@ -42,7 +42,8 @@ def baseline_dict(table: Table) -> dict:
                     speed[base] = ratio
             out.append({"identity": e.identity, "acc": e.acc, "acc_se": e.acc_se, "n": e.n,
                         "acc_metric": e.acc_metric, "nfe": e.nfe, "branch_rows": e.branch_rows,
-                        "tpf": e.tpf, "tps": e.tps, "tps_ratio": speed})
+                        "tpf": e.tpf, "tps": e.tps, "tps_ratio": speed,
+                        "batch_size": e.batch_size})
     return {"pvf_report_baseline": FORMAT, "entries": out}
 
 
@@ -64,7 +65,7 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
         raise ReportError("--check: not a pvf-report baseline (write one with --save-baseline)")
     if baseline["pvf_report_baseline"] != FORMAT or not isinstance(baseline.get("entries"), list):
         raise ReportError(f"--check: baseline format {baseline['pvf_report_baseline']!r} is not "
-                          f"{FORMAT} (rows matched by a settings string); write it again with "
+                          f"{FORMAT} (identities with device kind and batch size); write it again with "
                           "--save-baseline")
     current = {}
     for row in table.rows:
@@ -129,8 +130,12 @@ def _speed(name: str, b: dict, row, col, table: Table, ref_decoder: str,
     if new is None:
         return [[name, f"tps/{ref_decoder}", f"{old:.2f}x", f"no {ref_decoder} run", "", ""]]
     if new < old * (1 - tol):
-        return [[name, f"tps/{ref_decoder}", f"{old:.2f}x", f"{new:.2f}x",
-                 f"{(new / old - 1) * 100:+.1f}%", f"-{tol * 100:g}%"]]
+        old_bs, new_bs = b.get("batch_size"), row.entries[col.key].batch_size
+        change = f"{(new / old - 1) * 100:+.1f}%"
+        if old_bs and new_bs and old_bs != new_bs:    # the speed moved with the batch size too
+            change += f" (batch {old_bs} -> {new_bs})"
+        return [[name, f"tps/{ref_decoder}", f"{old:.2f}x", f"{new:.2f}x", change,
+                 f"-{tol * 100:g}%"]]
     return []
 
 

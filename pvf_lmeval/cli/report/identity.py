@@ -9,6 +9,11 @@ per task its name, version, few-shot count (and seed, when there are shots), eff
 length and, for likelihood tasks, the Monte Carlo draws. Two results with equal identities are two
 runs of the same thing; the run part (without ``TASK_KEYS``) makes a table row, the task part a
 column.
+
+Where a run computed matters too: the device kind (``cpu``, ``cuda``: other kernels, other
+rounding), ``batch_invariant`` (when on) and the batch size where it can change results: on
+every device but the CPU in float32, unless ``batch_invariant`` was on (library kernels there
+reduce in an order that depends on the batch's shape; see docs/batch-invariance.md).
 """
 
 from __future__ import annotations
@@ -122,6 +127,11 @@ def label(identity: dict, keys) -> str:
 # ----------------------------------------------------------------------------- from lm-eval output
 
 
+def batch_size_matters(device_kind: str, dtype, batch_invariant: bool) -> bool:
+    """Whether the batch size can change a run's results (module docstring)."""
+    return not batch_invariant and not (device_kind == "cpu" and dtype == "float32")
+
+
 def parse_args_string(s) -> dict:
     """``--model_args`` / ``--gen_kwargs`` as lm-eval stores them (a dict or ``k=v,k=v``)."""
     if isinstance(s, dict):
@@ -162,6 +172,15 @@ def run_identity(r: dict) -> dict:
             ident.update({f"online.{k}": canon(v) for k, v in pvf["online"].items() if k != "updates"})
         if "truncation" in pvf:
             ident["truncation"] = canon(pvf["truncation"])
+        kind = str(pvf.get("device") or "").split(":")[0]
+        if kind:
+            ident["device"] = kind
+        invariant = canon(pvf.get("batch_invariant", False)) is True
+        if invariant:
+            ident["batch_invariant"] = True
+        bs = pvf.get("batch_size", cfg.get("batch_size"))
+        if bs is not None and batch_size_matters(kind, ident["dtype"], invariant):
+            ident["batch_size"] = canon(bs)
     else:
         decoder = str(model_args.get("decoder") or ("threshold" if model_type == "pvf-dlm"
                                                       else model_type))

@@ -28,7 +28,8 @@ LEAD = ["model", "decoder", "thr", "settings"]
 LEGEND = ("n: items; acc: accuracy (%) ± one standard error; Δs: change from the static run "
           "(points) ± the standard error of the difference; NFE: model calls per request; "
           "TPF/TPS: tokens per forward/second; ×s, ×t: speedup over the static / threshold run "
-          "of the same model and settings (NFE_ref/NFE, TPS/TPS_ref); thr: the threshold "
+          "of the same model and settings (NFE_ref/NFE, TPS/TPS_ref; \"batch a vs b\": the two "
+          "runs' batch sizes differ, so TPS× measures batching too); thr: the threshold "
           "(- where the decoder reads none)")
 
 
@@ -59,7 +60,8 @@ def _fmt(key: str, c: dict) -> str:
     if v is None:
         return ""
     if "speedup" in key:
-        return f"{v:.2f}x"
+        batches = c.get(key.replace("tps_speedup", "tps_batches")) if key.startswith("tps") else None
+        return f"{v:.2f}x" + (f" (batch {batches[0]} vs {batches[1]})" if batches else "")
     if key == "n":
         return str(v)
     return f"{v:.2f}"

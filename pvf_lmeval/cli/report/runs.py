@@ -49,6 +49,9 @@ class Entry:
     tpf: float | None = None
     tps: float | None = None
     cost_source: str | None = None     # metrics | totals | samples
+    #: the run's batch size (lm-eval's --batch_size), identity or not: a speed ratio between
+    #: runs of different batch sizes says so
+    batch_size: int | None = None
 
     @property
     def task(self) -> str:
@@ -246,9 +249,18 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
                   acc=None if acc is None else 100.0 * acc,
                   acc_se=None if se is None or acc is None else 100.0 * se,
                   nfe=cost.get("nfe"), branch_rows=cost.get("branch_rows"), tpf=cost.get("tpf"),
-                  tps=cost.get("tps"), cost_source=source if cost else None)
+                  tps=cost.get("tps"), cost_source=source if cost else None,
+                  batch_size=_batch_size(r))
         out.append(e)
     return out
+
+
+def _batch_size(r: dict) -> int | None:
+    """The batch size a results dict ran with (``config.pvf``, else lm-eval's config)."""
+    cfg = r.get("config") or {}
+    pvf = cfg.get("pvf") if isinstance(cfg.get("pvf"), dict) else {}
+    v = num(pvf.get("batch_size", cfg.get("batch_size")))
+    return int(v) if v is not None and v == int(v) else None
 
 
 def load(paths, metric_choice: dict | None = None) -> list[Entry]:

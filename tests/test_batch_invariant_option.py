@@ -1,0 +1,172 @@
+"""``batch_invariant``: where it is allowed (a one-line error elsewhere, before any work), that
+it reaches the model (the batch-invariant ops are active during every model call) and the
+decoding side (fixed-order sums), and the fixed-order sum itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cache_models import dream_like, random_prompts
+
+from pvf_lmeval.decoding import decode, decode_batch
+from pvf_lmeval.decoding.batch import Batch
+from pvf_lmeval.decoding.common import fixed_sum, log_softmax_fixed
+from pvf_lmeval.decoding.likelihood import loglikelihood
+from pvf_lmeval.models import ops
+from pvf_lmeval.models.batch_invariant import support_error
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_fixed_sum_order_is_pairwise_halving():
+    # float32: [1e8, 1, -1e8, 1] -> halves [1e8 + -1e8, 1 + 1] = [0, 2] -> 2 (left to right: 1)
+    x = torch.tensor([[1e8, 1.0, -1e8, 1.0]])
+    assert fixed_sum(x).tolist() == [2.0]
+    # odd width: [a, b, c] -> [a + b, c] -> (a + b) + c; in float32 2**24 + 1 rounds to 2**24
+    assert fixed_sum(torch.tensor([2.0 ** 24, 1.0, 1.0])).item() == 2.0 ** 24
+    assert fixed_sum(torch.tensor([1.0, 1.0, 2.0 ** 24])).item() == 2.0 ** 24 + 2
+    assert fixed_sum(torch.zeros(3, 0)).tolist() == [0.0, 0.0, 0.0]
+    assert fixed_sum(torch.tensor([5.0])).item() == 5.0
+
+
+def test_fixed_sum_rows_alone_equal_rows_in_a_batch():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 1003, generator=g) * 1e3
+    assert torch.equal(fixed_sum(x)[4:5], fixed_sum(x[4:5].clone()))
+    ls = log_softmax_fixed(x)
+    assert torch.equal(ls[2], log_softmax_fixed(x[2:3].clone())[0])
+    assert torch.allclose(ls, torch.log_softmax(x, -1), atol=1e-3)
+
+
+def test_cpu_without_the_interpreter_is_an_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    m = dream_like()
+    with pytest.raises(ValueError, match=r"^batch_invariant=true runs on CUDA devices only "):
+        decode(m, [5, 6, 7], "threshold", gen_length=8, block_length=4, batch_invariant=True)
+    with pytest.raises(ValueError, match=r"^batch_invariant=true runs on CUDA"):
+        loglikelihood(m, [5, 6], [7, 8], mc_num=2, batch_invariant=True)
+    assert ops.active() is ops.TORCH
+
+
+def test_where_the_kernels_run():
+    cuda = torch.device("cuda")
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        assert support_error(cuda, dt) is None or "Triton" in support_error(cuda, dt)
+    assert "dtype torch.float64" in support_error(cuda, torch.float64)
+
+
+def test_cpu_under_the_interpreter_is_allowed(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    assert support_error("cpu", torch.float32) is None
+
+
+def test_model_without_kernels_is_an_error():
+    class Plain:                      # the model protocol, without batch_invariant()
+        mask_id, eos_ids, pad_id = 9, (2,), 3
+
+        def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+            raise AssertionError("no call may happen")
+    with pytest.raises(ValueError, match=r"^batch_invariant=true: the model \(Plain\) has no "):
+        decode(Plain(), [5, 6], "threshold", gen_length=4, block_length=4, batch_invariant=True)
+
+
+class _CountingOps(ops.TorchOps):
+    """torch's kernels, counting the calls that reach them."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.calls = 0
+
+    def linear(self, *a):
+        self.calls += 1
+        return super().linear(*a)
+
+
+@pytest.mark.parametrize("cache", ("none", "dual"))
+def test_option_reaches_model_and_decoding_side(monkeypatch, cache):
+    """Every model call runs under the model's batch-invariant ops, the decoding side sums in
+    the fixed order, and nothing leaks out of the call."""
+    m = dream_like()
+    spy = _CountingOps()
+    seen = []
+    monkeypatch.setattr(type(m), "batch_invariant", lambda self: ops.use(spy))
+    real_logits = type(m).logits
+
+    def logits(self, *a, **k):
+        seen.append(ops.active() is spy)
+        return real_logits(self, *a, **k)
+    monkeypatch.setattr(type(m), "logits", logits)
+    sums = []
+    real_rowsum = Batch.rowsum
+    monkeypatch.setattr(Batch, "rowsum", lambda self, x: (sums.append(self.invariant),
+                                                          real_rowsum(self, x))[1])
+    import pvf_lmeval.decoding.batch as batch_mod
+    fixed = []
+    real_stats = batch_mod.stats_from_logits
+    monkeypatch.setattr(batch_mod, "stats_from_logits",
+                        lambda *a, **k: (fixed.append(k.get("fixed")), real_stats(*a, **k))[1])
+    prompts = random_prompts(3, 47, seed=2)
+    kw = dict(gen_length=8, block_length=4, cache=cache, preset="arith", reveal_next=2,
+              plan_vocab=list(range(4, 40)))
+    on = decode_batch(m, prompts, "pvf", batch_invariant=True, **kw)
+    assert seen and all(seen) and spy.calls > 0 and sums and all(sums)
+    assert fixed and all(f is True for f in fixed)
+    assert ops.active() is ops.TORCH
+    seen.clear()
+    fixed.clear()
+    off = decode_batch(m, prompts, "pvf", **kw)
+    assert seen and not any(seen) and fixed and not any(fixed)
+    # torch's ops under the spy: the same numbers, and on the CPU in float32 fixed-order sums
+    # decide the same tokens here
+    assert [r.tokens for r in on] == [r.tokens for r in off]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("true", r"^batch_invariant=true runs on CUDA devices only \(device cpu\)"),
+    ("maybe", r"^batch_invariant='maybe'"),
+])
+def test_model_arg_errors_before_the_model_loads(monkeypatch, value, message):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    import pvf_lmeval.models as models
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    def no_load(*a, **k):
+        raise AssertionError("the model loaded")
+    monkeypatch.setattr(models, "load_model", no_load)
+    with pytest.raises(ValueError, match=message):
+        PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant=value)
+
+
+def test_model_arg_reaches_every_call(monkeypatch):
+    """pvf-dlm's batch_invariant=true goes to decode_batch and to the likelihoods, and into
+    the results' config.pvf (the run's identity)."""
+    from types import SimpleNamespace
+
+    import pvf_lmeval.decoding.likelihood as likelihood
+    import pvf_lmeval.lmeval.lm as lm_mod
+
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")        # the CPU may then select the kernels
+    lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant="true",
+                               gen_length=8, block_length=8, batch_size=2)
+    assert lm.get_model_info()["pvf"]["batch_invariant"] is True
+    seen = []
+    real = lm_mod.decode_batch
+
+    def decode_spy(*a, batch_invariant=False, **k):
+        seen.append(("decode", batch_invariant))
+        return real(*a, **k)            # torch's kernels here: the interpreter is slow
+    monkeypatch.setattr(lm_mod, "decode_batch", decode_spy)
+
+    def elbo_spy(*a, batch_invariant=False, **k):
+        seen.append(("likelihood", batch_invariant))
+        return SimpleNamespace(logprob=-1.0, is_greedy=True)
+    monkeypatch.setattr(likelihood, "loglikelihood", elbo_spy)
+    req = SimpleNamespace(args=("Question: 1+1?\nAnswer:", {"until": ["\n"]}), repeats=1,
+                          task_name="t", doc_id=0, idx=0)
+    lm.generate_until([req])
+    lm.loglikelihood([SimpleNamespace(args=("Question: 1+1?\nAnswer:", " 2"), task_name="t",
+                                      doc_id=0, idx=0)])
+    assert seen == [("decode", True), ("likelihood", True)]

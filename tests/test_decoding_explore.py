@@ -82,3 +82,11 @@ def test_reveal_next_widens_the_threshold_set_to_the_next_block():
     r, _ = run("explore", table, gen_length=8, block_length=4, reveal_next=3, band="0.2:0.6")
     assert r.steps[0]["committed"] == [[0, "base"]]
     assert r.steps[1]["committed"] == [[5, "base"]]
+
+
+def test_reference_rules_force_only_when_nothing_is_explored():
+    table = lambda g: {0: (10, .3)} if not filled(g) else {i: (12, .95) for i in range(4)}
+    paper, _ = run("explore", table, gen_length=4, band="0.2:0.6")
+    assert paper.steps[0]["committed"] == [[0, "forced"]]
+    ref, _ = run("explore", table, gen_length=4, band="0.2:0.6", rules="reference")
+    assert ref.steps[0]["committed"] == [[0, "explore"]]

@@ -67,12 +67,12 @@ import collections, sys
 area = sys.argv[1]
 rows = [line.rsplit(":", 1) for line in sys.stdin if ":" in line]
 status = collections.Counter(s.strip() for _, s in rows)
-killed = status["killed"] + status["timeout"]
-total = sum(status.values())
-print(f"{area}: {killed}/{total} mutants killed ({100 * killed / max(total, 1):.1f}%); "
+killed = status["killed"] + status["timeout"]          # a mutant that hangs is detected too
+run = sum(status.values()) - status["not checked"]
+print(f"{area}: {killed}/{run} mutants killed ({100 * killed / max(run, 1):.1f}%); "
       + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
 for name, s in rows:
-    if s.strip() not in ("killed", "timeout"):
+    if s.strip() not in ("killed", "timeout", "not checked"):
         print(f"  {s.strip()}: {name.strip()}")
 ' "$area"
 done

@@ -30,8 +30,10 @@ demo: venv
 		--model_args pretrained=tiny-llada,decoder=threshold \
 		--include_path tasks --tasks arith --limit 200
 
+# Random test order (pytest-randomly) and a per-test timeout (pytest-timeout, pyproject.toml);
+# PYTEST_ARGS="--randomly-seed=N" reruns an order, "-p no:randomly" the file order.
 test: venv
-	$(OFFLINE) $(PY) -m pytest -q tests
+	$(OFFLINE) $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info

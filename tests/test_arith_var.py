@@ -122,9 +122,10 @@ def test_lm_eval_scores_exact_match_and_cost(tmp_path):
     (samples,) = tmp_path.glob("**/samples_arith_var_*.jsonl")
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
     assert [r["doc"]["target"] for r in rows] == [d["target"] for d in _read("test")[:2]]
-    for r in rows:
-        assert r["exact_match"] in (0.0, 1.0)
-        assert r["gen_length"] == 256 and r["nfe"] >= 1
-        answer = r["filtered_resps"][0]
-        assert r["exact_match"] == float(re.search(r"####\s*(\d+)", answer) is not None and
-                                         re.search(r"####\s*(\d+)", answer).group(1) == r["doc"]["target"])
+    # a deterministic run of the bundled fixture: exact outcomes. Document 0 ends its answer
+    # without a number after "####" (wrong); document 1 ends with "#### 6", its target.
+    assert [(r["exact_match"], r["gen_length"], r["nfe"], r["branch_rows"]) for r in rows] == [
+        (0.0, 256, 31, 95), (1.0, 256, 26, 83)]
+    assert rows[0]["filtered_resps"][0].endswith("In the end, Mia has 1 apples.\n####")
+    assert rows[1]["filtered_resps"][0].endswith("So Max has 6 cards.\n#### 6")
+    assert rows[1]["doc"]["target"] == "6"

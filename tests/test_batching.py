@@ -1,11 +1,13 @@
-"""Batched decoding (``batch_size > 1``): identical outputs and per-request NFE for batch sizes
-1, 3 and 8, for every decoder and cache mode, greedy and sampled; padding really masked."""
+"""Batched decoding (``batch_size > 1``): identical results (every field but wall time, trace
+records included) for batch sizes 1, 3 and 8, for every decoder and cache mode, greedy and
+sampled; padding really masked."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from cache_models import arith_prompts, dream_like, random_prompts
+from result_fields import assert_same_outcomes, outcome
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import pad_id_of
@@ -34,21 +36,16 @@ def _kw(dec: str, cache: str, temperature: float, vocab, gen_length: int = 24) -
     return kw
 
 
-def _key(r):
-    return (r.tokens, r.nfe, r.branch_rows, r.routes)
-
-
 def _check_batch_sizes(model, prompts, dec, kw, online=None):
     idx = [100 + 7 * i for i in range(len(prompts))]
-    single = [_key(decode(model, p, dec, request_index=i, online=online, **kw))
+    single = [decode(model, p, dec, request_index=i, online=online, trace=True, **kw)
               for p, i in zip(prompts, idx)]
     for bs in (3, 8):
         got = []
         for a in range(0, len(prompts), bs):
-            got += [_key(r) for r in decode_batch(model, prompts[a:a + bs], dec,
-                                                  request_indices=idx[a:a + bs],
-                                                  online=online, **kw)]
-        assert got == single, (dec, kw, bs)
+            got += decode_batch(model, prompts[a:a + bs], dec, request_indices=idx[a:a + bs],
+                                online=online, trace=True, **kw)
+        assert_same_outcomes(got, single, (dec, kw, bs))
     return single
 
 
@@ -59,7 +56,7 @@ def test_batch_sizes_identical_llada(llada, llada_prompts, dec, cache):
     for temperature in (0.0, 0.8):
         out = _check_batch_sizes(llada, llada_prompts, dec,
                                  _kw(dec, cache, temperature, vocab, gen_length=16))
-        assert len({str(o[0]) for o in out}) > 1            # the requests really differ
+        assert len({str(o.tokens) for o in out}) > 1        # the requests really differ
 
 
 @pytest.mark.parametrize("cache", CACHES)
@@ -91,7 +88,7 @@ def test_padding_is_masked_and_distinct_from_mask(llada, llada_prompts):
     finally:
         llada.pad_id = llada_pad
     c = decode(llada, short, "threshold", request_index=0, **kw)
-    assert _key(a) == _key(b) == _key(c)
+    assert outcome(a) == outcome(b) == outcome(c)
 
 
 def test_batch_stats_and_errors(llada, llada_prompts):

@@ -66,3 +66,27 @@ def test_extra_only_from_active_block():
     for seed in range(4):
         r, _ = run("explore", table, block_length=4, reveal_next=4, band="0.2:0.6", seed=seed)
         assert all(p < 4 for p in extras(r)[0])
+
+
+def test_trace_route_of_every_step_is_explore():
+    table = lambda g: {0: (10, .95), 1: (11, .3), 2: (12, .4)} if not filled(g) else {}
+    r, _ = run("explore", table, gen_length=4, band="0.2:0.6")
+    assert len(r.steps) >= 1 and [s["route"] for s in r.steps] == ["explore"] * len(r.steps)
+
+
+def test_reveal_next_widens_the_threshold_set_to_the_next_block():
+    # block 0 = positions 0..3; after step 0 three masks are left (<= reveal_next), so block 1
+    # joins the working set and its confident position 5 is committed in step 1
+    table = lambda g: {0: (10, .95), 5: (15, .95)} if not filled(g) else (
+        {5: (15, .95)} if filled(g) == {0} else {i: (12, .95) for i in range(8)})
+    r, _ = run("explore", table, gen_length=8, block_length=4, reveal_next=3, band="0.2:0.6")
+    assert r.steps[0]["committed"] == [[0, "base"]]
+    assert r.steps[1]["committed"] == [[5, "base"]]
+
+
+def test_reference_rules_force_only_when_nothing_is_explored():
+    table = lambda g: {0: (10, .3)} if not filled(g) else {i: (12, .95) for i in range(4)}
+    paper, _ = run("explore", table, gen_length=4, band="0.2:0.6")
+    assert paper.steps[0]["committed"] == [[0, "forced"]]
+    ref, _ = run("explore", table, gen_length=4, band="0.2:0.6", rules="reference")
+    assert ref.steps[0]["committed"] == [[0, "explore"]]

@@ -303,3 +303,14 @@ def test_no_call_when_z_base_meets_early_stop():
     assert m.calls == [(1, (0, 8))] and r.nfe == 1
     assert r.tokens == [10] + [EOS] * 7 and r.routes == ["base", "base"] + [None] * 6
     assert r.committed == 2 and r.gen_tokens == 1
+
+
+def test_fixed_vocab_ids_are_sorted_and_unique():
+    import torch
+
+    from pvf_lmeval.decoding.plan_vocab import FixedVocab
+
+    v = FixedVocab([7, 3, 7, 5])
+    assert v.eligible_ids() == [3, 5, 7]
+    assert v.eligible_mask(torch.tensor([[3, 4, 7]])).tolist() == [[True, False, True]]
+    assert FixedVocab([]).eligible_mask(torch.tensor([1, 2])).tolist() == [False, False]

@@ -326,6 +326,7 @@ def test_rules_argument_of_decode():
 def test_reference_batch_sizes_identical(llada, one_thread, cache):
     """The modes carried between rounds are per request: batches of 1, 3 and 8 agree."""
     from cache_models import arith_prompts
+    from result_fields import assert_same_outcomes
     from pvf_lmeval.decoding import decode, decode_batch
 
     prompts, _ = arith_prompts(llada.tokenizer, 8)
@@ -335,15 +336,14 @@ def test_reference_batch_sizes_identical(llada, one_thread, cache):
         kw = dict(gen_length=24, block_length=8, cache=cache, temperature=temperature, seed=3,
                   preset="arith", reveal_next=3, plan_vocab=list(range(0, 600, 3)),
                   rules="reference", early_stop=False)
-        key = lambda r: (r.tokens, r.nfe, r.branch_rows, r.routes)
-        single = [key(decode(llada, p, "pvf", request_index=i, **kw))
+        single = [decode(llada, p, "pvf", request_index=i, trace=True, **kw)
                   for p, i in zip(prompts, idx)]
         for bs in (3, 8):
             got = []
             for a in range(0, len(prompts), bs):
-                got += [key(r) for r in decode_batch(llada, prompts[a:a + bs], "pvf",
-                                                     request_indices=idx[a:a + bs], **kw)]
-            assert got == single, (cache, temperature, bs)
+                got += decode_batch(llada, prompts[a:a + bs], "pvf", trace=True,
+                                    request_indices=idx[a:a + bs], **kw)
+            assert_same_outcomes(got, single, (cache, temperature, bs))
 
 
 def test_single_switches_by_name():

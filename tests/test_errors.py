@@ -202,8 +202,12 @@ def test_chat_template_missing_with_apply_chat_template(ckpt, tmp_path):
     assert one_line(exc) == msg
 
 
-def test_chat_template_present_is_returned(lm):
-    assert lm.chat_template(True)
+def test_chat_template_present_is_returned(lm, ckpt):
+    import json
+
+    template = json.loads((ckpt / "tokenizer_config.json").read_text())["chat_template"]
+    assert template.startswith("{% for message in messages %}")
+    assert lm.chat_template(True) == template
 
 
 # ------------------------------------------------------------------ CUDA without a GPU

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,7 +75,6 @@ def data_env(humaneval_dir, monkeypatch):
 
 def test_canonical_solutions_score_pass_at_1_of_one(problems):
     """Through humaneval_pvf's own process_results, two problems at a time."""
-    t0 = time.monotonic()
     docs = [dict(p, pass_at_k=[1]) for p in problems]
     with ThreadPoolExecutor(max_workers=2) as pool:
         outs = list(pool.map(
@@ -88,7 +86,6 @@ def test_canonical_solutions_score_pass_at_1_of_one(problems):
         pytest.fail(f"failing: {list(zip([p['task_id'] for p in bad], res))}")
     assert sum(o["pass@1"] for o in outs) / len(outs) == 1.0
     assert all(o["nfe"] == 10 and o["tpf"].for_aggregation == (20, 10) for o in outs)
-    assert time.monotonic() - t0 < 60
 
 
 def test_pass_bodies_score_zero(problems):

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from cache_models import ARITH, arith_prompts, dream_like
+from result_fields import assert_same_outcomes
 
 from pvf_lmeval.decoding import decode, decode_batch, make_params
 from pvf_lmeval.decoding.cache import KVCache
@@ -218,6 +219,35 @@ def test_refresh_rules(llada, mode, dec):
         assert entered_revealed > 0
 
 
+@pytest.mark.parametrize("dec,steps", [("static", 4), ("static", 8), ("threshold", None)])
+def test_decoded_tokens_after_a_refresh_equal_cache_none(llada, dec, steps):
+    """A refresh is a full forward of the canvas, bit-identical to ``cache=none``'s call, so the
+    step right after it commits exactly what ``cache=none`` commits from the same canvas: for
+    every full call of a ``cache=dual`` run whose canvas equals ``cache=none``'s call of the same
+    index, the next call's canvas (the commit of that step) is equal too. static with one step a
+    block (steps=4, 4 blocks) makes every call a refresh: the whole decode equals cache=none."""
+    prompts, _ = arith_prompts(llada.tokenizer, 2)
+    kw = dict(gen_length=64, block_length=16, early_stop=False)
+    if steps:
+        kw["steps"] = steps
+    checked = 0
+    for p in prompts:
+        runs = {}
+        for mode in ("none", "dual"):
+            rec = _Recorder(llada)
+            runs[mode] = (decode(rec, p, dec, cache=mode, **kw), rec.calls)
+        (r_none, c_none), (r_dual, c_dual) = runs["none"], runs["dual"]
+        full = [j for j, c in enumerate(c_dual) if c[1] is None]
+        for j in full:
+            if j + 1 < min(len(c_none), len(c_dual)) and torch.equal(c_dual[j][3], c_none[j][3]):
+                assert torch.equal(c_dual[j + 1][3], c_none[j + 1][3]), (dec, steps, j)
+                checked += 1
+        if steps == 4:
+            assert len(full) == len(c_dual) == r_dual.nfe == 4          # every call refreshes
+            assert (r_dual.tokens, r_dual.nfe) == (r_none.tokens, r_none.nfe)
+    assert checked >= 2 * 3                     # each later block's refresh, both prompts
+
+
 def _arith_utils():
     spec = importlib.util.spec_from_file_location("arith_utils", ARITH.parent.parent / "utils.py")
     mod = importlib.util.module_from_spec(spec)
@@ -334,13 +364,11 @@ def test_dual_base_refreshes_from_the_base_row(llada):
         b = decode(llada, prompts[0], dec, cache="dual_base", gen_length=64, block_length=16)
         assert (a.tokens, a.nfe) == (b.tokens, b.nfe)
     idx = list(range(10, 16))
-    single = [(x.tokens, x.nfe, x.branch_rows) for x in
-              (decode(llada, p, "pvf", cache="dual_base", request_index=i, **kw)
-               for p, i in zip(prompts, idx))]
+    single = [decode(llada, p, "pvf", cache="dual_base", request_index=i, trace=True, **kw)
+              for p, i in zip(prompts, idx)]
     for bs in (3, 6):
         got = []
         for a in range(0, 6, bs):
-            got += [(x.tokens, x.nfe, x.branch_rows) for x in
-                    decode_batch(llada, prompts[a:a + bs], "pvf", cache="dual_base",
-                                 request_indices=idx[a:a + bs], **kw)]
-        assert got == single
+            got += decode_batch(llada, prompts[a:a + bs], "pvf", cache="dual_base", trace=True,
+                                request_indices=idx[a:a + bs], **kw)
+        assert_same_outcomes(got, single, bs)

@@ -246,9 +246,11 @@ def test_generate_until_records_stats_and_skips_padding_copies():
     summary = lm.get_model_info()["pvf"]["totals"]["arith"]
     assert summary["requests"] == 2
     assert summary["nfe_total"] == out[0].meta["nfe"] + out[1].meta["nfe"]
+    # a deterministic run of the bundled fixture: its exact text and NFE
+    text = (" Step 1: Tom starts with 2 books.\nStep 2: He gets 1 from Noah so so 2 + 1 = 8.\n"
+            "Step 3: He gives")
     for o in out[:2]:
-        assert o.meta["gen_length"] == 32 and 1 <= o.meta["nfe"] <= 32
-        assert "Question:" not in o
+        assert (str(o), o.meta["gen_length"], o.meta["nfe"]) == (text, 32, 4)
     # the same request decodes the same way again (deterministic per task/doc/idx)
     again = lm.generate_until([_instance(QUESTION, dict(ARITH_KWARGS), doc_id=0)])
     assert again[0] == out[0] and again[0].meta["nfe"] == out[0].meta["nfe"]
@@ -260,7 +262,7 @@ def test_gen_kwargs_threshold_changes_nfe():
         {"batch_size": 1, "device": "cpu"})
     strict = lm.generate_until([_instance(QUESTION, dict(ARITH_KWARGS), 0)])[0]
     loose = lm.generate_until([_instance(QUESTION, {**ARITH_KWARGS, "threshold": 0.3}, 0)])[0]
-    assert loose.meta["nfe"] < strict.meta["nfe"]
+    assert (strict.meta["nfe"], loose.meta["nfe"]) == (29, 1)     # deterministic: exact
 
 
 def test_chat_template(lm):
@@ -282,7 +284,10 @@ def test_tiny_dream_rounds_max_gen_toks_and_has_its_own_template():
     assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
     out = lm.generate_until([_instance(QUESTION, dict(ARITH_KWARGS), 0)], disable_tqdm=True)[0]
     assert out.meta["gen_length"] == 128              # max_gen_toks 96 over blocks of 64
-    assert 1 <= out.meta["nfe"] <= 128 and "Question:" not in out
+    # a deterministic run of the bundled fixture: its exact text and NFE
+    assert str(out) == (" Step 1: Tom starts with 3 books.\nStep 2: He gets 1 from Noah, so 2 + 1 = "
+                        "3.\nStep 3: He gives away 1, so 3 - 1 = 7.\nSo Tom has 7 books.\n#### 7")
+    assert out.meta["nfe"] == 4
     info = lm.get_model_info()["pvf"]
     assert info["model_family"] == "dream" and info["totals"]["arith"]["requests"] == 1
 

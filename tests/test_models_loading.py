@@ -18,7 +18,8 @@ from pvf_lmeval.models import DiffusionLM, load_model
 from pvf_lmeval.models.checkpoints import DREAM, FORMATS, LLADA
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
-from test_models_oracle import fixture_ready, make_temp_checkpoint
+from prerequisites import require_bundled_weights
+from test_models_oracle import make_temp_checkpoint
 
 EXPECTED = {
     # family: (mask token, tokens that must all be in eos_ids, pad token)
@@ -103,8 +104,7 @@ def test_temp_checkpoint_loads(temp, family):
 
 @pytest.mark.parametrize("name", ["tiny-llada", "tiny-dream"])
 def test_bundled_fixture_loads(name):
-    if not fixture_ready(name):
-        pytest.skip(f"bundled fixture {name} has no config.json/model.safetensors yet (still training?)")
+    require_bundled_weights(name)
     family = name.split("-")[1]
     model = load_model(name, device="cpu")
     assert model.name == name

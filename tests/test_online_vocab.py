@@ -221,11 +221,10 @@ def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
     from lm_eval.api.instance import Instance
 
     import pvf_lmeval.lmeval.lm as lm_mod
-    from pvf_lmeval.models.loader import FIXTURES_DIR
+    from prerequisites import require_bundled_weights
     from pvf_lmeval.planning.vocab import load_artifact
 
-    if not (FIXTURES_DIR / "tiny-llada" / "model.safetensors").exists():
-        pytest.skip("tiny-llada weights not built yet")
+    require_bundled_weights("tiny-llada")
     save = tmp_path / "online.json"
     lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", preset="arith",
                                vocab="online", online_save=str(save), batch_size=2,

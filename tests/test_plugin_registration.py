@@ -54,15 +54,15 @@ def test_hook_is_cheap_and_lazy_at_startup(tmp_path):
     assert out == {"hook": True, "finders": 1, "heavy": []}
 
 
-def test_import_time_of_hook(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "pass"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )
-    lines = [ln for ln in proc.stderr.splitlines() if ln.rstrip().endswith("pvf_lmeval_hook")]
-    assert lines, proc.stderr[-2000:]
-    cumulative_us = int(lines[0].split("|")[1])
-    assert cumulative_us < 20_000, lines  # ~0.2 ms measured; generous for a loaded CI box
+def test_hook_imports_nothing_heavy_at_startup(tmp_path):
+    """The .pth hook runs in every interpreter of the venv: at startup it may import neither
+    the package nor torch, lm-eval or transformers (its cost is that of the hook module alone)."""
+    code = ("import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pvf_lmeval', 'torch', 'lm_eval', 'transformers')))")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert [ln for ln in proc.stderr.splitlines() if ln.rstrip().endswith("pvf_lmeval_hook")]
+    assert proc.stdout == "[]\n", proc.stdout
 
 
 def test_registry_holds_lazy_string_and_builtins(tmp_path):

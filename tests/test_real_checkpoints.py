@@ -68,7 +68,8 @@ def test_plain_transformers_refuses_the_dream_tokenizer(folders):
     """What the loader used to do fails on this folder: the fixture reproduces the bug."""
     from transformers import AutoTokenizer
 
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"(?s)contains custom code which must be executed .*"
+                                         r"pass the argument `trust_remote_code=True`"):
         AutoTokenizer.from_pretrained(str(folders["dream"]), trust_remote_code=False)
     assert not (folders["dream"] / "IMPORTED").exists()
 

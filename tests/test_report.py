@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from prerequisites import require_bundled_weights, require_module
 
 from pvf_lmeval.cli import report
 from pvf_lmeval.cli.report import gate
@@ -57,8 +58,7 @@ def monkeypatch_module():
 @pytest.fixture(scope="module")
 def evaluate(monkeypatch_module):
     """``evaluate(model_args, out, **kwargs)`` on one thread, offline."""
-    if not (FIXTURE / "model.safetensors").exists():
-        pytest.skip("tiny-llada fixture weights not built yet")
+    require_bundled_weights("tiny-llada")
     from lm_eval.tasks import TaskManager
 
     monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
@@ -412,7 +412,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_plot_has_error_bars_and_labels_that_do_not_overlap(runs, tmp_path):
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib", "plot", "pip install -e .[plot]")
     from pvf_lmeval.cli.report import plot
 
     # thresholds 0.9 and 0.89 lie on top of each other: their labels must not
@@ -434,7 +434,7 @@ def test_plot_has_error_bars_and_labels_that_do_not_overlap(runs, tmp_path):
 
 
 def test_console_script(runs, tmp_path):
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib", "plot", "pip install -e .[plot]")
     png = tmp_path / "pareto.png"
     exe = str(Path(sys.executable).parent / "pvf-report")
     proc = subprocess.run([exe, str(runs / "first"), "--format", "markdown",

@@ -1,8 +1,8 @@
 """Decoding traces: the JSONL record, ``pvf-trace`` (HTML and ANSI), and the page in a real
 headless browser (Debian's ``chromium`` + ``chromium-driver`` through selenium).
 
-The browser test skips when chromium, chromedriver or selenium is missing, unless
-``PVF_REQUIRE_BROWSER=1`` (set by ``.ci/run``, which installs them) makes it fail instead.
+A missing chromium, chromedriver or selenium fails the browser test (``.ci/run`` installs them);
+``PVF_ALLOW_MISSING=browser`` skips it on purpose (see tests/prerequisites.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from decoding_tables import RandomModel
+from prerequisites import missing as missing_piece
 from pvf_lmeval.cli import trace as tr
 from pvf_lmeval.lmeval import trace_records
 from pvf_lmeval.decoding import decode
@@ -209,9 +210,7 @@ def _browser():
     if missing:
         msg = (f"headless browser test needs {', '.join(missing)} "
                "(apt-get install -y chromium chromium-driver; pip install selenium)")
-        if os.environ.get("PVF_REQUIRE_BROWSER") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing_piece("browser", msg)
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -1,0 +1,63 @@
+"""What the suite needs from its environment, and how a missing piece is reported.
+
+A missing bundled weight file, browser or required library is a *failure*: a broken install must
+not turn into a green run. A developer who lacks a piece on purpose opts out by naming it in
+``PVF_ALLOW_MISSING`` (comma-separated: ``weights``, ``browser``, ``plot``); the test then skips
+with a reason that names the variable. Under CI (``CI=true``) and with ``PVF_REQUIRE_BROWSER=1``
+(the browser) an opt-out is ignored.
+
+Tests that reach the network are opt-in: ``PVF_NETWORK_TESTS=1``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+PIECES = ("weights", "browser", "plot")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def opted_out(piece: str) -> bool:
+    """Whether the developer allowed ``piece`` to be missing (never under CI)."""
+    assert piece in PIECES, piece
+    if in_ci() or (piece == "browser" and os.environ.get("PVF_REQUIRE_BROWSER") == "1"):
+        return False
+    allowed = {p.strip() for p in os.environ.get("PVF_ALLOW_MISSING", "").split(",")}
+    return piece in allowed
+
+
+def missing(piece: str, what: str) -> None:
+    """Report a missing ``piece`` (``what`` says what and how to get it): skip when opted out,
+    else fail."""
+    if opted_out(piece):
+        pytest.skip(f"{what} (allowed by PVF_ALLOW_MISSING={os.environ['PVF_ALLOW_MISSING']})")
+    pytest.fail(f"{what}; set PVF_ALLOW_MISSING={piece} to skip this test on purpose",
+                pytrace=False)
+
+
+def require_bundled_weights(name: str) -> None:
+    """The bundled fixture ``name`` (pvf_lmeval/fixtures/NAME) has its config and weights."""
+    from pvf_lmeval.models.loader import FIXTURES_DIR
+
+    folder = FIXTURES_DIR / name
+    if not ((folder / "config.json").exists() and (folder / "model.safetensors").exists()):
+        missing("weights", f"bundled fixture {name} has no config.json/model.safetensors in "
+                           f"{folder} (scripts/tiny_fixtures builds them)")
+
+
+def require_module(module: str, piece: str, install: str):
+    """Import ``module`` or report the missing ``piece`` (``install``: how to get it)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing(piece, f"{module} is not importable ({e}); {install}")
+
+
+network = pytest.mark.skipif(os.environ.get("PVF_NETWORK_TESTS") != "1",
+                             reason="reaches the network: set PVF_NETWORK_TESTS=1 to run it")

@@ -93,9 +93,12 @@ def test_long_prompt_is_left_truncated_like_hflm(ckpt, tmp_path, caplog):
     notices = [r.getMessage() for r in caplog.records if "left-truncated" in r.getMessage()]
     assert len(notices) == 1 and notices[0].startswith("pvf-dlm: 2 of 3 prompts")
     assert f"context of {limit} tokens" in notices[0] and "truncation=error" in notices[0]
-    records = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert records[0]["prompt_ids"] == full[-(limit - 16):]        # the tail, exactly
-    assert len(records[1]["prompt_ids"]) < limit - 16               # short prompts untouched
+    # records come in decoding order (longest prompt first); the request key names the document
+    records = {json.loads(line)["request"]: json.loads(line) for line in trace.read_text().splitlines()}
+    assert sorted(records) == ["arith/3/0", "arith/4/0", "arith/5/0"]
+    assert records["arith/3/0"]["prompt_ids"] == full[-(limit - 16):]      # the tail, exactly
+    short = lm.tokenizer.encode("Question: 1 + 2?\nAnswer:", add_special_tokens=False)
+    assert records["arith/4/0"]["prompt_ids"] == short                      # untouched
     totals = lm.get_model_info()["pvf"]["totals"]["arith"]
     assert totals["truncated_prompts"] == 2 and totals["requests"] == 3
 

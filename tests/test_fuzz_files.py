@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import shutil
-import signal
 import struct
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from bounds import bounded
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
@@ -25,30 +23,10 @@ from pvf_lmeval.models.validation import read_header  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-GiB = 1 << 30
 def fuzz(examples: int) -> settings:
     """Deterministic (CI runs the same examples), no per-example deadline, nothing stored."""
     return settings(derandomize=True, deadline=None, database=None, print_blob=False,
                     max_examples=examples, suppress_health_check=list(HealthCheck))
-
-
-@contextmanager
-def bounded(seconds: int = 60, extra_bytes: int = GiB):
-    """Fail the block if it runs longer than ``seconds`` or raises the peak resident memory of
-    this process by ``extra_bytes``."""
-    def stop(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    assert grew < extra_bytes, f"peak memory grew by {grew} bytes"
 
 
 def loads_or_one_line(fn):

@@ -4,14 +4,12 @@ in one line naming the file and the key (or weight) at fault; none is taken for 
 from __future__ import annotations
 
 import json
-import resource
 import shutil
-import signal
 import struct
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from bounds import bounded
 import torch
 
 from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint
@@ -20,26 +18,6 @@ from pvf_lmeval.models.validation import read_header
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-GiB = 1 << 30
-
-
-@contextmanager
-def bounded(seconds: int = 60, extra_bytes: int = GiB):
-    """Fail the block if it runs longer than ``seconds`` or raises the process's peak resident
-    memory by ``extra_bytes`` or more."""
-    def stop(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    assert grew < extra_bytes, f"peak memory grew by {grew} bytes"
 
 
 def _copy(tmp_path: Path, family: str = "llada") -> Path:

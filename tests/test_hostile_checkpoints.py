@@ -332,3 +332,22 @@ def test_an_owner_name_without_a_local_owner_folder_is_a_hub_id(tmp_path, monkey
     assert no_hub == ["someone/llada-ft"]
     assert str(exc.value) == ("pretrained='someone/llada-ft': could not fetch from the hub "
                               "(RuntimeError: offline)")
+
+
+@pytest.mark.parametrize("experts, says", [
+    (10**9, "config.json: 1000000000 experts, but the weights hold 8 for 'blocks.1.mlp.gate_proj'"),
+    (12, ": the checkpoint lacks expert(s) [8, 9, 10, 11] of "
+         "'model.layers.1.mlp.experts.8.gate_proj.weight'"),
+])
+def test_an_expert_count_the_weights_do_not_hold_fails_fast_in_one_line(tmp_path, experts, says):
+    """LLaDA 2.x with 8 experts per routed layer in its weights: a config.json that claims 10**9
+    (or 12) is refused before the experts are enumerated or anything is allocated."""
+    from moe_folders import make_llada2_folder
+
+    folder = make_llada2_folder(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    config["num_experts"] = experts
+    (folder / "config.json").write_text(json.dumps(config))
+    with bounded(seconds=30, extra_bytes=256 << 20), pytest.raises(UnsupportedCheckpoint) as info:
+        load_model(str(folder), device="cpu", dtype="float32")
+    assert str(info.value) == f"{folder}{'/' if says.startswith('config') else ''}{says}"

@@ -283,9 +283,12 @@ def test_drift_and_accuracy_on_arith(llada):
             drift = probe.summary()
     acc = {m: sum(c) / N_ARITH for m, c in correct.items()}
     print("\narith accuracy", acc, "\ndual-cache drift", drift)
-    assert drift["cached_calls"] > 0 and drift["full_calls"] > 0
+    # One thread, fixed prompts and weights: the run is deterministic, so its outcome is pinned
+    # (a change of the cache's arithmetic or of which calls it makes shows here first).
+    assert {m: sum(c) for m, c in correct.items()} == {"none": 26, "prefix": 27, "dual": 29}
+    assert (drift["cached_calls"], drift["full_calls"]) == (12, 9)
+    assert drift["argmax_agree"] == 0.9759114558498064
     assert 0 < drift["mean_abs"] <= drift["max_abs"] and math.isfinite(drift["max_abs"])
-    assert drift["argmax_agree"] > 0.5
     assert sum(correct["none"]) >= N_ARITH // 2, acc   # the fixture knows arith: a real comparison
     for mode in ("prefix", "dual"):
         lost = sum(n and not c for n, c in zip(correct["none"], correct[mode]))

@@ -71,6 +71,17 @@ class CheckpointFormat:
                 return plain, m.groupdict()
         raise KeyError(f"native parameter {name!r} has no {self.model_type} name")
 
+    def stacked(self, name: str) -> bool:
+        """Whether native parameter ``name`` is stacked over experts (one checkpoint tensor per
+        expert fills one slice of it)."""
+        return "{e}" in self._native_match(name)[0]
+
+    def checkpoint_name(self, name: str, expert: int | None = None) -> str:
+        """The checkpoint name of native parameter ``name``, or of expert ``expert``'s slice of a
+        stacked one."""
+        plain, groups = self._native_match(name)
+        return plain.format(**groups) if expert is None else plain.format(e=expert, **groups)
+
     def from_native(self, name: str) -> str:
         """The checkpoint name of native parameter ``name`` (not a stacked one: see
         :meth:`checkpoint_tensors`)."""

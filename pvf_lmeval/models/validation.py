@@ -274,14 +274,6 @@ def _layer_indices(native_names) -> set[int]:
     return {int(m.group(1)) for n in native_names if (m := _LAYER.match(n))}
 
 
-def _checkpoint_name(fmt: CheckpointFormat, native: str, expert: int | None) -> str:
-    """The checkpoint name of a native parameter, or of one expert's slice of a stacked one."""
-    if expert is None:
-        return fmt.from_native(native)
-    plain, groups = fmt._native_match(native)
-    return plain.format(e=expert, **groups)
-
-
 def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
                      cfg: TransformerConfig) -> list[Path]:
     """Everything of the module docstring; returns the weight files (headers read, valid)."""
@@ -330,8 +322,7 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
     expected: dict[tuple[str, int | None], tuple[int, ...]] = {}
     for native, param in net.state_dict().items():
         shape = tuple(param.shape)
-        plain, _ = fmt._native_match(native)
-        if "{e}" not in plain:
+        if not fmt.stacked(native):
             expected[(native, None)] = shape
             continue
         held = experts_held.get(native, set())
@@ -339,7 +330,7 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
             if len(held) < shape[0] <= len(held) + 64:
                 lacking = sorted(set(range(shape[0])) - held)
                 raise UnsupportedCheckpoint(f"{folder}: the checkpoint lacks expert(s) {lacking} of "
-                                            f"{_checkpoint_name(fmt, native, lacking[0])!r}")
+                                            f"{fmt.checkpoint_name(native, lacking[0])!r}")
             raise UnsupportedCheckpoint(f"{where}: {shape[0]} experts, but the weights hold "
                                         f"{len(held)} for {native!r}")
         expected.update({(native, e): shape[1:] for e in range(shape[0])})
@@ -348,7 +339,7 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
     for slot, shape in expected.items():
         if slot not in found:
             raise UnsupportedCheckpoint(f"{folder}: the weights lack "
-                                        f"{_checkpoint_name(fmt, *slot)!r}, which {where} "
+                                        f"{fmt.checkpoint_name(*slot)!r}, which {where} "
                                         f"implies (shape {list(shape)})")
         file, name, got = found[slot]
         if got != shape:

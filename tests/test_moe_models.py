@@ -98,6 +98,21 @@ def test_llada2_reads_its_config(llada2):
     assert llada2.net.blocks[1].mlp.shared.gate_proj.weight.shape == (16, 32)
 
 
+def test_lladamoe_mask_comes_from_the_tokenizer_when_config_has_none(tmp_path):
+    """LLaDA-MoE's config.json has no mask_token_id; its tokenizer's mask token is ``<|mask|>``
+    (156895 at full size). Here the tiny tokenizer's mask (id 690) is renamed to that token."""
+    folder = make_lladamoe_folder(tmp_path / "LLaDA-MoE-7B-A1B-Base", seed=3)
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["mask_token_id"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = folder / name
+        path.write_text(path.read_text().replace("<|mdm_mask|>", "<|mask|>"))
+    m = load_model(str(folder), device="cpu", dtype="float32")
+    assert m.tokenizer.convert_tokens_to_ids("<|mask|>") == 690 == m.mask_id
+    assert 690 not in m.eos_ids
+
+
 def test_llada2_ids_fall_back_to_the_reference_generate_defaults():
     from pvf_lmeval.models.loader import _special_ids
     from pvf_lmeval.models.moe_formats import LLADA2

@@ -6,6 +6,7 @@
 #   scripts/mutation.sh [AREA ...]      AREA: decoding, stats, kv, gate (default: all four)
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
+#   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out
 #
 # Each area runs in its own scratch copy of the checkout, mutation/AREA/ (git-ignored; mutmut
 # keeps its results there, so a second run re-tests only what changed), against the fast tests
@@ -48,11 +49,15 @@ for area in "${areas[@]}"; do
     mkdir -p "$work"
     # the checkout's files (tracked and untracked, not ignored), fixtures' weights included
     git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
-    "$PY" - "$work/pyproject.toml" "${FILES:-${MUTATE[$area]}}" "${TEST_FILES:-${TESTS[$area]}}" <<'EOF'
+    "$PY" - "$work/pyproject.toml" "${FILES:-${MUTATE[$area]}}" "${TEST_FILES:-${TESTS[$area]}}" \
+        "${DESELECT:-}" <<'EOF'
 import re, sys
-path, mutate, tests = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+path, mutate, tests, deselect = (sys.argv[1], sys.argv[2].split(), sys.argv[3].split(),
+                                 sys.argv[4].split())
 text = open(path).read()
-for key, values in (("only_mutate", mutate), ("pytest_add_cli_args_test_selection", tests)):
+args = ["-p", "no:cacheprovider", "-p", "no:timeout"] + [a for d in deselect for a in ("--deselect", d)]
+for key, values in (("only_mutate", mutate), ("pytest_add_cli_args_test_selection", tests),
+                    ("pytest_add_cli_args", args)):
     text, n = re.subn(rf"^{key} = \[.*?\]\n", f"{key} = {values!r}\n".replace("'", '"'),
                       text, count=1, flags=re.S | re.M)
     assert n == 1, key

@@ -135,6 +135,7 @@ class RandomModel:
         self.sharp = sharp
         self.jitter = jitter
         self.calls: list[int] = []
+        self.tokenizer = NoCapitals(vocab)
 
     @property
     def nfe(self) -> int:
@@ -146,16 +147,22 @@ class RandomModel:
         return torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 62) - 1))
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
-        T = tokens.shape[1]
-        g = self._gen(("base", self.seed, T))
-        scale = 0.3 + torch.rand(T, 1, generator=g) * self.sharp
-        base = torch.randn(T, self.vocab, generator=g) * scale
-        base[:, self.eos_ids[0]] += self.eos_bias
+        """Like a network that attends only where ``attention_mask`` [N, T] is 1: a row's left
+        padding is dropped and its positions counted from its first visible token, so a request
+        gets the same logits alone and inside a left-padded batch."""
+        assert cache is None
         out = []
         for n, row in enumerate(tokens.tolist()):
+            pad = 0 if attention_mask is None else int((attention_mask[n] == 0).sum())
+            row = row[pad:]
+            T = len(row)
+            g = self._gen(("base", self.seed, T))
+            scale = 0.3 + torch.rand(T, 1, generator=g) * self.sharp
+            base = torch.randn(T, self.vocab, generator=g) * scale
+            base[:, self.eos_ids[0]] += self.eos_bias
             noise = torch.randn(T, self.vocab, generator=self._gen((self.seed, row)))
             # a batched call gives each row its own positions [N, P]
-            at = positions if positions.dim() == 1 else positions[n]
+            at = (positions if positions.dim() == 1 else positions[n]) - pad
             out.append((base + self.jitter * noise)[at])
         self.calls.append(tokens.shape[0])
         return torch.stack(out)

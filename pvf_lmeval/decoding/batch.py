@@ -376,8 +376,10 @@ class Batch:
             per.append(z)
         if len(per) == 1:
             return per[0]
-        counts = torch.tensor([k for _, _, k, *_ in seats], device=per[0].device)
-        return torch.repeat_interleave(torch.stack(per), counts, dim=0)
+        counts = [k for _, _, k, *_ in seats]
+        # output_size: the length is known here, so the device is never asked for it
+        return torch.repeat_interleave(torch.stack(per), torch.tensor(counts, device=per[0].device),
+                                       dim=0, output_size=sum(counts))
 
     def commit_caches(self, ids: list[int], y: Tensor) -> None:
         """After a round committed states ``y`` [R, L] (live order): requests whose call was

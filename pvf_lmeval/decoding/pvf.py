@@ -171,12 +171,11 @@ class PVFDecoder(Step):
         working set W' and base set S' are those of the failed round (kept by request number:
         ``idx`` [R]). High-confidence positions H = W' with top probability >= tau under the base
         row; the rows hold H (the base set keeps its tokens); fills are the leftmost positions of
-        W' minus H with p >= ar_lo,
-        which can be base-set positions (the reference then re-fills them); only H inside the
-        failed round's active block is committed, with the base row's tokens (also where the
-        base set had put its own), the rest of H is masked again. Returns (W, z_base, labels,
-        eligible, (positions to mask again, positions to rewrite)), unchanged for other
-        requests."""
+        W' minus H with p >= ar_lo, which can be base-set positions (the reference then re-fills
+        them); only H inside the failed round's active block is committed, with the base row's
+        tokens (also where the base set had put its own), the rest of H is masked again. Returns
+        (W, z_base, labels, eligible, (positions to mask again, positions to rewrite)),
+        unchanged for other requests."""
         pW, psel = self._prev_W.index_select(0, idx), self._prev_sel.index_select(0, idx)
         hc = pW & (st.pmax >= self.p.threshold)
         block = b.blk == (first_true(pW) // b.B)[:, None]

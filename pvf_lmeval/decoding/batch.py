@@ -12,9 +12,10 @@ changes no output and no per-request NFE.
 ``Batch.call`` takes the branch rows of every live request as one tensor ``[R, M, L]`` with a
 row count per request, and assembles them into physical model calls with index operations: one
 per round, or two when KV caches make some requests' calls full and others' cached (each request
-still counts one call), or more when a step caps the rows of a physical call (calibration). Its
-host reads: one small tensor (row counts, position ranges, cache flags of every request).
-Cache decisions and commits are tensor operations over all requests at once.
+still counts one call), or more when a step caps the rows of a physical call (calibration). The
+layout needs one small tensor on the host (``Batch.plan``: row counts, position ranges, cache
+flags of every request), which the loop reads together with the round's stop flags. Cache
+decisions and commits are tensor operations over all requests at once.
 """
 
 from __future__ import annotations
@@ -210,8 +211,32 @@ class Batch:
 
     # ------------------------------------------------------------ the model call
 
-    def call(self, ids: list[int], rows: Tensor, n: Tensor, *, entropy: bool = False,
-             max_rows: int | None = None, cover: Tensor | None = None) -> Stats:
+    def plan(self, ids: list[int], rows: Tensor, n: Tensor, *,
+             cover: Tensor | None = None) -> Tensor:
+        """[R, C] long, on the device: what :meth:`call` must know on the host to lay out the
+        physical calls of the first ``n[r]`` rows of ``rows`` [R, M, L] for each request
+        ``ids[r]``: per request its row count, the first and last active block of its rows that
+        hold a mask (-1: none), and, with a KV cache, its cache flags (:meth:`.BatchKV.flags`).
+        ``cover`` as for :meth:`call`. Reading it is the caller's: the loop reads it together
+        with the round's stop flags, in the round's one read."""
+        M = rows.shape[1]
+        B, nb = self.B, self.nb
+        a = first_true(rows == self.mask_id) // B                          # [R, M]; nb: no mask
+        valid = torch.arange(M, device=rows.device) < n[:, None]
+        lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
+        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
+        if cover is not None:               # the step needs stats from this block on too
+            lo_b = torch.minimum(lo_b, cover // B)
+            hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
+        cols = [n, lo_b, hi_b]
+        if self.cache is not None:
+            req = torch.tensor(ids, device=rows.device)
+            cols += list(self.cache.flags(req, rows, a, valid).unbind(-1))
+        return torch.stack(cols, dim=-1)
+
+    def call(self, ids: list[int], rows: Tensor, n: Tensor, *, plan: list[list[int]] | None = None,
+             entropy: bool = False, max_rows: int | None = None,
+             cover: Tensor | None = None) -> Stats:
         """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each request
         ``ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
 
@@ -220,30 +245,20 @@ class Batch:
         active + next block of whichever row is committed; on a block-diffusion model, the next
         block only when the step reveals it, and the call then runs on the canvas up to that
         end); rows without a mask do not widen it.
+        ``plan``: the rows of :meth:`plan` for these rows, as the caller read them (the loop's
+        round read); None: read here (one host read).
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
         ``cover`` [R] (optional): a generation position per request from which on the call
         must cover stats too (``rules=reference`` reads positions its rows already filled, and
         its second call after a failed plan may send rows with no mask left).
         """
         R, M, L = rows.shape
-        B, nb = self.B, self.nb
-        masked = rows == self.mask_id
-        a = first_true(masked) // B                                        # [R, M]; nb: no mask
-        valid = torch.arange(M, device=rows.device) < n[:, None]
-        lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
-        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
-        if cover is not None:               # the step needs stats from this block on too
-            lo_b = torch.minimum(lo_b, cover // B)
-            hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
-        cols = [n, lo_b, hi_b]
+        B = self.B
         kc = self.cache
-        if kc is not None:
-            if max_rows is not None:
-                raise ValueError("max_rows (rows per physical call) cannot be combined with a "
-                                 "KV cache: a request's rows must share one call")
-            req = torch.tensor(ids, device=rows.device)
-            cols += list(kc.flags(req, rows, a, valid).unbind(-1))
-        host = torch.stack(cols, dim=-1).tolist()                          # the one read
+        if kc is not None and max_rows is not None:
+            raise ValueError("max_rows (rows per physical call) cannot be combined with a "
+                             "KV cache: a request's rows must share one call")
+        host = self.plan(ids, rows, n, cover=cover).tolist() if plan is None else plan
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
         ahead = 1 if self.block_size is not None and self.reveal == 0 and cover is None else 2
@@ -361,8 +376,10 @@ class Batch:
             per.append(z)
         if len(per) == 1:
             return per[0]
-        counts = torch.tensor([k for _, _, k, *_ in seats], device=per[0].device)
-        return torch.repeat_interleave(torch.stack(per), counts, dim=0)
+        counts = [k for _, _, k, *_ in seats]
+        # output_size: the length is known here, so the device is never asked for it
+        return torch.repeat_interleave(torch.stack(per), torch.tensor(counts, device=per[0].device),
+                                       dim=0, output_size=sum(counts))
 
     def commit_caches(self, ids: list[int], y: Tensor) -> None:
         """After a round committed states ``y`` [R, L] (live order): requests whose call was

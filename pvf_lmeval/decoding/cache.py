@@ -256,8 +256,10 @@ class BatchKV:
         for kv_out, call in self._pending:
             dev = y.device
             N = call.gen.shape[0]
+            # output_size: the length is known here, so the device is never asked for it
             seg = torch.repeat_interleave(torch.arange(len(call.req), device=dev),
-                                          torch.tensor(call.rows, device=dev))        # [N]
+                                          torch.tensor(call.rows, device=dev),
+                                          output_size=N)                              # [N]
             match = (call.gen == y.index_select(0, call.row_r)).all(-1)               # [N]
             j = torch.arange(N, device=dev)
             first = torch.full((len(call.req),), N, device=dev).scatter_reduce(

@@ -19,7 +19,8 @@ from .verify import verify_plans
 class CalibrationStep(Step):
     """Base rule: threshold at ``threshold`` over W_t (with ``reveal_next``); measured band
     ``band`` = [lo, hi); ``max_rows``: rows per physical call. ``events`` collects, per round,
-    (request, token, non-vacuous, A, VIG, kept) tensors of every slot."""
+    (request, token, non-vacuous, A, VIG, kept) tensors of every slot; ``rounds``, per request,
+    the rounds it took part in."""
 
     name = "calibration"
 
@@ -34,8 +35,6 @@ class CalibrationStep(Step):
         self.rounds: dict[int, int] = {}
 
     def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
-        for i in ids:
-            self.rounds[i] = self.rounds.get(i, 0) + 1
         W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, self.p.threshold)
         zb = torch.where(sel, st.tok, y)
@@ -53,6 +52,8 @@ class CalibrationStep(Step):
 
     def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
+        for i in ids:       # rounds are counted here: the loop may drop a round's branches
+            self.rounds[i] = self.rounds.get(i, 0) + 1
         m = br.memo
         plans = Stats(out.tok[:, 1:], out.conf[:, 1:], out.pmax[:, 1:], out.pcur[:, 1:],
                       out.ent[:, 1:])

@@ -76,7 +76,10 @@ class Branches:
     entropy: whether the call also computes entropies (``Stats.ent``).
     cover:   optional [R] long: the call must also cover stats from this generation position
              on (else it starts at the rows' earliest active block).
-    memo:    whatever the step's ``choose`` needs from this round (tensors).
+    memo:    whatever the step's ``choose`` needs from this round: tensors with the requests
+             along dim 0, tuples of them, or plain values (see :meth:`select`).
+    unmade:  optional [R] long: calls the request counts on its NFE without making them
+             (``rules=reference``, switch 9); the loop adds them when it reads the round.
     """
 
     rows: Tensor
@@ -85,6 +88,24 @@ class Branches:
     entropy: bool = False
     memo: dict = field(default_factory=dict)
     cover: Tensor | None = None
+    unmade: Tensor | None = None
+
+    def select(self, keep: Tensor) -> "Branches":
+        """The branches of the requests ``keep`` (index tensor along dim 0 of every tensor,
+        ``memo``'s included)."""
+        memo = {k: _take(v, keep) for k, v in self.memo.items()}
+        return Branches(*(_take(v, keep) for v in (self.rows, self.n, self.labels)),
+                        entropy=self.entropy, memo=memo, cover=_take(self.cover, keep),
+                        unmade=_take(self.unmade, keep))
+
+
+def _take(v, keep: Tensor):
+    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple; other values as they are."""
+    if isinstance(v, Tensor):
+        return v.index_select(0, keep)
+    if isinstance(v, tuple):
+        return tuple(_take(x, keep) for x in v)
+    return v
 
 
 @dataclass
@@ -304,6 +325,14 @@ class Step:
     ``ids`` and their stats [R, L]; ``choose(b, ids, y, st, br, out)`` gets the stats [R, M, L]
     of the rows sent. ``info(r, made_call, br, choice)`` is the trace record of live request r
     (trace mode only; it may read tensors).
+
+    The loop builds a round's branches at the end of the round before, for every request live
+    then, so that one host read carries their call layout with that round's stop flags; the
+    branches of the requests that finished in that round are then dropped
+    (:meth:`Branches.select`). So ``branches`` never reads the host, keeps what ``choose``
+    needs in ``memo`` rather than on the step, and changes nothing that a finished request's
+    result depends on (calls it counts without making go to ``Branches.unmade``); per-round
+    accounting belongs in ``choose``.
     """
 
     name = ""

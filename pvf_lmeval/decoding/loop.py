@@ -9,11 +9,14 @@ Every request of a batch (one included) goes through the same rounds::
         y, stats = step.choose(rows, out)      # the committed row and its stats, per request
         early stop, finished requests leave the batch
 
-All of it runs as tensor operations over the live requests; the host reads a constant handful of
-small tensors per round (``Batch.call``'s one, the round's end: stop positions and flags), plus
-the finished requests' outputs. After every commit the early-stop rule is applied: e = first
-end-of-text position with every earlier position unmasked; every later position gets the token
-at e (overwriting) and route None.
+All of it runs as tensor operations over the live requests. The host reads one small tensor per
+round: at the round's end, after the commit, the loop already builds the next round's branches
+and their call layout (``Batch.plan``), and reads that layout together with the round's stop
+positions and flags; the branches of requests that finished are then dropped. Outside the
+rounds: the initial call's layout, round 0's, and at the end the finished requests' outputs,
+one read each. After every commit the early-stop rule is applied: e = first end-of-text
+position with every earlier position unmasked; every later position gets the token at e
+(overwriting) and route None.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .batch import Batch
-from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
+from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches
 
 #: exactly the keys of SPEC "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
@@ -118,15 +121,16 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     routes = torch.zeros((n, L), dtype=torch.int8, device=dev)
     tally = torch.zeros((n, 2), dtype=torch.long, device=dev)        # plan_tried, plan_passed
     ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = b.call(ids, y.unsqueeze(1), ones).pick(torch.zeros_like(ones))
+    st = b.call(ids, y.unsqueeze(1), ones).pick(torch.zeros_like(ones))     # reads its layout
     b.commit_caches(ids, y)
     records = [[] for _ in range(n)] if trace else None
-    done_at: list[tuple | None] = [None] * n
+    finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
+    b.live(ids)
+    br, nxt = _next_round(b, step, ids, y, st)
+    plan = _count_unmade(b, ids, nxt.tolist())                  # round 0's layout: one read
     t = 0
-    while ids:
-        b.live(ids)
-        br = step.branches(b, ids, y, st)
-        out = b.call(ids, br.rows, br.n, entropy=br.entropy, cover=br.cover,
+    while True:
+        out = b.call(ids, br.rows, br.n, plan=plan, entropy=br.entropy, cover=br.cover,
                      max_rows=getattr(step, "max_rows", None))
         ch = step.choose(b, ids, y, st, br, out)
         made = br.n > 0
@@ -144,26 +148,35 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
         e = b.stop_index(y)
         finished = (e >= 0) | ~(y == b.mask_id).any(-1)
-        host = torch.stack([e, finished.long(), made.long()], -1).tolist()      # the round's read
+        # the next round's branches, for every live request (those that finish now are dropped
+        # below), so that their layout comes with the stop flags in the round's one read
+        nbr, nxt = _next_round(b, step, ids, y, st)
+        host = torch.cat([torch.stack([e, finished.long(), made.long()], -1), nxt], -1).tolist()
         if records is not None:
             _trace(records, step, ids, t, b, labels, made, br, ch, host)
         t += 1
-        fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
-        if any(h[1] for h in host):
-            y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
-            routes = torch.where(fill, torch.zeros_like(routes), routes)
-            end = [r for r, h in enumerate(host) if h[1]]
-            for r, out_r in zip(end, _outputs(y, routes, tally, end)):
-                done_at[ids[r]] = out_r
-            keep = [r for r, h in enumerate(host) if not h[1]]
-            if keep:
-                kt = torch.tensor(keep, device=dev)
-                y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
-                                        tally.index_select(0, kt), st.select(kt))
-            ids = [ids[r] for r in keep]
         for r, h in enumerate(host):
             if not h[1] and not h[2]:
                 raise RuntimeError(f"decoder {step.name!r} made no call on an unfinished state")
+        if any(h[1] for h in host):
+            fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
+            y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
+            routes = torch.where(fill, torch.zeros_like(routes), routes)
+            end = [r for r, h in enumerate(host) if h[1]]
+            finals.append(([ids[r] for r in end], torch.cat([y, routes.long(), tally], 1)
+                           .index_select(0, torch.tensor(end, device=dev))))
+            keep = [r for r, h in enumerate(host) if not h[1]]
+            ids, host = [ids[r] for r in keep], [host[r] for r in keep]
+            if not ids:
+                break
+            kt = torch.tensor(keep, device=dev)
+            y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
+                                    tally.index_select(0, kt), st.select(kt))
+            nbr = nbr.select(kt)
+            b.live(ids)
+        br = nbr
+        plan = _count_unmade(b, ids, [h[3:] for h in host])
+    done_at = _outputs(finals, n, L)                            # the finished requests: one read
     _sync(dev)
     share = (time.perf_counter() - t0) / n
     eos = set(int(i) for i in model.eos_ids)
@@ -186,12 +199,31 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     return results
 
 
-def _outputs(y: Tensor, routes: Tensor, tally: Tensor, rows: list[int]) -> list[tuple]:
-    """(tokens, route codes, tally) of the finished requests ``rows`` (one read)."""
-    L = y.shape[1]
-    idx = torch.tensor(rows, device=y.device)
-    host = torch.cat([y, routes.long(), tally], 1).index_select(0, idx).tolist()
-    return [(h[:L], h[L:2 * L], h[2 * L:]) for h in host]
+def _next_round(b, step, ids: list[int], y: Tensor, st) -> tuple[Branches, Tensor]:
+    """The next round's branches of the live requests ``ids`` (states ``y`` [R, L], stats
+    ``st``) and what the host needs of them, [R, 1 + C] long on the device: the calls each
+    request counts without making them (``Branches.unmade``), then ``Batch.plan``'s layout."""
+    br = step.branches(b, ids, y, st)
+    unmade = torch.zeros_like(br.n) if br.unmade is None else br.unmade
+    return br, torch.cat([unmade[:, None], b.plan(ids, br.rows, br.n, cover=br.cover)], -1)
+
+
+def _count_unmade(b, ids: list[int], host: list[list[int]]) -> list[list[int]]:
+    """Adds each live request's unmade calls (first column of its read row in ``host``) to its
+    NFE; returns the rest of each row: the next call's layout (``Batch.plan``)."""
+    for i, h in zip(ids, host):
+        b.nfe[i] += h[0]
+    return [h[1:] for h in host]
+
+
+def _outputs(finals: list[tuple[list[int], Tensor]], n: int, L: int) -> list[tuple]:
+    """(tokens, route codes, tally) of every request, from ``finals``: (requests, their rows
+    [k, 2L + 2] of tokens, route codes and tally on the device) as they finished; one read."""
+    rows = torch.cat([t for _, t in finals]).tolist()
+    out: list[tuple | None] = [None] * n
+    for i, h in zip((i for ids, _ in finals for i in ids), rows):
+        out[i] = (h[:L], h[L:2 * L], h[2 * L:])
+    return out
 
 
 def _committed_positions(labels: list[int]) -> list[list]:
@@ -202,7 +234,7 @@ def _trace(records, step, ids, t, b, labels, made, br, ch, host) -> None:
     """Append each live request's step record (trace mode only: reads per request)."""
     lab = labels.tolist()
     for r, i in enumerate(ids):
-        e, _, call = host[r]
+        e, _, call = host[r][:3]
         rec = {"step": t, "committed": _committed_positions(lab[r]), "nfe": b.nfe[i],
                "branch_rows": b.rows[i], "made_call": bool(call)}
         rec.update(step.info(r, bool(call), br, ch))

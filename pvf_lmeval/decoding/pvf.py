@@ -75,18 +75,17 @@ class PVFDecoder(Step):
         self._mode: Tensor | None = None        # [n] per-request modes (rules=reference)
         self._prev_W: Tensor | None = None      # [n, L] previous round's W_t and S_base
         self._prev_sel: Tensor | None = None
-        self._idx: Tensor | None = None         # this round's live request numbers
 
-    def _modes(self, b, ids: list[int]) -> Tensor:
-        """The live requests' modes [R]; starts the round's per-request state (``_idx``: the
-        live requests' numbers on the device, used until this round's ``choose`` ends)."""
+    def _modes(self, b, ids: list[int]) -> tuple[Tensor, Tensor]:
+        """(modes [R], request numbers [R]) of the live requests ``ids``, on the device; the
+        numbers travel in the round's ``memo`` to ``choose``, which writes the next modes."""
         if self._batch is not b:
             self._batch = b
             self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
             self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
             self._prev_sel = torch.zeros_like(self._prev_W)
-        self._idx = torch.tensor(ids, device=b.device)
-        return self._mode.index_select(0, self._idx)
+        idx = torch.tensor(ids, device=b.device)
+        return self._mode.index_select(0, idx), idx
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
         """Planning candidates [R, L] among the in-band positions and their count [R]."""
@@ -113,7 +112,7 @@ class PVFDecoder(Step):
         sel, forced = threshold_select(st.conf, W, p.threshold, force=not ref.force_after_routes)
         zb = torch.where(sel, st.tok, y)
         labels = base_labels(sel, forced)
-        mode = self._modes(b, ids) if ref.name != "paper" else None
+        mode, idx = self._modes(b, ids) if ref.name != "paper" else (None, None)
 
         rest = W & ~sel
         none = torch.zeros_like(rest)
@@ -124,16 +123,17 @@ class PVFDecoder(Step):
             band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
             elig = elig & (mode != FRESH)[:, None]
             arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
-            W, zb, labels, elig, remask = self._reference_ar_next(b, ids, y, st, arn, W, zb,
+            W, zb, labels, elig, remask = self._reference_ar_next(b, idx, y, st, arn, W, zb,
                                                                   labels, elig)
         cand, n_cand = self._candidates(b, st, band)
         k_plan = n_cand.clamp(max=K)
         k_ar = elig.sum(-1).clamp(max=K)
+        unmade = None
         if mode is not None:
             no_route = (k_plan == 0) & (k_ar == 0)
             zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode, no_route)
-            if ref.count_unmade_calls:
-                self._count_unmade(b, ids, no_route & (arn | band.any(-1)) & ~b.finished(zb))
+            if ref.count_unmade_calls:      # switch 9: a call counted, not made
+                unmade = (no_route & (arn | band.any(-1)) & ~b.finished(zb)).long()
         fin = b.finished(zb)
         if mode is not None:
             # switch 6: the fills after a failed plan may re-fill base-set positions, so a state
@@ -157,26 +157,26 @@ class PVFDecoder(Step):
         n = torch.where(fin, torch.zeros_like(n), n)
         memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
         if mode is not None:
-            memo.update(y=y, sel=sel, mode=mode, top=top, remask=remask)
+            memo.update(y=y, sel=sel, mode=mode, top=top, remask=remask, idx=idx)
         # the reference reads stats at positions its rows filled in the step's block: cover it
         cover = first_true(W).clamp(max=L - 1) if mode is not None else None
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
-                        memo=memo, cover=cover)
+                        memo=memo, cover=cover, unmade=unmade)
 
-    def _reference_ar_next(self, b, ids: list[int], y: Tensor, st: Stats, arn: Tensor,
+    def _reference_ar_next(self, b, idx: Tensor, y: Tensor, st: Stats, arn: Tensor,
                            W: Tensor, zb: Tensor, labels: Tensor, elig: Tensor):
         """``rules=reference``, switch 6: the AR fills that follow a failed planning round, as
         the reference builds them inside that step. ``st`` are the base row's stats; the step's
-        working set W' and base set S' are those of the failed round (``_prev``). High-confidence
-        positions H = W' with top probability >= tau under the base row; the rows hold H (the
-        base set keeps its tokens); fills are the leftmost positions of W' minus H with p >= ar_lo,
-        which can be base-set positions (the reference then re-fills them); only H inside the
-        failed round's active block is committed, with the base row's tokens (also where the
-        base set had put its own), the rest of H is masked again. Returns (W, z_base, labels,
-        eligible, (positions to mask again, positions to rewrite)), unchanged for other
-        requests."""
-        pW, psel = self._prev()
+        working set W' and base set S' are those of the failed round (kept by request number:
+        ``idx`` [R]). High-confidence positions H = W' with top probability >= tau under the base
+        row; the rows hold H (the base set keeps its tokens); fills are the leftmost positions of
+        W' minus H with p >= ar_lo, which can be base-set positions (the reference then re-fills
+        them); only H inside the failed round's active block is committed, with the base row's
+        tokens (also where the base set had put its own), the rest of H is masked again. Returns
+        (W, z_base, labels, eligible, (positions to mask again, positions to rewrite)),
+        unchanged for other requests."""
+        pW, psel = self._prev_W.index_select(0, idx), self._prev_sel.index_select(0, idx)
         hc = pW & (st.pmax >= self.p.threshold)
         block = b.blk == (first_true(pW) // b.B)[:, None]
         keep = hc & ~psel & (y == b.mask_id)
@@ -192,17 +192,6 @@ class PVFDecoder(Step):
         a = arn[:, None]
         return (torch.where(a, pW, W), torch.where(a, zb_ar, zb), torch.where(a, lab_ar, labels),
                 torch.where(a, elig_ar, elig), (remask, rewrite))
-
-    @staticmethod
-    def _count_unmade(b, ids: list[int], unmade: Tensor) -> None:
-        """Switch 9: one more call on the NFE of requests whose reference step counts a call it
-        does not make (one host read per round, reference rules only)."""
-        for r in unmade.nonzero().flatten().tolist():
-            b.nfe[ids[r]] += 1
-
-    def _prev(self) -> tuple[Tensor, Tensor]:
-        """The working set and base set [R, L] of each live request's previous round."""
-        return self._prev_W.index_select(0, self._idx), self._prev_sel.index_select(0, self._idx)
 
     def _reference_base(self, b, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
                         labels: Tensor, mode: Tensor, no_route: Tensor):
@@ -298,15 +287,15 @@ class PVFDecoder(Step):
         extra = top & force[:, None]
         labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
         if ar_next:                 # remember this round's W_t and S_base for an AR_NEXT round
-            self._prev_W.index_copy_(0, self._idx, m["W"])
-            self._prev_sel.index_copy_(0, self._idx, sel)
+            self._prev_W.index_copy_(0, m["idx"], m["W"])
+            self._prev_sel.index_copy_(0, m["idx"], sel)
         nxt = torch.full_like(mode, NORMAL)
         if self.rules.ar_after_failed_plan:
             nxt = torch.where(failed_plan, torch.where(sel.any(-1), AR_NEXT, AR_NEXT_EMPTY), nxt)
         if self.rules.fresh_call_after_failed_fill:
             nxt = torch.where(failed_ar, torch.full_like(nxt, FRESH), nxt)
         nxt = torch.where(force, torch.full_like(nxt, FRESH), nxt)   # not a row of the call
-        self._mode.index_copy_(0, self._idx, nxt)
+        self._mode.index_copy_(0, m["idx"], nxt)
         return labels, extra
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:

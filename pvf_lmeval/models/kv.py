@@ -136,7 +136,8 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
     src = (positions.to(dev) - shift).clamp(min=0)
     if src.dim() == 1:
         src = src.expand(N, -1)
-    row_req = torch.repeat_interleave(torch.arange(R, device=dev), n_t)
+    # output_size: the length is known here, so the device is never asked for it
+    row_req = torch.repeat_interleave(torch.arange(R, device=dev), n_t, output_size=N)
     row_i = torch.arange(N, device=dev) - starts[row_req]
     jj = (src - s0[row_req][:, None]).clamp(0, S - 1)                       # [N, P]
     return h[row_req[:, None], row_i[:, None], jj]

@@ -125,11 +125,18 @@ def _decode(model, prompts, dec, kw, cache, online):
                         **({} if model.block_size else {"block_length": 8}), **kw)
 
 
-@pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("blocks", [None, 8], ids=["bidirectional", "block-diffusion"])
-@pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("dec,kw", DECODERS, ids=[d[0] + (" reference" if "rules" in d[1]
-                                                          else "") for d in DECODERS])
+def _cases():
+    """Every decoder and cache mode on a left-padded batch of 4 (bidirectional); the
+    block-diffusion model with its exact cache, alone and batched."""
+    ids = [d[0] + (" reference" if "rules" in d[1] else "") for d in DECODERS]
+    out = [pytest.param(dec, kw, cache, None, 4, id=f"{i}-{cache}-bidirectional-4")
+           for i, (dec, kw) in zip(ids, DECODERS) for cache in CACHES]
+    out += [pytest.param(dec, kw, cache, 8, batch, id=f"{i}-{cache}-block-diffusion-{batch}")
+            for i, (dec, kw) in zip(ids, DECODERS) for cache in ("dual",) for batch in (1, 4)]
+    return out
+
+
+@pytest.mark.parametrize("dec,kw,cache,blocks,batch", _cases())
 def test_one_host_read_per_round(llada, prompts, counted, monkeypatch, dec, kw, cache, blocks,
                                  batch):
     monkeypatch.setattr(llada, "block_size", blocks)

@@ -17,7 +17,15 @@ import gpu_invariance  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_cpu_smoke(tmp_path, capsys):
+def test_cpu_smoke(tmp_path, monkeypatch, capsys):
+    import throughput
+
+    real = throughput.time_call
+
+    def short_call(model, prompt_len, L, B, width, cache, reps, device):
+        # the cost part's calls on a canvas of 32 + 2 blocks instead of 512: the same code path
+        return real(model, 32, 2 * B, B, width, cache, reps, device)
+    monkeypatch.setattr(throughput, "time_call", short_call)
     gpu_invariance.main(["--device", "cpu", "--dtype", "float32", "--items", "3",
                          "--batch-sizes", "1,2", "--gen-length", "16", "--fixtures", "tiny-llada",
                          "--decoders", "pvf", "--caches", "none,dual", "--shape", "tiny-random",

@@ -20,8 +20,8 @@ decode's time is its model calls, so the ratio of call times is the option's cos
     python bench/gpu_invariance.py --device cpu --dtype float32 --items 4 \\
         --batch-sizes 1,2 --gen-length 32 --decoders threshold,pvf --shape none    # CPU smoke
 
-On the CPU the option runs its kernels only under ``TRITON_INTERPRET=1`` (slow); without it the
-script measures the option off and reports the option's one-line error for the on rows.
+On the CPU in float32 the option runs the plain-torch implementation (``models/batch_invariant/
+cpu.py``); where the option cannot run, the on rows report its one-line error.
 ``--compile``: part 1 with the fixtures compiled (``compile=true``; longer: one compile per
 batch shape). Prints markdown; with ``--out`` also writes ``results.json`` and ``report.md`` there.
 """

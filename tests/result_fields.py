@@ -7,8 +7,9 @@ Comparing ``dataclasses.fields`` (not a hand-picked tuple) makes a field added t
 
 Trace records hold discrete facts (committed positions, routes, candidates, verdicts, NFE,
 rows), compared exactly here, and float32 values computed from the logits (``c_total``, a sum of
-probabilities), which a batched forward on CPU reproduces only to the last bits: those are
-compared apart, bit for bit, by :func:`trace_floats` (tests/test_batch_trace_floats.py).
+probabilities), which a batched forward reproduces only to the last bits unless decoding is
+batch-invariant (``batch_invariant=true``): :func:`outcome` compares them with ``floats=True``
+only, and :func:`trace_floats` lists them (tests/test_batch_trace_floats.py).
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ def _floats(value) -> list[float]:
     return []
 
 
-def outcome(result) -> dict:
+def outcome(result, *, floats: bool = False) -> dict:
     """Every field of a decode result except :data:`TIMING_FIELDS`, by name; the trace records'
-    float values (see the module docstring) stand as the marker ``"float"``."""
+    float values (see the module docstring) stand as the marker ``"float"`` unless ``floats``."""
     out = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
            if f.name not in TIMING_FIELDS}
-    if out.get("steps") is not None:
+    if out.get("steps") is not None and not floats:
         out["steps"] = _without_floats(out["steps"])
     return out
 
@@ -69,10 +70,11 @@ def _first_difference(got: dict, want: dict) -> str:
     return ""
 
 
-def assert_same_outcomes(got: list, want: list, context=None) -> None:
-    """Results ``got`` equal ``want`` request by request in every non-timing field; the message
-    names the first request and field that differ."""
+def assert_same_outcomes(got: list, want: list, context=None, *, floats: bool = False) -> None:
+    """Results ``got`` equal ``want`` request by request in every non-timing field (``floats``:
+    the trace records' float values too, bit for bit); the message names the first request and
+    field that differ."""
     assert len(got) == len(want), (context, len(got), len(want))
     for i, (g, w) in enumerate(zip(got, want)):
-        og, ow = outcome(g), outcome(w)
+        og, ow = outcome(g, floats=floats), outcome(w, floats=floats)
         assert og == ow, f"{context}: request {i}: {_first_difference(og, ow)}"

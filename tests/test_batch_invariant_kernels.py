@@ -168,13 +168,15 @@ def test_attention_rejects_a_per_head_bias():
         attn.attention(q, q, q, torch.zeros(1, 2, 1, 1), False)
 
 
-def test_network_logits_do_not_depend_on_the_batch(monkeypatch):
-    """A one-layer network through DiffusionLM.batch_invariant(): a request's logits alone
-    equal its row's in a left-padded batch of two, bit for bit, and torch's within tolerance."""
+def test_network_logits_do_not_depend_on_the_batch():
+    """A one-layer network through the kernels (``ops.use``: the model's own
+    ``batch_invariant()`` picks the plain-torch implementation on the CPU): a request's logits
+    alone equal its row's in a left-padded batch of two, bit for bit, and torch's within
+    tolerance."""
+    from pvf_lmeval.models import ops
     from pvf_lmeval.models.diffusion_lm import DiffusionLM
     from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
     cfg = TransformerConfig(vocab_size=24, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1,
                             ffn_hidden=32, qkv_bias=True)
     net = BidirectionalTransformer(cfg)
@@ -184,7 +186,7 @@ def test_network_logits_do_not_depend_on_the_batch(monkeypatch):
     other = torch.tensor([[3, 3, 9, 10, 11, 12, 23, 23, 23]])     # 2 pads, 1 longer prompt
     batch = torch.cat([torch.cat([torch.full((1, 3), 3), mine], 1), other])
     att = (torch.arange(9)[None] >= torch.tensor([[3], [2]])).long()
-    with m.batch_invariant():
+    with ops.use(bi_ops.BATCH_INVARIANT):
         alone = m.logits(mine, torch.arange(3, 6))
         both = m.logits(batch, torch.arange(6, 9), attention_mask=att)
     assert torch.equal(both[0], alone[0])

@@ -1,6 +1,7 @@
-"""``batch_invariant``: where it is allowed (a one-line error elsewhere, before any work), that
-it reaches the model (the batch-invariant ops are active during every model call) and the
-decoding side (fixed-order sums), and the fixed-order sum itself."""
+"""``batch_invariant``: where it is allowed (the CPU in float32, CUDA with Triton; a one-line
+error elsewhere, before any work), that it reaches the model (the batch-invariant ops are
+active during every model call) and the decoding side (fixed-order sums), and the fixed-order
+sum itself."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pvf_lmeval.decoding.batch import Batch
 from pvf_lmeval.decoding.common import fixed_sum, log_softmax_fixed
 from pvf_lmeval.decoding.likelihood import loglikelihood
 from pvf_lmeval.models import ops
-from pvf_lmeval.models.batch_invariant import support_error
+from pvf_lmeval.models.batch_invariant import batch_invariant_ops, support_error
+from pvf_lmeval.models.batch_invariant.cpu import CPU_INVARIANT
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,27 +40,38 @@ def test_fixed_sum_rows_alone_equal_rows_in_a_batch():
     assert torch.allclose(ls, torch.log_softmax(x, -1), atol=1e-3)
 
 
-def test_cpu_without_the_interpreter_is_an_error(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+def test_cpu_below_float32_is_an_error():
     m = dream_like()
-    with pytest.raises(ValueError, match=r"^batch_invariant=true runs on CUDA devices only "):
+    m.net.to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^batch_invariant=true on the CPU covers float32 only "
+                                         r"\(dtype torch.bfloat16\); pass dtype=float32$"):
         decode(m, [5, 6, 7], "threshold", gen_length=8, block_length=4, batch_invariant=True)
-    with pytest.raises(ValueError, match=r"^batch_invariant=true runs on CUDA"):
+    with pytest.raises(ValueError, match=r"^batch_invariant=true on the CPU covers float32 only"):
         loglikelihood(m, [5, 6], [7, 8], mc_num=2, batch_invariant=True)
     assert ops.active() is ops.TORCH
 
 
-def test_where_the_kernels_run():
+def test_where_the_implementations_run(monkeypatch):
     cuda = torch.device("cuda")
     for dt in (torch.bfloat16, torch.float16, torch.float32):
         assert support_error(cuda, dt) is None or "Triton" in support_error(cuda, dt)
     assert "dtype torch.float64" in support_error(cuda, torch.float64)
-
-
-def test_cpu_under_the_interpreter_is_allowed(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    pytest.importorskip("triton")
+    assert support_error("meta", torch.float32) == (
+        "batch_invariant=true runs on CUDA devices and the CPU only (device meta)")
+    # the CPU in float32: the plain-torch implementation, Triton or its interpreter or not
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert support_error("cpu", torch.float32) is None
+    assert batch_invariant_ops("cpu") is CPU_INVARIANT
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        assert support_error("cpu", dt).startswith("batch_invariant=true on the CPU covers "
+                                                   f"float32 only (dtype {dt})")
+
+
+def test_cpu_model_selects_the_plain_torch_implementation():
+    m = dream_like()
+    with m.batch_invariant():
+        assert ops.active() is CPU_INVARIANT
+    assert ops.active() is ops.TORCH
 
 
 def test_model_without_kernels_is_an_error():
@@ -123,12 +136,12 @@ def test_option_reaches_model_and_decoding_side(monkeypatch, cache):
     assert [r.tokens for r in on] == [r.tokens for r in off]
 
 
-@pytest.mark.parametrize("value, message", [
-    ("true", r"^batch_invariant=true runs on CUDA devices only \(device cpu\)"),
-    ("maybe", r"^batch_invariant='maybe'"),
+@pytest.mark.parametrize("value, dtype, message", [
+    ("true", "bfloat16", r"^batch_invariant=true on the CPU covers float32 only "
+                         r"\(dtype torch.bfloat16\)"),
+    ("maybe", "float32", r"^batch_invariant='maybe'"),
 ])
-def test_model_arg_errors_before_the_model_loads(monkeypatch, value, message):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+def test_model_arg_errors_before_the_model_loads(monkeypatch, value, dtype, message):
     import pvf_lmeval.models as models
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
@@ -136,7 +149,7 @@ def test_model_arg_errors_before_the_model_loads(monkeypatch, value, message):
         raise AssertionError("the model loaded")
     monkeypatch.setattr(models, "load_model", no_load)
     with pytest.raises(ValueError, match=message):
-        PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant=value)
+        PVFDiffusionLM(pretrained="tiny-llada", device="cpu", dtype=dtype, batch_invariant=value)
 
 
 def test_model_arg_reaches_every_call(monkeypatch):
@@ -147,8 +160,6 @@ def test_model_arg_reaches_every_call(monkeypatch):
     import pvf_lmeval.decoding.likelihood as likelihood
     import pvf_lmeval.lmeval.lm as lm_mod
 
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")        # the CPU may then select the kernels
     lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", batch_invariant="true",
                                gen_length=8, block_length=8, batch_size=2)
     assert lm.get_model_info()["pvf"]["batch_invariant"] is True
@@ -157,7 +168,7 @@ def test_model_arg_reaches_every_call(monkeypatch):
 
     def decode_spy(*a, batch_invariant=False, **k):
         seen.append(("decode", batch_invariant))
-        return real(*a, **k)            # torch's kernels here: the interpreter is slow
+        return real(*a, **k)            # the option counted, not run: torch's kernels here
     monkeypatch.setattr(lm_mod, "decode_batch", decode_spy)
 
     def elbo_spy(*a, batch_invariant=False, **k):

@@ -1,16 +1,18 @@
 """Batched decoding (``batch_size > 1``): identical results (every field but wall time, trace
 records included) for batch sizes 1, 3 and 8, for every decoder and cache mode, greedy and
-sampled; padding really masked."""
+sampled; with ``batch_invariant=true`` the trace records' float values too, on both bundled
+fixtures; padding really masked."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from cache_models import arith_prompts, dream_like, random_prompts
-from result_fields import assert_same_outcomes, outcome
+from result_fields import assert_same_outcomes, outcome, trace_floats
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import pad_id_of
+from pvf_lmeval.models import load_model
 from pvf_lmeval.planning.online import OnlineVocab
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
@@ -36,7 +38,7 @@ def _kw(dec: str, cache: str, temperature: float, vocab, gen_length: int = 24) -
     return kw
 
 
-def _check_batch_sizes(model, prompts, dec, kw, online=None):
+def _check_batch_sizes(model, prompts, dec, kw, online=None, floats=False):
     idx = [100 + 7 * i for i in range(len(prompts))]
     single = [decode(model, p, dec, request_index=i, online=online, trace=True, **kw)
               for p, i in zip(prompts, idx)]
@@ -45,7 +47,7 @@ def _check_batch_sizes(model, prompts, dec, kw, online=None):
         for a in range(0, len(prompts), bs):
             got += decode_batch(model, prompts[a:a + bs], dec, request_indices=idx[a:a + bs],
                                 online=online, trace=True, **kw)
-        assert_same_outcomes(got, single, (dec, kw, bs))
+        assert_same_outcomes(got, single, (dec, kw, bs), floats=floats)
     return single
 
 
@@ -66,6 +68,20 @@ def test_batch_sizes_identical_dream_shape(cache):
     prompts = random_prompts(8, 47, seed=1)
     for dec, temperature in (("pvf", 0.0), ("freedave", 0.0), ("threshold", 0.8)):
         _check_batch_sizes(m, prompts, dec, _kw(dec, cache, temperature, list(range(4, 40))))
+
+
+@pytest.mark.parametrize("fixture, cache", (("tiny-llada", "dual"), ("tiny-dream", "dual"),
+                                            ("tiny-dream", "none")))
+def test_batch_invariant_every_field_and_float_identical(fixture, cache):
+    """``batch_invariant=true`` on the CPU: every field of every result, the trace records'
+    floats included, bit for bit at batch sizes 1, 3 and 8; cached calls (key sets per query)
+    and full calls (tiny-llada's full calls: tests/test_batch_trace_floats.py)."""
+    model = load_model(fixture)
+    prompts, _ = arith_prompts(model.tokenizer, 8)
+    prompts = [p[:len(p) - (i % 4)] for i, p in enumerate(prompts)]
+    kw = dict(_kw("pvf", cache, 0.0, list(range(0, 600, 3)), gen_length=16), batch_invariant=True)
+    out = _check_batch_sizes(model, prompts, "pvf", kw, floats=True)
+    assert sum(len(trace_floats(r)) for r in out) > 0      # the traces carry floats to compare
 
 
 @pytest.mark.parametrize("cache", CACHES)

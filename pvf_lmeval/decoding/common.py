@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..fixed_order import fixed_sum
 from .rules import rules_for
 
 # Route codes (int8 in tensors); index into ROUTE_NAMES for the public label.
@@ -156,21 +157,6 @@ def gumbel_like(shape: tuple[int, ...], generator: torch.Generator, device) -> T
     """Standard Gumbel noise of ``shape`` (float32) drawn from ``generator``."""
     u = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
     return -torch.log(-torch.log(u.clamp_(min=torch.finfo(torch.float32).tiny)))
-
-
-def fixed_sum(x: Tensor) -> Tensor:
-    """Sum over the last dim of ``x`` [..., n] -> [...] in one fixed pairwise order: halve the
-    row by elementwise adds of its two halves (an odd last column carried along) until one
-    column is left. Every step is elementwise, so a row's sum depends on its own values only:
-    never on the number of rows, the device's reduction kernels or their thread count (a library
-    reduction splits a row by the number of rows it reduces). The batch-invariant path's sums."""
-    if x.shape[-1] == 0:
-        return x.new_zeros(x.shape[:-1])
-    while x.shape[-1] > 1:
-        h = x.shape[-1] // 2
-        head = x[..., :h] + x[..., h:2 * h]
-        x = torch.cat([head, x[..., 2 * h:]], -1) if x.shape[-1] % 2 else head
-    return x[..., 0]
 
 
 def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,

@@ -69,8 +69,9 @@ MODEL_ARGS = (
             "whose canvas fits the GPU, probed once per canvas size; "
             f"{CPU_AUTO_BATCH} on the CPU"),
     ArgSpec("batch_invariant", "false", "true, false",
-            "the same tokens and statistics at any batch size on CUDA in bfloat16/float16 too "
-            "(batch-invariant kernels; CUDA, or the CPU under TRITON_INTERPRET=1)"),
+            "the same tokens and statistics at any batch size, bit for bit (batch-invariant "
+            "products, attention and norms: Triton kernels on CUDA, fixed-shape products on the "
+            "CPU in float32)"),
     ArgSpec("max_batch_size", str(AUTO_MAX_BATCH), "a positive integer",
             "batch_size=auto only: the largest batch it may pick"),
     ArgSpec("compile", "false", _one_of(COMPILE_SCOPES),

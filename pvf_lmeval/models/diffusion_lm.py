@@ -132,14 +132,15 @@ class DiffusionLM:
 
     def batch_invariant(self):
         """A context manager inside which every call computes each row the same way whatever
-        the batch: the network's products, attention and norms in the batch-invariant kernels
-        (``models/batch_invariant``). A device or dtype without them is a one-line ValueError
-        naming ``batch_invariant`` (CUDA in bfloat16/float16/float32; the CPU only under Triton's
-        interpreter)."""
+        the batch: the network's products, attention and norms in the batch-invariant
+        implementation of the model's device (``models/batch_invariant``: fixed-shape products
+        on the CPU, Triton kernels on CUDA). A device or dtype without one is a one-line
+        ValueError naming ``batch_invariant`` (the CPU in float32; CUDA in
+        bfloat16/float16/float32)."""
         err = support_error(self.device, self.dtype)
         if err:
             raise ValueError(err)
-        return ops.use(batch_invariant_ops())
+        return ops.use(batch_invariant_ops(self.device))
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None, cache=None):

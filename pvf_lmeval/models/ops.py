@@ -26,8 +26,9 @@ import torch.nn.functional as F
 
 
 class TorchOps:
-    """torch's own kernels: fastest, but on CUDA the reduction split of a matrix product (and
-    the attention tiling over padded rows) may depend on the batch's shape."""
+    """torch's own kernels: fastest, but the reduction split of a matrix product (and the
+    attention tiling over padded rows) may depend on the batch's shape, on the CPU as on CUDA
+    (docs/batch-invariance.md)."""
 
     name = "torch"
 

@@ -12,8 +12,9 @@ column.
 
 Where a run computed matters too: the device kind (``cpu``, ``cuda``: other kernels, other
 rounding), ``batch_invariant`` (when on) and the batch size where it can change results: on
-every device but the CPU in float32, unless ``batch_invariant`` was on (library kernels there
-reduce in an order that depends on the batch's shape; see docs/batch-invariance.md).
+every device and dtype unless ``batch_invariant`` was on (library kernels reduce in an order
+that depends on the batch's shape, on the CPU in float32 too, in the last bits, which can move a
+near tie; see docs/batch-invariance.md).
 """
 
 from __future__ import annotations
@@ -127,9 +128,9 @@ def label(identity: dict, keys) -> str:
 # ----------------------------------------------------------------------------- from lm-eval output
 
 
-def batch_size_matters(device_kind: str, dtype, batch_invariant: bool) -> bool:
+def batch_size_matters(batch_invariant: bool) -> bool:
     """Whether the batch size can change a run's results (module docstring)."""
-    return not batch_invariant and not (device_kind == "cpu" and dtype == "float32")
+    return not batch_invariant
 
 
 def parse_args_string(s) -> dict:
@@ -179,7 +180,7 @@ def run_identity(r: dict) -> dict:
         if invariant:
             ident["batch_invariant"] = True
         bs = pvf.get("batch_size", cfg.get("batch_size"))
-        if bs is not None and batch_size_matters(kind, ident["dtype"], invariant):
+        if bs is not None and batch_size_matters(invariant):
             ident["batch_size"] = canon(bs)
     else:
         decoder = str(model_args.get("decoder") or ("threshold" if model_type == "pvf-dlm"

@@ -76,11 +76,17 @@ class TableModel:
     ``table(gen) -> {gen_pos: dist}``: ``gen`` is the list of generation-region tokens, ``None``
     where masked; positions it does not mention get ``default``. Records ``calls`` as
     ``(rows, (first_gen_pos, last_gen_pos + 1))`` and the canvases of every call in ``canvases``.
+    ``tables`` ({prompt tuple: table}, for batches of several prompts of ``prompt_len`` tokens):
+    each row reads the table of its own prompt; a batched call may then give every row its own
+    positions ([N, P]). A decoder that stops committing would call a table model forever: past
+    ``max_calls`` calls the model raises, so such a test fails at once instead of hanging.
     """
 
-    def __init__(self, table: Callable[[list], dict], *, prompt_len: int = P0,
-                 default=(FILL, 0.05), eos_ids=(EOS,), vocab: int = V, mask_id: int = MASK):
+    def __init__(self, table: Callable[[list], dict] | None, *, prompt_len: int = P0,
+                 default=(FILL, 0.05), eos_ids=(EOS,), vocab: int = V, mask_id: int = MASK,
+                 max_calls: int = 100, tables: dict | None = None):
         self.table = table
+        self.tables = None if tables is None else {tuple(k): t for k, t in tables.items()}
         self.P0 = prompt_len
         self.default = default
         self.mask_id = mask_id
@@ -89,6 +95,7 @@ class TableModel:
         self.calls: list[tuple[int, tuple[int, int]]] = []
         self.canvases: list[list[list]] = []
         self.tokenizer = NoCapitals(vocab)
+        self.max_calls = max_calls
 
     @property
     def nfe(self) -> int:
@@ -101,17 +108,23 @@ class TableModel:
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
         assert tokens.dtype == torch.long and tokens.dim() == 2
         assert cache is None and attention_mask is None
-        pos = positions.tolist()
-        out = torch.empty(tokens.shape[0], len(pos), self.vocab)
+        if len(self.calls) >= self.max_calls:
+            raise RuntimeError(f"table model called max_calls={self.max_calls} "
+                               "times: decoding does not finish")
+        N = tokens.shape[0]
+        pos = positions.tolist() if positions.dim() == 2 else [positions.tolist()] * N
+        out = torch.empty(N, len(pos[0]), self.vocab)
         seen = []
         for n, row in enumerate(tokens.tolist()):
             gen = [None if t == self.mask_id else t for t in row[self.P0:]]
             seen.append(gen)
-            tab = self.table(gen)
-            for j, p in enumerate(pos):
+            table = self.table if self.tables is None else self.tables[tuple(row[:self.P0])]
+            tab = table(gen)
+            for j, p in enumerate(pos[n]):
                 out[n, j] = dist_logits(tab.get(p - self.P0, self.default), self.vocab,
                                         self.mask_id)
-        self.calls.append((tokens.shape[0], (pos[0] - self.P0, pos[-1] + 1 - self.P0)))
+        every = [p for row_pos in pos for p in row_pos]
+        self.calls.append((N, (min(every) - self.P0, max(every) + 1 - self.P0)))
         self.canvases.append(seen)
         return out
 

@@ -27,6 +27,8 @@ CASES = {
     "explore": dict(plan_vocab=range(4, 20), reveal_next=2),
     # a narrow vocabulary: at some steps one request has a planning pick and another has none
     "explore-planning": dict(pick="planning", plan_vocab=range(4, 9), reveal_next=2),
+    # switch 3: the forced token decided after the pick, per request
+    "explore-reference": dict(plan_vocab=range(4, 20), reveal_next=2, rules="reference"),
     "pvf": dict(plan_vocab=range(4, 20), reveal_next=2),
     "pvf-reference": dict(plan_vocab=range(4, 20), rules="reference"),
     "pvf-no-routes": dict(plan_vocab=range(4, 20), routes="none"),

@@ -90,3 +90,29 @@ def test_reference_rules_force_only_when_nothing_is_explored():
     assert paper.steps[0]["committed"] == [[0, "forced"]]
     ref, _ = run("explore", table, gen_length=4, band="0.2:0.6", rules="reference")
     assert ref.steps[0]["committed"] == [[0, "explore"]]
+
+
+def test_band_lower_edge_inclusive():
+    # p = .5 exactly (float32) at the band's lower edge is in band: the one extra; 0 is forced
+    table = lambda g: {} if filled(g) else {0: (10, .7), 1: (11, .5)}
+    for seed in range(3):
+        r, _ = run("explore", table, gen_length=4, band="0.5:0.6", seed=seed)
+        assert r.steps[0]["committed"] == [[0, "forced"], [1, "explore"]]
+        assert r.tokens[:2] == [10, 11]
+
+
+def test_reference_rules_force_exactly_the_top_position_when_nothing_commits():
+    # nothing clears tau and nothing is in band: the single most confident position of W
+    # (1 and 2 tie at .7: the lower index) is forced, and nothing else
+    table = lambda g: {} if filled(g) else {1: (11, .7), 2: (12, .7)}
+    r, m = run("explore", table, gen_length=4, band="0.2:0.3", rules="reference")
+    assert [s["committed"] for s in r.steps] == [
+        [[1, "forced"]], [[0, "forced"]], [[2, "forced"]], [[3, "forced"]]]
+    assert r.tokens == [5, 11, 5, 5] and m.nfe == 4
+
+
+def test_reference_rules_commit_the_base_set_and_the_extra_without_forcing():
+    table = lambda g: {} if filled(g) else {0: (10, .95), 1: (11, .4)}
+    r, m = run("explore", table, gen_length=4, band="0.2:0.6", rules="reference")
+    assert r.steps[0]["committed"] == [[0, "base"], [1, "explore"]]
+    assert [gen[:2] for gen in m.canvases[1]] == [[10, 11]] and r.tokens[:2] == [10, 11]

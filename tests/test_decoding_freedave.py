@@ -25,6 +25,7 @@ def test_full_chain_accepts_all_drafts():
     assert r.steps[1]["drafts"] == 1 and not r.steps[1]["made_call"]
     assert r.nfe == 2 and r.branch_rows == 4
     assert r.tokens == [10, 11, 12, 13] and r.routes == ["base"] * 4
+    assert [s["route"] for s in r.steps] == ["base", "base"]
 
 
 def test_chain_stops_at_first_incompatible_and_next_step_uses_its_stats():
@@ -95,6 +96,8 @@ def test_no_call_when_draft1_meets_early_stop():
 
 def test_accept_chain_pure():
     T, F = True, False
+    # best only moves forward: from 2 the chain ends although sub[2][1] holds
+    assert accept_chain([[F, F, T, F], [F, F, F, F], [F, T, F, F], [F] * 4]) == 2
     assert accept_chain([[T, T, F], [F, F, T], [F, F, F]]) == 2
     assert accept_chain([[T, T, T], [F, F, F], [F, F, F]]) == 2   # largest j first
     assert accept_chain([[T, T, F, T], [F, F, F, F], [F] * 4, [F] * 4]) == 3

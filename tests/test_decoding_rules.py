@@ -370,6 +370,32 @@ def test_capitalised_ids_of_a_real_tokenizer(llada):
     assert not caps & set(tok.all_special_ids)
 
 
+class _Texts:
+    """A tokenizer stub: ids 0..7 decode to fixed texts; ``special`` (if given) becomes
+    ``all_special_ids``."""
+
+    TEXTS = [" a", "Bos", " Emma", "the", "Pad", "The", "  ", " Zed"]
+
+    def __init__(self, special=None):
+        if special is not None:
+            self.all_special_ids = special
+
+    def __len__(self) -> int:
+        return len(self.TEXTS)
+
+    def decode(self, ids) -> str:
+        return self.TEXTS[ids[0]]
+
+
+def test_capitalised_ids_leave_out_special_tokens():
+    from pvf_lmeval.decoding.plan_vocab import capitalised_ids
+
+    # capitalised texts: 1 "Bos", 2 " Emma", 4 "Pad", 5 "The", 7 " Zed"; 1 and 4 are special
+    assert capitalised_ids(_Texts([1, 4])) == frozenset({2, 5, 7})
+    assert capitalised_ids(_Texts([])) == frozenset({1, 2, 4, 5, 7})
+    assert capitalised_ids(_Texts()) == frozenset({1, 2, 4, 5, 7})     # no all_special_ids
+
+
 def test_adapter_adds_capitalised_tokens_under_reference_rules(one_thread):
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
     from pvf_lmeval.planning.vocab import capitalised_ids

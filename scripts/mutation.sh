@@ -26,7 +26,7 @@ MUTATE[decoding]="pvf_lmeval/decoding/*.py"
 TESTS[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoding_explore.py tests/test_decoding_freedave.py tests/test_decoding_pvf.py
   tests/test_decoding_loop.py tests/test_decoding_params.py tests/test_decoding_rules.py
-  tests/test_decoding_reference_rounds.py
+  tests/test_decoding_reference_rounds.py tests/test_decoding_batch_tables.py
   tests/test_decoder_names.py tests/test_verification.py tests/test_batching.py
   tests/test_likelihood.py"
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"

@@ -186,6 +186,20 @@ def filled(gen: list) -> frozenset:
     return frozenset(i for i, t in enumerate(gen) if t is not None)
 
 
+def failed_fill_table(g):
+    """A pvf fill whose verification fails once: the empty canvas commits 10 at 0 (base) with
+    the fill of 11 at 2 in the band; under that fill position 2 reads 12 (the fill of 11 is not
+    verified) and 3 is confident (13); once 3 is filled, the fill of 12 at 2 verifies."""
+    f = filled(g)
+    if not f:
+        return {0: (10, .95), 2: (11, .5)}
+    if f == {0}:
+        return {2: (12, .5), 3: (13, .95)}
+    if f == {0, 3}:
+        return {2: (12, .6)}
+    return {}
+
+
 # Two planning candidates in the calibration band [.15, .25), gen_length 4. Empty canvas: the
 # base set is {0}; candidates 1 (token 30, p .2) and 2 (token 31, p .18). Under the base commit
 # positions 1..3 are confident (S_imp = {1, 2, 3}); branch 30 agrees on {2, 3} (A = 1, entropy

@@ -12,7 +12,7 @@ hand from those rules on the table of the test.
 
 from __future__ import annotations
 
-from decoding_tables import PROMPT, TableModel, filled, run
+from decoding_tables import PROMPT, TableModel, failed_fill_table, filled, run
 from test_decoding_threshold import exact_conf
 
 from pvf_lmeval.decoding import decode, decode_batch
@@ -51,21 +51,10 @@ def test_a_round_without_a_route_commits_its_base_set_or_forces():
 
 # ------------------------------------------------------------ a failed fill: FRESH next
 
-def _failed_fill(g):
-    f = filled(g)
-    if not f:
-        return {0: (10, .95), 2: (11, .5)}
-    if f == {0}:
-        return {2: (12, .5), 3: (13, .95)}    # the fill of 11 at 2 is not verified
-    if f == {0, 3}:
-        return {2: (12, .6)}                  # ... the fill of 12 two rounds later is
-    return {}
-
-
 def test_a_failed_fill_after_a_base_commit_forces_nothing():
     # round 0 commits its base set {0} and fails its fill: something was committed, so no
     # forced token; round 1 is a fresh call on {0}; round 2 fills 2 from its stats
-    r, m = pvf(_failed_fill, gen_length=4)
+    r, m = pvf(failed_fill_table, gen_length=4)
     assert steps(r, "route", "verified") == [
         [[[0, "base"]], "base", [False]], [[], "fresh", None],
         [[[2, "ar"], [3, "base"]], "ar", [True]], [[[1, "forced"]], "base", None]]

@@ -8,7 +8,7 @@ run ``rules=reference`` as a whole through ``decode``.
 import pytest
 import torch
 
-from decoding_tables import filled, run
+from decoding_tables import failed_fill_table, filled, run
 
 from pvf_lmeval.decoding import common
 from pvf_lmeval.decoding.common import threshold_select
@@ -252,24 +252,13 @@ def test_failed_plan_refills_a_base_position_when_no_mask_is_left(switch):
 
 # ------------------------------------------------------------ 7. fresh call after a failed fill
 
-def _failed_fill_table(g):
-    f = filled(g)
-    if not f:
-        return {0: (10, .95), 2: (11, .5)}
-    if f == {0}:
-        return {2: (12, .5), 3: (13, .95)}    # the fill of 11 at 2 is not verified
-    if f == {0, 3}:
-        return {2: (12, .6)}                  # ... the fill of 12 next step is
-    return {}
-
-
 def test_failed_fill_reuses_the_call(switch):
-    r, m = pvf(_failed_fill_table)
+    r, m = pvf(failed_fill_table)
     assert r.steps[0]["route"] == "base" and r.steps[0]["verified"] == [False]
     assert r.steps[1]["route"] == "ar" and committed(r.steps[1]) == [[2, "ar"], [3, "base"]]
     paper = (r.nfe, r.tokens)
     switch("fresh_call_after_failed_fill")
-    r, m = pvf(_failed_fill_table)
+    r, m = pvf(failed_fill_table)
     assert r.steps[1]["route"] == "fresh" and committed(r.steps[1]) == []
     assert [filled(c) for c in m.canvases[2]] == [{0}]
     assert committed(r.steps[2]) == [[2, "ar"], [3, "base"]]
@@ -311,7 +300,7 @@ def test_rules_argument_of_decode():
 
     with pytest.raises(ValueError, match="rules"):
         decode(TableModel(lambda g: {}), PROMPT, "pvf", gen_length=8, rules="authors")
-    r, _ = pvf(_failed_fill_table, rules="reference")
+    r, _ = pvf(failed_fill_table, rules="reference")
     assert r.steps[1]["route"] == "fresh"
     r, _ = pvf(_forced_table, rules="reference")
     # reference: no forced base; the empty impact set passes, but the top-probability
@@ -352,7 +341,7 @@ def test_single_switches_by_name():
     assert rules_for("impact_includes_committed").impact_includes_committed
     with pytest.raises(ValueError, match="switches joined by '\\+' from: factor_last_rank"):
         rules_for("paper+fresh_call")
-    fresh, _ = pvf(_failed_fill_table, rules="fresh_call_after_failed_fill")
+    fresh, _ = pvf(failed_fill_table, rules="fresh_call_after_failed_fill")
     assert fresh.steps[1]["route"] == "fresh"
 
 

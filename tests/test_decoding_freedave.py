@@ -102,3 +102,27 @@ def test_accept_chain_pure():
     assert accept_chain([[T, T, T], [F, F, F], [F, F, F]]) == 2   # largest j first
     assert accept_chain([[T, T, F, T], [F, F, F, F], [F] * 4, [F] * 4]) == 3
     assert accept_chain([[T, F], [F, F]]) == 0
+
+
+def test_static_base_rule_target_holds_one_commit_where_threshold_holds_two():
+    # y's stats: only position 0 is confident, so target_0 = y + {0} under either base rule.
+    # Under draft 1 ({0}) positions 1 and 2 are both above the threshold, 2 the more confident:
+    # the static target_1 adds only 2 (12), which holds neither draft 2 nor draft 3 (both hold
+    # 11 at 1); the threshold target_1 adds 1 and 2 and holds draft 3.
+    def table(g):
+        f = filled(g)
+        if f == {0}:
+            return {1: (11, .95), 2: (12, .97), 3: (13, .3)}
+        if f == {0, 2}:
+            return {1: (11, .8), 3: (13, .7)}
+        if f:
+            return {i: (10 + i, .99) for i in range(4) if i not in f}
+        return {0: (10, .99), 1: (11, .5), 2: (12, .4), 3: (13, .3)}
+    r, m = run("freedave", table, gen_length=4, draft_steps=3)     # base_rule=static (default)
+    assert r.steps[0]["drafts"] == 3 and r.steps[0]["accepted"] == 1
+    assert r.steps[0]["committed"] == [[0, "base"]]
+    # the next drafts follow draft 1's stats: 2 first, then 1
+    assert m.canvases[2] == [[10, None, 12, None], [10, 11, 12, None], [10, 11, 12, 13]]
+    r, m = run("freedave", table, gen_length=4, draft_steps=3, base_rule="threshold")
+    assert r.steps[0]["accepted"] == 3
+    assert r.steps[0]["committed"] == [[0, "base"], [1, "base"], [2, "base"]]

@@ -65,6 +65,3 @@ class CalibrationStep(Step):
         req = torch.tensor(ids, device=y.device)[:, None].expand(-1, K)
         self.events.append((req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
         return Choice(torch.zeros_like(br.n), br.labels)
-
-    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
-        return {"route": "base"}

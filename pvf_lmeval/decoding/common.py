@@ -237,19 +237,6 @@ def rank_desc(conf: Tensor, members: Tensor) -> Tensor:
     return torch.where(members, rank, torch.full_like(rank, L))
 
 
-def top_positions(conf: Tensor, members: Tensor, k: int) -> Tensor:
-    """The first ``k`` member positions [k] (1-D input) by conf descending, ties by index."""
-    key = torch.where(members, conf, torch.full_like(conf, float("-inf")))
-    return torch.sort(key, descending=True, stable=True).indices[:k]
-
-
-def leftmost_positions(members: Tensor, k: int) -> Tensor:
-    """The ``k`` smallest member positions [k] (1-D input), ascending."""
-    L = members.shape[-1]
-    idx = torch.arange(L, device=members.device)
-    return torch.sort(torch.where(members, idx, idx + L)).values[:k]
-
-
 def threshold_select(conf: Tensor, members: Tensor, tau: float,
                      factor: float | None = None, *, last_rank_commits_all: bool = False,
                      force: bool = True) -> tuple[Tensor, Tensor]:

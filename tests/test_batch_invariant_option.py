@@ -5,6 +5,8 @@ sum itself."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from cache_models import dream_like, random_prompts
@@ -29,6 +31,17 @@ def test_fixed_sum_order_is_pairwise_halving():
     assert fixed_sum(torch.tensor([1.0, 1.0, 2.0 ** 24])).item() == 2.0 ** 24 + 2
     assert fixed_sum(torch.zeros(3, 0)).tolist() == [0.0, 0.0, 0.0]
     assert fixed_sum(torch.tensor([5.0])).item() == 5.0
+
+
+def test_log_softmax_fixed_closed_form():
+    # logits (c, c + 1, -inf): log-probabilities -ln(1 + e), 1 - ln(1 + e), -inf for any c;
+    # c = 1000 overflows exp unless the row maximum is subtracted first
+    x = torch.tensor([[0.0, 1.0, float("-inf")], [1000.0, 1001.0, float("-inf")]])
+    norm = math.log(1 + math.e)
+    for row in log_softmax_fixed(x).tolist():
+        assert row[0] == pytest.approx(-norm, abs=1e-6)
+        assert row[1] == pytest.approx(1 - norm, abs=1e-6)
+        assert row[2] == float("-inf")
 
 
 def test_fixed_sum_rows_alone_equal_rows_in_a_batch():

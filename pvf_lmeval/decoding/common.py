@@ -211,9 +211,7 @@ def entropy_from_logits(logits: Tensor, mask_id: int, *, fixed: bool = False) ->
 def log_softmax_fixed(lg: Tensor) -> Tensor:
     """log_softmax over the last dim with the normaliser summed in :func:`fixed_sum`'s order
     (a row's values depend on that row only); -inf logits stay -inf."""
-    mx = lg.max(dim=-1, keepdim=True).values
-    shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
-    z = lg - shift
+    z = lg - lg.max(dim=-1, keepdim=True).values
     return z - fixed_sum(z.exp()).log().unsqueeze(-1)
 
 

@@ -2,7 +2,8 @@
 
 from decoding_tables import EOS, filled, run
 
-from pvf_lmeval.decoding.freedave import accept_chain
+import torch
+from pvf_lmeval.decoding.freedave import accept_chain_batched
 
 Y0 = {0: (10, .9), 1: (11, .8), 2: (12, .7), 3: (13, .6)}
 
@@ -94,14 +95,55 @@ def test_no_call_when_draft1_meets_early_stop():
     assert r2.nfe == 1 and m2.calls == [(1, (0, 4))] and r2.committed == 1
 
 
-def test_accept_chain_pure():
+def accept_chain(sub: list[list[bool]]) -> int:
+    """The SPEC's acceptance chain, one request: ``sub[b][j]`` = draft j ⊆ target b."""
+    best, n = 0, len(sub)
+    while True:
+        nxt = [j for j in range(best + 1, n) if sub[best][j]]
+        if not nxt:
+            return best
+        best = max(nxt)
+
+
+def chain_batched(subs: list, Ds: list[int]) -> list[int]:
+    return accept_chain_batched(torch.tensor(subs), torch.tensor(Ds)).tolist()
+
+
+def test_accept_chain_cases():
     T, F = True, False
-    # best only moves forward: from 2 the chain ends although sub[2][1] holds
-    assert accept_chain([[F, F, T, F], [F, F, F, F], [F, T, F, F], [F] * 4]) == 2
-    assert accept_chain([[T, T, F], [F, F, T], [F, F, F]]) == 2
-    assert accept_chain([[T, T, T], [F, F, F], [F, F, F]]) == 2   # largest j first
-    assert accept_chain([[T, T, F, T], [F, F, F, F], [F] * 4, [F] * 4]) == 3
-    assert accept_chain([[T, F], [F, F]]) == 0
+    cases = [  # (sub, best)
+        # best only moves forward: from 2 the chain ends although sub[2][1] holds
+        ([[F, F, T, F], [F, F, F, F], [F, T, F, F], [F] * 4], 2),
+        ([[T, T, F], [F, F, T], [F, F, F]], 2),
+        ([[T, T, T], [F, F, F], [F, F, F]], 2),   # largest j first
+        ([[T, T, F, T], [F, F, F, F], [F] * 4, [F] * 4], 3),
+        ([[T, F], [F, F]], 0),
+        ([[F, T, F, F], [F, F, T, F], [F, F, F, T], [F] * 4], 3),   # three moves
+    ]
+    for sub, best in cases:
+        assert accept_chain(sub) == best
+        n = len(sub)
+        assert chain_batched([sub], [n - 1]) == [best]
+    # a batch of requests, each read on its own rows
+    subs = [c[0] for c in cases if len(c[0]) == 4]
+    assert chain_batched(subs, [3] * len(subs)) == [2, 3, 3]
+    # drafts beyond D are absent: with D = 1 the chain above stops at 1, with D = 0 at 0
+    chain = cases[-1][0]
+    assert chain_batched([chain, chain, chain], [0, 1, 2]) == [0, 1, 2]
+
+
+def test_accept_chain_batched_equals_the_chain_on_every_small_case():
+    # every 3 x 3 relation (upper triangle matters) for D = 2, and random 5 x 5 ones per D
+    import itertools
+    subs = [[[bool(bits >> (3 * b + j) & 1) for j in range(3)] for b in range(3)]
+            for bits in range(1 << 9)]
+    assert chain_batched(subs, [2] * len(subs)) == [accept_chain(s) for s in subs]
+    g = torch.Generator().manual_seed(0)
+    rnd = (torch.rand(300, 5, 5, generator=g) < .5).tolist()
+    Ds = [i % 5 for i in range(300)]
+    want = [accept_chain([row[:D + 1] for row in s[:D + 1]]) for s, D in zip(rnd, Ds)]
+    assert chain_batched(rnd, Ds) == want
+    assert len(set(want)) == 5 and any(itertools.starmap(lambda w, D: 0 < w < D, zip(want, Ds)))
 
 
 def test_static_base_rule_target_holds_one_commit_where_threshold_holds_two():

@@ -1,6 +1,9 @@
 """static: one most-confident position per step, the LLaDA schedule with steps < L."""
 
+import torch
 from decoding_tables import filled, run
+
+from pvf_lmeval.decoding.common import llada_count_tensor
 
 CONST4 = {0: (10, 0.5), 1: (11, 0.9), 2: (12, 0.7), 3: (13, 0.3)}
 
@@ -59,15 +62,23 @@ def test_llada_schedule_steps_lt_L():
     assert len(r.steps) == 8 and r.nfe == 8
 
 
+def llada_schedule(m: int, s: int) -> list[int]:
+    """LLaDA's per-step counts for a block of m masks in s steps (its get_num_transfer_tokens:
+    m // s each, the first m % s one more), steps that would commit nothing left out."""
+    return [c for c in (m // s + (1 if j < m % s else 0) for j in range(s)) if c > 0]
+
+
 def test_llada_schedule_uneven():
-    from pvf_lmeval.decoding.common import llada_count
-    # m=8, s=3: 3, 3, 2
-    seq, done = [], 0
-    for _ in range(3):
-        k = llada_count(8, 3, done)
-        seq.append(k)
-        done += k
-    assert seq == [3, 3, 2] and done == 8
+    assert llada_schedule(8, 3) == [3, 3, 2] and llada_schedule(3, 5) == [1, 1, 1]
+    # the tensor rule, asked with the tokens done so far, walks exactly that schedule
+    for m in range(1, 13):
+        for s in range(1, 13):
+            want = llada_schedule(m, s)
+            done = torch.tensor([sum(want[:j]) for j in range(len(want))])
+            assert llada_count_tensor(m, s, done).tolist() == want, (m, s)
+            # a tensor of block sizes broadcasts against done
+            got = llada_count_tensor(torch.tensor([m]), s, done)
+            assert got.tolist() == want, (m, s)
 
 
 def test_static_labels_base_even_when_low():

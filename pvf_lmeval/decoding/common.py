@@ -270,20 +270,6 @@ def static_select(conf: Tensor, members: Tensor, k: int | Tensor = 1) -> Tensor:
     return members & (rank_desc(conf, members) < k)
 
 
-def llada_count(block_masks: int, steps_per_block: int, done: int) -> int:
-    """Tokens to commit at this step under LLaDA's schedule for one block.
-
-    ``block_masks`` m masks at the block start, ``steps_per_block`` s steps: step j (0-based)
-    commits m//s + (1 if j < m%s); ``done`` = tokens already committed in the block fixes j.
-    """
-    q, r = divmod(block_masks, steps_per_block)
-    if done < r * (q + 1):
-        j = done // (q + 1)
-    else:
-        j = r + (done - r * (q + 1)) // max(q, 1)
-    return q + 1 if j < r else max(q, 1)
-
-
 class Step:
     """A decoder: how one round builds each request's branch rows and picks the committed one.
 
@@ -344,8 +330,11 @@ def base_labels(sel: Tensor, forced: Tensor) -> Tensor:
 
 
 def llada_count_tensor(block_masks: int | Tensor, steps_per_block: int, done: Tensor) -> Tensor:
-    """:func:`llada_count` for a tensor of ``done`` counts (same rule, elementwise; ``block_masks``
-    an int or a tensor broadcasting with ``done``)."""
+    """Tokens to commit at this step under LLaDA's schedule for one block, elementwise over the
+    ``done`` counts: a block of m masks at its start (``block_masks``, an int or a tensor
+    broadcasting with ``done``) in s steps (``steps_per_block``) commits m//s + 1 at its first
+    m%s steps and m//s (at least 1) at the others; ``done`` (tokens already committed in the
+    block) fixes the step."""
     m = torch.as_tensor(block_masks, device=done.device)
     q, r = m // steps_per_block, m % steps_per_block
     q1 = q.clamp(min=1)

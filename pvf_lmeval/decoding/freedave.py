@@ -18,19 +18,11 @@ from .common import (BASE, NONE, Branches, Choice, Stats, Step, rank_desc, stati
                      threshold_select)
 
 
-def accept_chain(sub: list[list[bool]]) -> int:
-    """FreeDave acceptance: ``sub[b][j]`` = draft j ⊆ target b; returns the final ``best``."""
-    best, n = 0, len(sub)
-    while True:
-        nxt = [j for j in range(best + 1, n) if sub[best][j]]
-        if not nxt:
-            return best
-        best = max(nxt)
-
-
 def accept_chain_batched(sub: Tensor, D: Tensor) -> Tensor:
-    """:func:`accept_chain` for R requests at once: ``sub`` [R, D+1, D+1] bool, drafts
-    j > ``D[r]`` absent; returns best [R]. The chain moves at most D times."""
+    """FreeDave acceptance for R requests at once: ``sub[r, b, j]`` [R, D+1, D+1] bool = draft j
+    ⊆ target b, drafts j > ``D[r]`` absent. From best = 0, best moves to the largest j > best
+    with ``sub[r, best, j]`` until there is none; returns best [R]. The chain moves at most D
+    times."""
     R, n, _ = sub.shape
     j = torch.arange(n, device=sub.device)
     best = torch.zeros(R, dtype=torch.long, device=sub.device)

@@ -71,7 +71,7 @@ class KVCache:
     def __init__(self, mode: str, *, prompt_len: int, gen_length: int, block_length: int,
                  mask_id: int, reveal_next: int, device):
         if mode not in ("prefix", "dual"):
-            raise ValueError(f"cache={mode!r} must be one of none, prefix, dual")
+            raise ValueError(f"cache={mode!r} must be one of prefix, dual")
         self.mode = mode
         self.P0, self.L, self.B = prompt_len, gen_length, block_length
         self.nb = gen_length // block_length
@@ -93,7 +93,7 @@ class KVCache:
         return self._ref
 
     def flags(self, rg: Tensor, a: Tensor) -> list[Tensor]:
-        """0-d tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
+        """0-d long tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
         active blocks ``a`` [N]; the caller reads them back with its own scalars (one sync)."""
         if self.kv is None:
             one = torch.ones((), dtype=torch.long, device=rg.device)

@@ -6,7 +6,8 @@
 #   scripts/mutation.sh [AREA ...]      AREA: decoding, stats, kv, gate (default: all four)
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
-#   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out
+#   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out (default:
+#                                                           # the area's slowest; "" for none)
 #
 # Each area runs in its own scratch copy of the checkout, mutation/AREA/ (git-ignored; mutmut
 # keeps its results there, so a second run re-tests only what changed), against the fast tests
@@ -21,14 +22,19 @@ PY=${PY:-$ROOT/.venv/bin/python}
 JOBS=${JOBS:-1}
 NICE=${NICE:-10}
 
-declare -A MUTATE TESTS
+declare -A MUTATE TESTS SLOW
 MUTATE[decoding]="pvf_lmeval/decoding/*.py"
 TESTS[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoding_explore.py tests/test_decoding_freedave.py tests/test_decoding_pvf.py
   tests/test_decoding_loop.py tests/test_decoding_params.py tests/test_decoding_rules.py
   tests/test_decoding_reference_rounds.py tests/test_decoding_batch_tables.py
-  tests/test_decoder_names.py tests/test_verification.py tests/test_batching.py
-  tests/test_likelihood.py"
+  tests/test_decoder_names.py tests/test_verification.py tests/test_decoding_api.py
+  tests/test_likelihood.py tests/test_calibrate.py tests/test_kv_cache.py
+  tests/test_kv_cache_state.py tests/test_block_diffusion.py tests/test_online_vocab.py
+  tests/test_batch_invariant_option.py"
+# the slowest tests of that list, whose mutants the table tests reach
+SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
+  tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer"
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"
 TESTS[stats]="tests/test_lm_units.py"
 MUTATE[kv]="pvf_lmeval/models/kv.py"
@@ -51,7 +57,7 @@ for area in "${areas[@]}"; do
     # the checkout's files (tracked and untracked, not ignored), fixtures' weights included
     git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
     "$PY" - "$work/pyproject.toml" "${FILES:-${MUTATE[$area]}}" "${TEST_FILES:-${TESTS[$area]}}" \
-        "${DESELECT:-}" <<'EOF'
+        "${DESELECT-${SLOW[$area]:-}}" <<'EOF'
 import re, sys
 path, mutate, tests, deselect = (sys.argv[1], sys.argv[2].split(), sys.argv[3].split(),
                                  sys.argv[4].split())

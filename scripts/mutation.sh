@@ -6,6 +6,7 @@
 #   scripts/mutation.sh [AREA ...]      AREA: decoding, stats, kv, gate (default: all four)
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
+#   SAMPLE=400 [SEED=0] scripts/mutation.sh decoding       # a random sample, with its interval
 #   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out (default:
 #                                                           # the area's slowest; "" for none)
 #
@@ -42,6 +43,11 @@ TESTS[kv]="tests/test_kv_cache.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"
 TESTS[gate]="tests/test_report.py"
 
+mutmut_run() {      # in an area's scratch copy: mutmut run [NAME ...]
+    env -u PYTHONPATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+        nice -n "$NICE" "$PY" -m mutmut run --max-children "$JOBS" "$@"
+}
+
 areas=("$@")
 [ ${#areas[@]} -gt 0 ] || areas=(decoding stats kv gate)
 for area in "${areas[@]}"; do
@@ -70,21 +76,55 @@ for key, values in (("only_mutate", mutate), ("pytest_add_cli_args_test_selectio
     assert n == 1, key
 open(path, "w").write(text)
 EOF
-    echo "== $area: mutating ${FILES:-${MUTATE[$area]}}"
-    (cd "$work" && env -u PYTHONPATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-        nice -n "$NICE" "$PY" -m mutmut run --max-children "$JOBS" > mutmut-run.log 2>&1) || {
-        echo "mutation.sh: mutmut failed for $area (log: $work/mutmut-run.log)" >&2; exit 1; }
+    echo "== $area: mutating ${FILES:-${MUTATE[$area]}}${SAMPLE:+ (a random sample of $SAMPLE)}"
+    names=()
+    rm -f "$work/sample.txt"
+    if [ -n "${SAMPLE:-}" ]; then
+        # mutmut generates the mutants (and measures the tests) before it filters by name: a
+        # name that matches nothing makes it stop right there
+        (cd "$work" && mutmut_run no-such-mutant > mutmut-generate.log 2>&1) || true
+        grep -q "nothing matches" "$work/mutmut-generate.log" || {
+            echo "mutation.sh: generating the mutants failed (log: $work/mutmut-generate.log)" >&2
+            exit 1; }
+        # uniform over the area's mutants, seeded; the file lists them all, the run only
+        # those without a result for the current source
+        mapfile -t names < <("$PY" - "$work" "$SAMPLE" "${SEED:-0}" <<'EOF'
+import json, pathlib, random, sys
+work, n, seed = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+results = {}
+for meta in sorted((work / "mutants").rglob("*.py.meta")):
+    results.update(json.loads(meta.read_text())["exit_code_by_key"])
+sample = sorted(random.Random(seed).sample(sorted(results), min(n, len(results))))
+(work / "sample.txt").write_text("".join(k + "\n" for k in sample))
+print("\n".join(k for k in sample if results[k] is None))
+EOF
+        )
+        [ ${#names[@]} -gt 0 ] && [ -n "${names[0]}" ] || names=()
+    fi
+    if [ -z "${SAMPLE:-}" ] || [ ${#names[@]} -gt 0 ]; then
+        (cd "$work" && mutmut_run "${names[@]}" > mutmut-run.log 2>&1) || {
+            echo "mutation.sh: mutmut failed for $area (log: $work/mutmut-run.log)" >&2; exit 1; }
+    fi
     (cd "$work" && "$PY" -m mutmut results --all true) | "$PY" -c '
-import collections, sys
-area = sys.argv[1]
-rows = [line.rsplit(":", 1) for line in sys.stdin if ":" in line]
-status = collections.Counter(s.strip() for _, s in rows)
+import collections, math, pathlib, sys
+area, sample_file = sys.argv[1], pathlib.Path(sys.argv[2])
+rows = [[x.strip() for x in line.rsplit(":", 1)] for line in sys.stdin if ":" in line]
+if sample_file.exists():
+    sample = set(sample_file.read_text().split())
+    rows = [(name, s) for name, s in rows if name in sample]
+status = collections.Counter(s for _, s in rows)
 killed = status["killed"] + status["timeout"]          # a mutant that hangs is detected too
 run = sum(status.values()) - status["not checked"]
 print(f"{area}: {killed}/{run} mutants killed ({100 * killed / max(run, 1):.1f}%); "
       + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
+if sample_file.exists() and run:
+    # Wilson score interval, 95%
+    z, p = 1.96, killed / run
+    mid, half = p + z * z / (2 * run), z * math.sqrt(p * (1 - p) / run + z * z / (4 * run * run))
+    lo, hi = (mid - half) / (1 + z * z / run), (mid + half) / (1 + z * z / run)
+    print(f"  a random sample: the area kills {100 * lo:.1f}-{100 * hi:.1f}% (95% interval)")
 for name, s in rows:
-    if s.strip() not in ("killed", "timeout", "not checked"):
-        print(f"  {s.strip()}: {name.strip()}")
-' "$area"
+    if s not in ("killed", "timeout", "not checked"):
+        print(f"  {s}: {name}")
+' "$area" "$work/sample.txt"
 done

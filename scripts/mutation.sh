@@ -6,7 +6,8 @@
 #   scripts/mutation.sh [AREA ...]      AREA: decoding, stats, kv, gate (default: all four)
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
-#   SAMPLE=400 [SEED=0] scripts/mutation.sh decoding       # a random sample, with its interval
+#   SAMPLE=12 [SEED=0] scripts/mutation.sh decoding        # a random 12% of the mutants, the
+#                                                           # score with its 95% interval
 #   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out (default:
 #                                                           # the area's slowest; "" for none)
 #
@@ -76,7 +77,13 @@ for key, values in (("only_mutate", mutate), ("pytest_add_cli_args_test_selectio
     assert n == 1, key
 open(path, "w").write(text)
 EOF
-    echo "== $area: mutating ${FILES:-${MUTATE[$area]}}${SAMPLE:+ (a random sample of $SAMPLE)}"
+    # mutmut regenerates only changed sources: a file left out of the last run would stay
+    # unmutated, so another set of files starts from scratch
+    if [ "$(cat "$work/.mutated" 2>/dev/null)" != "${FILES:-${MUTATE[$area]}}" ]; then
+        rm -rf "$work/mutants"
+        echo "${FILES:-${MUTATE[$area]}}" > "$work/.mutated"
+    fi
+    echo "== $area: mutating ${FILES:-${MUTATE[$area]}}${SAMPLE:+ (a random $SAMPLE% of its mutants)}"
     names=()
     rm -f "$work/sample.txt"
     if [ -n "${SAMPLE:-}" ]; then
@@ -89,12 +96,15 @@ EOF
         # uniform over the area's mutants, seeded; the file lists them all, the run only
         # those without a result for the current source
         mapfile -t names < <("$PY" - "$work" "$SAMPLE" "${SEED:-0}" <<'EOF'
-import json, pathlib, random, sys
-work, n, seed = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+import hashlib, json, pathlib, sys
+work, percent, seed = pathlib.Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 results = {}
 for meta in sorted((work / "mutants").rglob("*.py.meta")):
     results.update(json.loads(meta.read_text())["exit_code_by_key"])
-sample = sorted(random.Random(seed).sample(sorted(results), min(n, len(results))))
+def draw(key):        # uniform in [0, 1), fixed per (seed, mutant): runs reuse their results
+    h = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2 ** 64
+sample = sorted(k for k in results if draw(k) < percent / 100)
 (work / "sample.txt").write_text("".join(k + "\n" for k in sample))
 print("\n".join(k for k in sample if results[k] is None))
 EOF

@@ -33,7 +33,7 @@ TESTS[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoder_names.py tests/test_verification.py tests/test_decoding_api.py
   tests/test_likelihood.py tests/test_calibrate.py tests/test_kv_cache.py
   tests/test_kv_cache_state.py tests/test_block_diffusion.py tests/test_online_vocab.py
-  tests/test_batch_invariant_option.py"
+  tests/test_batch_invariant_option.py tests/test_compiled_step.py"
 # the slowest tests of that list, whose mutants the table tests reach
 SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
   tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer"

@@ -251,3 +251,31 @@ def test_the_artifact_records_the_weights_it_was_measured_on(tmp_path):
     art = json.loads(out.read_text())
     assert art["model_weights"] == load_model("tiny-llada", device="cpu").weights_fingerprint
     assert art["model_weights"].startswith("sha256:") and art["calibration"]["prompts"] == 2
+
+
+def test_band_edges_lo_inclusive_hi_exclusive():
+    # confidences equal (in float32) to the band's edges: lo is measured, hi is not
+    from test_decoding_threshold import exact_conf
+    lo, hi = exact_conf((30, .15)), exact_conf((31, .25))
+
+    def table(g):
+        if not filled(g):
+            return {0: (10, .95), 1: (30, .15), 2: (31, .25), 3: (11, .05)}
+        return {i: (12, .95) for i in range(4)}
+    t = calibrate_prompt(TableModel(table), PROMPT, CalibConfig(gen_length=4, block_length=4,
+                                                                band=(lo, hi)))
+    assert set(t.stats) == {30}
+
+
+def test_every_candidate_of_a_revealed_next_block_is_measured():
+    # reveal_next = 4: W_t is both blocks of 4 (8 positions); 6 in-band candidates, more than
+    # one block holds, each measured in the one call [z_base + 6 branches]
+    y0 = {0: (10, .95), 1: (11, .95), **{p: (30 + p, .2) for p in range(2, 8)}}
+
+    def table(g):
+        return y0 if not filled(g) else {i: (12, .95) for i in range(8)}
+    m = TableModel(table)
+    t = calibrate_prompt(m, PROMPT, CalibConfig(gen_length=8, block_length=4, reveal_next=4))
+    assert m.calls[1][0] == 7
+    assert sorted(t.stats) == [32, 33, 34, 35, 36, 37]
+    assert all(s[0] == 1 for s in t.stats.values())

@@ -20,6 +20,7 @@ def test_one_per_step_most_confident_first():
     # NFE = L: the initial call + one per step, none after the last commit
     assert r.nfe == 4 and m.calls == [(1, (0, 4))] * 4
     assert [s["made_call"] for s in r.steps] == [True, True, True, False]
+    assert [s["route"] for s in r.steps] == ["base"] * 4
 
 
 def test_ties_lowest_index():

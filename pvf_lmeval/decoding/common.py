@@ -333,12 +333,10 @@ def llada_count_tensor(block_masks: int | Tensor, steps_per_block: int, done: Te
     """Tokens to commit at this step under LLaDA's schedule for one block, elementwise over the
     ``done`` counts: a block of m masks at its start (``block_masks``, an int or a tensor
     broadcasting with ``done``) in s steps (``steps_per_block``) commits m//s + 1 at its first
-    m%s steps and m//s (at least 1) at the others; ``done`` (tokens already committed in the
+    m%s steps and m//s at the others; ``done`` (tokens already committed in the
     block) fixes the step."""
     m = torch.as_tensor(block_masks, device=done.device)
     q, r = m // steps_per_block, m % steps_per_block
-    q1 = q.clamp(min=1)
-    first = done // (q + 1)
-    later = r + (done - r * (q + 1)) // q1
-    j = torch.where(done < r * (q + 1), first, later)
-    return torch.where(j < r, q + 1, q1).expand_as(done)
+    # the first r steps commit q + 1 each, r * (q + 1) tokens in all (the whole block when
+    # m < s: q = 0 is never asked for)
+    return torch.where(done < r * (q + 1), q + 1, q).expand_as(done)

@@ -357,8 +357,10 @@ def test_dual_base_refreshes_from_the_base_row(llada):
             if s["nfe"] - before[t] != 2:
                 assert s["nfe"] - before[t] <= 1
                 continue
-            (n0, span0, _, tok0, _), (n1, span1, _, tok1, _) = rec.calls[before[t]:s["nfe"]]
+            (n0, span0, _, tok0, _), (n1, span1, _, tok1, ref1) = rec.calls[before[t]:s["nfe"]]
             assert span0 is None and n0 == 1 and span1 is not None and n1 >= 1
+            # the cached call reads the keys of the base row the refresh has just run
+            assert torch.equal(ref1, tok0[0, -kw["gen_length"]:])
             outside = torch.ones(tok1.shape[1], dtype=torch.bool)
             outside[span1[0]:span1[1]] = False
             assert torch.equal(tok1[:, outside], tok0[:, outside].expand(n1, -1))

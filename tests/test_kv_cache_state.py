@@ -146,7 +146,7 @@ def test_reveal_next_widens_the_cached_blocks():
 
 def test_batch_store_keeps_each_requests_committed_row():
     """``BatchKV``, the decode loop's layout: one full call over two of three requests (rows
-    0-1 request 0's, row 2 request 2's), its commit, then a cached call of request 0."""
+    0-1 request 0's, row 2 request 2's), its commit, then calls of one request each."""
     from pvf_lmeval.decoding.cache import BatchKV
     store = BatchKV("dual", n=3, prompt_len=P0, gen_length=L, block_length=B, mask_id=M,
                     reveal_next=0, device="cpu")
@@ -155,20 +155,23 @@ def test_batch_store_keeps_each_requests_committed_row():
     assert (store.full_calls, store.cached_calls) == (2, 0) and call.spans is None
     val = torch.arange(3, dtype=torch.float32).view(3, 1, 1, 1)
     call.keep([(val, -val)])
-    # request 0 committed its row 1; request 2 a state none of its rows had
-    store.commit(torch.stack([canvas(1), canvas(5)]))
+    # request 0 committed a state none of its rows had (its last row is kept, unused);
+    # request 2 committed its row
+    store.commit(torch.stack([canvas(5), canvas(2)]))
     k, v = store.kv[0]
-    assert (k[0].item(), v[0].item(), k[2].item()) == (1.0, -1.0, 2.0)
-    assert store.ok.tolist() == [True, False, False] and store.held == [True, False, True]
-    assert store.ref[0].tolist() == canvas(1).tolist()
-    assert store.ref[2].tolist() == canvas(5).tolist()
-    # the next flags: request 0 cached in block 0, request 2 full (its commit was unmatched)
-    rows = torch.stack([canvas(1, 3), canvas(5, 6)])[:, None]          # [R, 1, L]
+    assert (k[0].item(), v[0].item(), k[2].item(), v[2].item()) == (1.0, -1.0, 2.0, -2.0)
+    assert store.ok.tolist() == [False, False, True] and store.held == [True, False, True]
+    assert store.ref[0].tolist() == canvas(5).tolist()
+    assert store.ref[2].tolist() == canvas(2).tolist()
+    # the next flags: request 0 full (its commit was unmatched), request 2 cached in block 0
+    rows = torch.stack([canvas(5, 6), canvas(2, 3)])[:, None]          # [R, 1, L]
     fl = store.flags(torch.tensor([0, 2]), rows, torch.tensor([[0], [0]]),
                      torch.ones(2, 1, dtype=torch.bool))
-    assert fl.tolist() == [[0, 0, 0], [1, 0, 0]]
-    cached = store.call([0], [1], [store.span(0, 0)], gen=rows[0], row_r=torch.tensor([0]))
-    assert (store.full_calls, store.cached_calls) == (2, 1)
+    assert fl.tolist() == [[1, 0, 0], [0, 0, 0]]
+    cached = store.call([2], [1], [store.span(0, 0)], gen=rows[1], row_r=torch.tensor([1]))
     assert cached.spans == [(P0, P0 + 4)] and cached.span == (P0, P0 + 4)
-    assert [kv[0].item() for kv in cached.layer_kv()[0]] == [1.0, -1.0]
-    assert cached.ref.tolist() == canvas(1).tolist()
+    assert [t.item() for t in cached.layer_kv()[0]] == [2.0, -2.0]
+    assert cached.ref.tolist() == canvas(2).tolist()
+    store.call([0], [1], None, gen=rows[0], row_r=torch.tensor([0]))
+    store.call([2], [1], [store.span(0, 0)], gen=rows[1], row_r=torch.tensor([1]))
+    assert (store.full_calls, store.cached_calls) == (3, 2)

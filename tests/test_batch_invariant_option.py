@@ -194,3 +194,22 @@ def test_model_arg_reaches_every_call(monkeypatch):
     lm.loglikelihood([SimpleNamespace(args=("Question: 1+1?\nAnswer:", " 2"), task_name="t",
                                       doc_id=0, idx=0)])
     assert seen == [("decode", True), ("likelihood", True)]
+
+
+def test_likelihood_sums_in_the_fixed_order_only_when_asked(monkeypatch):
+    """``batch_invariant`` in ``loglikelihood``: the log-softmax normaliser and the sum over the
+    target are the fixed-order ones (and only then); the estimate is the same number up to the
+    float32 order of the sums."""
+    import pvf_lmeval.decoding.likelihood as likelihood
+    m = dream_like()
+    called = []
+    for name in ("log_softmax_fixed", "fixed_sum"):
+        real = getattr(likelihood, name)
+        monkeypatch.setattr(likelihood, name,
+                            lambda x, _n=name, _f=real: (called.append(_n), _f(x))[1])
+    on = loglikelihood(m, [5, 6, 7], [8, 9, 10], mc_num=4, mc_batch=2, batch_invariant=True)
+    assert called.count("log_softmax_fixed") == 2 and called.count("fixed_sum") == 2
+    called.clear()
+    off = loglikelihood(m, [5, 6, 7], [8, 9, 10], mc_num=4, mc_batch=2)
+    assert called == []
+    assert on.logprob == pytest.approx(off.logprob, abs=1e-4)

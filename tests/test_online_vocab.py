@@ -247,3 +247,21 @@ def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
     assert updates == [2, 3] and all(o is lm.online for o in decoded)
     art = load_artifact(save)
     assert art["kind"] == "online" and art["online"]["requests"] == 3
+
+
+def test_exploration_in_a_batch_is_each_requests_own():
+    """Within a batch the vocabulary does not change: every request decodes (all fields, trace
+    included) as it does alone with a vocabulary in the same state, exploration slots counted
+    per request."""
+    from pvf_lmeval.decoding import decode_batch
+    from result_fields import assert_same_outcomes
+    model = RandomModel(5, jitter=0.3, eos_bias=-50.0)
+    kw = dict(gen_length=8, block_length=4, plan_lo=0.05, plan_hi=0.9, threshold=0.9,
+              trace=True)
+    prompts = [[3 + i, 4, 5] for i in range(5)]
+    alone = [decode(model, p, "pvf", request_index=i, online=OnlineVocab(24, explore=2), **kw)
+             for i, p in enumerate(prompts)]
+    together = decode_batch(model, prompts, "pvf", request_indices=list(range(5)),
+                            online=OnlineVocab(24, explore=2), **kw)
+    assert_same_outcomes(together, alone, "batch of 5", floats=True)
+    assert sum(r.plan_tried for r in alone) > 0

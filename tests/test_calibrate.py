@@ -279,3 +279,33 @@ def test_every_candidate_of_a_revealed_next_block_is_measured():
     assert m.calls[1][0] == 7
     assert sorted(t.stats) == [32, 33, 34, 35, 36, 37]
     assert all(s[0] == 1 for s in t.stats.values())
+
+
+def test_vig_on_a_block_diffusion_model_averages_over_what_the_candidate_can_influence():
+    """Block-causal model (block 4; prompt = position ids 0-3, the answer 4-11), reveal_next 4:
+    W_t is blocks 1 and 2. The in-band candidate (token 30) sits at 8, in block 2: it can
+    influence block 2 only, so its VIG averages over the masked positions 9-11, not 5-7."""
+    from block_tables import BlockModel, filled_from
+    base = {5: (11, .5), 6: (12, .5), 7: (13, .5), 8: (30, .5), 9: (19, .95), 10: (20, .5),
+            11: (21, .5)}
+    plan = {9: (19, .97), 10: (20, .7), 11: (21, .5)}
+
+    def table(seq):
+        f = filled_from(seq, 4)          # what q sees: its own block and earlier ones
+        if not f:
+            t = {4: (10, .95), 5: (11, .5), 6: (12, .5), 7: (13, .5), 8: (30, .2),
+                 9: (19, .5), 10: (20, .5), 11: (21, .5)}
+        elif f == {4}:
+            t = base
+        elif f == {4, 8}:
+            t = {**base, **plan}
+        else:
+            t = {q: (10 + q, .95) for q in range(4, 12)}
+        return {q: d for q, d in t.items() if q < len(seq)}
+    m = BlockModel(table, block_size=4)
+    t = calibrate_prompt(m, [40, 41, 42, 43], CalibConfig(gen_length=8, block_length=4,
+                                                           reveal_next=4))
+    vig = ((H((19, .95)) - H((19, .97))) + (H((20, .5)) - H((20, .7)))) / 3
+    n, m_, a, v = t.stats[30]
+    assert (n, m_, a) == (1, 1, 1) and v == pytest.approx(vig, abs=1e-5)
+    assert set(t.stats) == {30}

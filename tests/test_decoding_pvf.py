@@ -139,6 +139,26 @@ def test_plan_self_check():
     assert first(r)["verified"] == [False] and first(r)["committed"] == [[0, "base"]]
 
 
+def test_plan_self_check_passes_at_plan_lo_exactly():
+    # under the plan row the candidate's own token 30 keeps p = .2, equal (in float32) to
+    # plan_lo: the check is inclusive
+    import torch
+    from decoding_tables import MASK, dist_logits
+    from pvf_lmeval.decoding.common import stats_from_logits
+    own = {31: .6, 30: .2}
+    lo = float(stats_from_logits(dist_logits(own)[None, None], torch.tensor([[30]]), MASK)[3])
+
+    def table(g):
+        f = filled(g)
+        if f == {0}:
+            return {2: (11, .95)}
+        if f == {0, 1}:
+            return {1: own, 2: (11, .95)}
+        return {0: (10, .95), 1: (30, .5)}
+    r, _ = pvf(table, plan_self_check=True, plan_lo=lo)
+    assert first(r)["verified"] == [True] and r.routes[1] == "plan" and r.tokens[1] == 30
+
+
 # ------------------------------------------------------------ AR fallback
 
 def test_ar_chain_broken_at_fill_2_commits_exactly_1():

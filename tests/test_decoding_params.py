@@ -98,6 +98,14 @@ def test_sweep_band_for_code_and_math():
     assert task_family(None) is None
 
 
+@pytest.mark.parametrize("text, value", [("true", True), ("True", True), (" 1 ", True),
+                                         ("yes", True), ("YES", True), ("false", False),
+                                         ("0", False), ("no", False), (" No", False)])
+def test_boolean_spellings(text, value):
+    assert make_params("pvf", early_stop=text).early_stop is value
+    assert make_params("pvf", early_stop=int(value)).early_stop is value
+
+
 def test_coercion_from_strings():
     p = make_params("pvf", gen_length="64", block_length="16", threshold="0.95", width="2",
                     early_stop="false", plan_self_check="true", band="0.1:0.5",

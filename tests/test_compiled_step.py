@@ -62,3 +62,24 @@ def test_compile_true_is_the_device_mapping():
     assert "forward_cached" in vars(m.net.blocks[0]) and "hidden" not in vars(m.net)
     assert m.compile_step == {"dynamic": True, "backend": "eager"}
     assert load_model("tiny-llada").compile_step is None
+
+
+def test_compile_options_reach_torch_compile_with_dynamic_shapes(monkeypatch):
+    """A model's ``compile_step`` options go to ``torch.compile``; shapes are always dynamic
+    (a ``dynamic`` option cannot turn that off); one program per set of options."""
+    from pvf_lmeval.decoding.common import stats_from_logits
+    seen = []
+
+    def fake_compile(fn, **kw):
+        seen.append(kw)
+        return fn
+    monkeypatch.setattr(compiled.torch, "compile", fake_compile)
+    monkeypatch.setattr(compiled, "_programs", {})
+    logits = torch.randn(2, 3, 11)
+    cur = torch.zeros(2, 3, dtype=torch.long)
+    want = stats_from_logits(logits.clone(), cur, 10)        # (it overwrites its logits)
+    for options in ({"backend": "eager", "dynamic": False}, {"backend": "eager", "dynamic": False},
+                    None):
+        got = compiled.compiled_stats_from_logits(logits.clone(), cur, 10, options=options)
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert seen == [{"dynamic": True, "backend": "eager"}, {"dynamic": True}]

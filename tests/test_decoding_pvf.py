@@ -159,6 +159,19 @@ def test_plan_self_check_passes_at_plan_lo_exactly():
     assert first(r)["verified"] == [True] and r.routes[1] == "plan" and r.tokens[1] == 30
 
 
+def test_preset_reaches_decode():
+    # a candidate at p = .5 that the state {0} confirms: the default band [.2, .65) plans it
+    # (a vacuous branch: base commits it next step); the code preset's band [.8, .9) does not,
+    # and its AR route (ar_lo .3) fills and verifies it
+    def table(g):
+        f = filled(g)
+        return {0: (10, .95), 1: (30, .5)} if not f else {1: (30, .95)} if f == {0} else {}
+    r, _ = pvf(table)
+    assert "c_total" in first(r) and r.routes[:2] == ["base", "base"]
+    r, _ = pvf(table, preset="humaneval")
+    assert "c_total" not in first(r) and r.routes[:2] == ["base", "ar"]
+
+
 # ------------------------------------------------------------ AR fallback
 
 def test_ar_chain_broken_at_fill_2_commits_exactly_1():

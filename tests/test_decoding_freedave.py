@@ -1,8 +1,10 @@
 """freedave: drafts on the static trajectory, one batched call, the acceptance chain."""
 
-from decoding_tables import EOS, filled, run
+import itertools
 
 import torch
+from decoding_tables import EOS, filled, run
+
 from pvf_lmeval.decoding.freedave import accept_chain_batched
 
 Y0 = {0: (10, .9), 1: (11, .8), 2: (12, .7), 3: (13, .6)}
@@ -134,7 +136,6 @@ def test_accept_chain_cases():
 
 def test_accept_chain_batched_equals_the_chain_on_every_small_case():
     # every 3 x 3 relation (upper triangle matters) for D = 2, and random 5 x 5 ones per D
-    import itertools
     subs = [[[bool(bits >> (3 * b + j) & 1) for j in range(3)] for b in range(3)]
             for bits in range(1 << 9)]
     assert chain_batched(subs, [2] * len(subs)) == [accept_chain(s) for s in subs]

@@ -265,3 +265,15 @@ def test_exploration_in_a_batch_is_each_requests_own():
                             online=OnlineVocab(24, explore=2), **kw)
     assert_same_outcomes(together, alone, "batch of 5", floats=True)
     assert sum(r.plan_tried for r in alone) > 0
+
+
+def test_gain_sum_goes_through_the_batch_row_sum(monkeypatch):
+    """The verification's entropy-reduction sum uses ``Batch.rowsum`` (the fixed order under
+    ``batch_invariant``), like ``C_total``: both show up there, [R, K, L] and [R, K + 1, L]."""
+    from pvf_lmeval.decoding.batch import Batch
+    shapes = []
+    real = Batch.rowsum
+    monkeypatch.setattr(Batch, "rowsum", lambda self, x: (shapes.append(tuple(x.shape)),
+                                                          real(self, x))[1])
+    run_pvf(OnlineVocab(V, explore=3))
+    assert (1, 3, 8) in shapes and (1, 4, 8) in shapes

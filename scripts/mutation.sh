@@ -40,7 +40,7 @@ TESTS[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
 SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
   tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer"
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"
-TESTS[stats]="tests/test_lm_units.py"
+TESTS[stats]="tests/test_stat_totals.py tests/test_lm_units.py"
 MUTATE[kv]="pvf_lmeval/models/kv.py"
 TESTS[kv]="tests/test_kv_cache.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"

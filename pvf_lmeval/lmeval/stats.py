@@ -15,11 +15,8 @@ COUNT_KEYS = ("truncated_prompts",)
 class StatTotals:
     """Sums of SPEC "Statistics" per task; ``summary()`` gives means and ratio-of-sums rates."""
 
-    def __init__(self, sums: dict | None = None):
+    def __init__(self):
         self.sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for task, row in (sums or {}).items():
-            for k, v in row.items():
-                self.sums[task][k] += v
 
     def add(self, task: str, stats: dict) -> None:
         row = self.sums[task]
@@ -36,6 +33,7 @@ class StatTotals:
 
     @classmethod
     def merged(cls, states: list[dict]) -> "StatTotals":
+        """The totals of several ``state()`` dicts (one per rank), summed key by key."""
         out = cls()
         for st in states:
             for task, row in st.items():

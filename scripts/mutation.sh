@@ -44,7 +44,7 @@ TESTS[stats]="tests/test_stat_totals.py tests/test_lm_units.py"
 MUTATE[kv]="pvf_lmeval/models/kv.py"
 TESTS[kv]="tests/test_kv_cache.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"
-TESTS[gate]="tests/test_report.py"
+TESTS[gate]="tests/test_gate_rules.py tests/test_report.py"
 
 mutmut_run() {      # in an area's scratch copy: mutmut run [NAME ...]
     env -u PYTHONPATH HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \

@@ -94,7 +94,7 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
             if new is None:
                 bad.append([name, m, f"{old:.2f}", "missing", "", ""])
             elif new > old * (1 + cost_tol) + EPS * max(1.0, abs(old)):
-                change = f"{(new / old - 1) * 100:+.1f}%" if old else f"{new - old:+.2f}"
+                change = f"{(new / old - 1) * 100:+.1f}%" if old else f"{new:+.2f}"   # from 0: absolute
                 bad.append([name, m, f"{old:.2f}", f"{new:.2f}", change, f"+{cost_tol * 100:g}%"])
         if check_speed:
             bad += _speed(name, b, row, col, table, speed_ref, speed_tol)

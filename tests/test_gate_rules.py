@@ -1,0 +1,179 @@
+"""The regression gate's rules (``pvf-report --check``) on hand-made results: every regression row
+(metric, baseline, now, change, allowed) pinned as the user reads it, each rule at its boundary.
+The gate on real runs is in ``test_report.py``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from pvf_lmeval.cli.report import gate
+from pvf_lmeval.cli.report.compare import build_table
+from pvf_lmeval.cli.report.runs import Entry, ReportError
+
+PVF = "m pvf / t [gen_length=64 model_type=pvf-dlm num_fewshot=0 task_version=1 threshold=0.9]"
+THRESHOLD = ("m threshold / t [gen_length=64 model_type=pvf-dlm num_fewshot=0 task_version=1 "
+             "threshold=0.9]")
+
+
+def _entry(decoder: str, *, acc=60.0, se=1.0, nfe=10.0, rows=30.0, tps=100.0, threshold=0.9,
+           model="m", batch_size=None) -> Entry:
+    ident = {"model": model, "model_type": "pvf-dlm", "decoder": decoder, "gen_length": 64,
+             "task": "t", "task_version": 1, "num_fewshot": 0}
+    if decoder != "static":
+        ident["threshold"] = threshold
+    return Entry(Path(f"{decoder}.json"), 1.0, ident, acc=acc, acc_se=se, acc_metric="exact_match,none",
+                 n=100, nfe=nfe, branch_rows=rows, tpf=1.0, tps=tps, batch_size=batch_size)
+
+
+def _check(entries_then, entries_now, **kw):
+    base = gate.baseline_dict(build_table(entries_then))
+    base = json.loads(json.dumps(base))                    # as written to the file
+    return gate.check(build_table(entries_now), base, **kw)
+
+
+def _bad(entries_then, entries_now, **kw):
+    bad, missing, notes = _check(entries_then, entries_now, **kw)
+    assert missing == [] and notes == []
+    return bad
+
+
+THEN = [_entry("threshold"), _entry("pvf", tps=150.0)]
+
+
+def test_a_baseline_holds_each_result_its_identity_and_speed_ratios():
+    base = gate.baseline_dict(build_table([_entry("threshold", batch_size=16),
+                                           _entry("pvf", tps=150.0, nfe=8.0, batch_size=16)]))
+    common = {"model": "m", "model_type": "pvf-dlm", "gen_length": 64, "task": "t",
+              "task_version": 1, "num_fewshot": 0, "threshold": 0.9}
+    measured = {"acc": 60.0, "acc_se": 1.0, "n": 100, "acc_metric": "exact_match,none",
+                "branch_rows": 30.0, "tpf": 1.0, "batch_size": 16}
+    assert base == {"pvf_report_baseline": 3, "entries": [
+        {"identity": {**common, "decoder": "threshold"}, **measured, "nfe": 10.0, "tps": 100.0,
+         "tps_ratio": {}},
+        {"identity": {**common, "decoder": "pvf"}, **measured, "nfe": 8.0, "tps": 150.0,
+         "tps_ratio": {"threshold": 1.5}}]}
+
+
+def test_identical_results_pass():
+    assert _check(THEN, copy.deepcopy(THEN)) == ([], [], [])
+    assert _check(THEN, copy.deepcopy(THEN), check_speed=True) == ([], [], [])
+
+
+def test_accuracy_fails_only_beyond_both_the_tolerance_and_z_standard_errors():
+    # se of the difference: hypot(1, 1) = 1.41, so 2 se = 2.83 points
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.0)]) == [
+        [PVF, "acc", "60.00", "57.00", "-3.00 pts", "-1 pts and -2 se (2.83 pts)"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.5)]) == []
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.5)], z=1.0) == [
+        [PVF, "acc", "60.00", "57.50", "-2.50 pts", "-1 pts and -1 se (1.41 pts)"]]
+    # without standard errors the tolerance decides; a drop equal to it passes
+    exact = [THEN[0], _entry("pvf", se=0.0)]
+    assert _bad(exact, [THEN[0], _entry("pvf", acc=59.0, se=0.0)]) == []
+    assert _bad(exact, [THEN[0], _entry("pvf", acc=58.5, se=0.0)]) == [
+        [PVF, "acc", "60.00", "58.50", "-1.50 pts", "-1 pts and -2 se (0.00 pts)"]]
+    assert _bad(exact, [THEN[0], _entry("pvf", acc=58.5, se=0.0)], acc_tol=1.5) == []
+    # a drop equal to z se passes (se: the baseline's 0 and the current run's 1.5)
+    assert _bad(exact, [THEN[0], _entry("pvf", acc=57.0, se=1.5)]) == []
+    assert _bad(exact, [THEN[0], _entry("pvf", acc=56.5, se=1.5)]) == [
+        [PVF, "acc", "60.00", "56.50", "-3.50 pts", "-1 pts and -2 se (3.00 pts)"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=70.0)]) == []            # a rise
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=None)]) == [
+        [PVF, "acc", "60.00", "missing", "", ""]]
+    # a baseline without accuracy checks none
+    assert _bad([THEN[0], _entry("pvf", acc=None)], [THEN[0], _entry("pvf", acc=0.0)]) == []
+
+
+def test_costs_fail_on_any_rise_beyond_the_relative_tolerance():
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.1)]) == [
+        [PVF, "nfe", "10.00", "10.10", "+1.0%", "+0%"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.1)], cost_tol=0.02) == []
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.3)], cost_tol=0.02) == [
+        [PVF, "nfe", "10.00", "10.30", "+3.0%", "+2%"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=15.0)], cost_tol=0.5) == []
+    assert _bad(THEN, [THEN[0], _entry("pvf", rows=31.0, nfe=9.0)]) == [
+        [PVF, "branch_rows", "30.00", "31.00", "+3.3%", "+0%"]]
+    # means summed in another order may differ in the last bits: 1e-9 relative slack
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.0 + 5e-9)]) == []
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.0 + 2e-8)]) == [
+        [PVF, "nfe", "10.00", "10.00", "+0.0%", "+0%"]]
+    # the slack is absolute below 1
+    zero = [THEN[0], _entry("pvf", rows=0.0)]
+    assert _bad(zero, [THEN[0], _entry("pvf", rows=5e-10)]) == []
+    assert _bad([THEN[0], _entry("pvf", rows=0.5)], [THEN[0], _entry("pvf", rows=0.5 + 8e-10)]) == []
+    # from zero, the change is absolute
+    assert _bad(zero, [THEN[0], _entry("pvf", rows=1.0)]) == [
+        [PVF, "branch_rows", "0.00", "1.00", "+1.00", "+0%"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", nfe=None)]) == [
+        [PVF, "nfe", "10.00", "missing", "", ""]]
+    assert _bad([THEN[0], _entry("pvf", nfe=None)], [THEN[0], _entry("pvf", nfe=99.0)]) == []
+
+
+def test_speed_is_checked_as_the_ratio_to_the_reference_decoder_of_the_same_runs():
+    slower_machine = [_entry("threshold", tps=50.0), _entry("pvf", tps=75.0)]
+    assert _bad(THEN, slower_machine, check_speed=True) == []
+    pvf_slower = [THEN[0], _entry("pvf", tps=120.0)]
+    assert _bad(THEN, pvf_slower) == []
+    assert _bad(THEN, pvf_slower, check_speed=True) == [
+        [PVF, "tps/threshold", "1.50x", "1.20x", "-20.0%", "-10%"]]
+    assert _bad(THEN, pvf_slower, check_speed=True, speed_tol=0.25) == []
+    # exactly at the tolerance (1.35 = 1.5 x 0.9) passes
+    assert _bad(THEN, [THEN[0], _entry("pvf", tps=135.0)], check_speed=True) == []
+    # the batch size changed with it: the row says so
+    bs1 = [_entry("threshold", batch_size=1), _entry("pvf", tps=150.0, batch_size=1)]
+    assert _bad(bs1, [_entry("threshold", batch_size=16), _entry("pvf", tps=120.0, batch_size=16)],
+                check_speed=True) == [
+        [PVF, "tps/threshold", "1.50x", "1.20x", "-20.0% (batch 1 -> 16)", "-10%"]]
+    assert _bad(bs1, [_entry("threshold", batch_size=1), _entry("pvf", tps=120.0, batch_size=1)],
+                check_speed=True) == [
+        [PVF, "tps/threshold", "1.50x", "1.20x", "-20.0%", "-10%"]]
+    # no threshold run now; none in the baseline; another reference decoder
+    bad, missing, _ = _check(THEN, [THEN[1]], check_speed=True)
+    assert bad == [[PVF, "tps/threshold", "1.50x", "no threshold run", "", ""]]
+    assert missing == [THRESHOLD + "\n    nearest run differs in decoder: threshold -> pvf"]
+    bad, _, notes = _check([THEN[1]], THEN, check_speed=True)
+    assert bad == [[PVF, "tps/threshold", "no reference", "", "", ""]]
+    assert notes == [f"not in the baseline: {THRESHOLD}"]
+    static = [_entry("static", tps=50.0), _entry("pvf", tps=150.0)]
+    assert _bad(static, [static[0], _entry("pvf", tps=120.0)], check_speed=True,
+                speed_ref="static") == [
+        [PVF, "tps/static", "3.00x", "2.40x", "-20.0%", "-10%"]]
+
+
+def test_a_baseline_result_without_a_counterpart_is_named_with_the_nearest_run():
+    bad, missing, notes = _check(THEN, [THEN[0]])
+    assert bad == [] and notes == []
+    assert missing == [PVF + "\n    nearest run differs in decoder: pvf -> threshold"]
+    # the nearest of several: the fewest differing keys
+    now = [_entry("threshold", threshold=0.7), _entry("pvf", threshold=0.5)]
+    bad, missing, notes = _check(THEN, now)
+    assert missing == [THRESHOLD + "\n    nearest run differs in threshold: 0.9 -> 0.7",
+                       PVF + "\n    nearest run differs in threshold: 0.9 -> 0.5"]
+    assert len(notes) == 2 and bad == []
+    # no run of that model and task: no nearest line
+    _, missing, _ = _check(THEN, [_entry("pvf", model="other")])
+    assert missing == [THRESHOLD, PVF]
+
+
+@pytest.mark.parametrize("baseline, message", [
+    ({"entries": []}, "--check: not a pvf-report baseline (write one with --save-baseline)"),
+    ([1, 2], "--check: not a pvf-report baseline (write one with --save-baseline)"),
+    ({"pvf_report_baseline": 2, "entries": []},
+     "--check: baseline format 2 is not 3 (identities with device kind and batch size); write it "
+     "again with --save-baseline"),
+    ({"pvf_report_baseline": 3, "entries": {}},
+     "--check: baseline format 3 is not 3 (identities with device kind and batch size); write it "
+     "again with --save-baseline"),
+])
+def test_a_file_that_is_not_a_current_baseline_is_refused(baseline, message):
+    with pytest.raises(ReportError) as err:
+        gate.check(build_table(THEN), baseline)
+    assert str(err.value) == message
+
+
+def test_regression_table_text():
+    assert gate.table_text(["a", "bb"], [["xyz", "1"], ["w", "22"]]) == (
+        "a    bb\n---  --\nxyz  1\nw    22")

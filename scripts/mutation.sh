@@ -42,7 +42,7 @@ SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identic
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"
 TESTS[stats]="tests/test_stat_totals.py tests/test_lm_units.py"
 MUTATE[kv]="pvf_lmeval/models/kv.py"
-TESTS[kv]="tests/test_kv_cache.py"
+TESTS[kv]="tests/test_kv_call_view.py tests/test_kv_cache.py tests/test_block_diffusion.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"
 TESTS[gate]="tests/test_gate_rules.py tests/test_report.py"
 

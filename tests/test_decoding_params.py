@@ -40,8 +40,17 @@ from pvf_lmeval.decoding import (DECODERS, PARAM_NAMES, DecodeParams, make_param
     (dict(threshold="high"), "threshold='high' must be a number"),
     (dict(early_stop="maybe"), "early_stop='maybe' must be true or false"),
     (dict(width=True), "width=True must be an integer"),
-    (dict(plan_vocab="Step"), "plan_vocab="),
-    (dict(plan_vocab=[1, -2]), "plan_vocab="),
+    (dict(plan_vocab="Step"), "plan_vocab='Step' must be a collection of token ids "
+                              "(resolve names/artifacts before decoding)"),
+    (dict(plan_vocab=[1, -2]), "plan_vocab=[1, -2] must be a collection of token ids "
+                               "(resolve names/artifacts before decoding)"),
+    (dict(plan_vocab=b"ab"), "plan_vocab=b'ab' must be"),
+    (dict(plan_vocab=3.5), "plan_vocab=3.5 must be"),
+    (dict(plan_vocab=[2, True]), "plan_vocab=[2, True] must be"),
+    (dict(plan_vocab=[2, 3.0]), "plan_vocab=[2, 3.0] must be"),
+    # the value is shown up to 60 characters
+    (dict(plan_vocab=list(range(30)) + [-1]),
+     "plan_vocab=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1 must be"),
     (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math"),
     (dict(foo=1), "unknown decoding argument 'foo'"),
 ])
@@ -121,6 +130,9 @@ def test_plan_vocab_tensor_and_set():
     import torch
     assert make_params(plan_vocab=torch.tensor([4, 2])).plan_vocab == (2, 4)
     assert make_params(plan_vocab={7}).plan_vocab == (7,)
+    assert make_params(plan_vocab=torch.tensor(4)).plan_vocab == (4,)
+    assert make_params(plan_vocab=[]).plan_vocab == ()
+    assert make_params(plan_vocab=None).plan_vocab is None
 
 
 def test_static_steps_ok():

@@ -40,12 +40,12 @@ def _fill(totals: StatTotals, records) -> StatTotals:
     return totals
 
 
-RECORDS = [("b", B1), ("a", A1), ("a", "truncated"), ("c", 4), ("a", A2), ("a", 2)]
+RECORDS = [("b", B1), ("a", A1), ("a", "truncated"), ("ab", 4), ("a", A2), ("a", 2)]
 
 
 def test_summary_is_the_hand_computed_means_and_rates():
     got = _fill(StatTotals(), RECORDS).summary()
-    # tasks in name order; "c" has counted prompts but no request, so no row
+    # tasks in name order; "ab" has counted prompts but no request, so no row (and "b" still one)
     assert list(got) == ["a", "b"]
     assert got["a"] == WANT_A and got["b"] == WANT_B
     for row in got.values():
@@ -61,11 +61,11 @@ def test_ranks_merge_to_the_whole_and_state_round_trips():
     assert states[0] == {"b": {"requests": 1.0, **dict.fromkeys(MEAN_KEYS, 0.0), "gen_length": 32.0},
                          "a": {"truncated_prompts": 1.0, "requests": 1.0,
                                **{k: float(v) for k, v in A2.items()}}}
-    assert states[1]["c"] == {"truncated_prompts": 4.0}
+    assert states[1]["ab"] == {"truncated_prompts": 4.0}
     merged = StatTotals.merged(states).summary()
     assert merged == {"a": WANT_A, "b": WANT_B}
     assert StatTotals.merged([_fill(StatTotals(), RECORDS).state()]).summary() == {"a": WANT_A,
                                                                                    "b": WANT_B}
     twice = StatTotals.merged([states[1], states[1]]).state()
-    assert twice["c"] == {"truncated_prompts": 8.0} and twice["a"]["truncated_prompts"] == 4.0
+    assert twice["ab"] == {"truncated_prompts": 8.0} and twice["a"]["truncated_prompts"] == 4.0
     assert StatTotals.merged([{}, {}]).summary() == {}

@@ -52,7 +52,7 @@ from pvf_lmeval.decoding import (DECODERS, PARAM_NAMES, DecodeParams, make_param
     (dict(plan_vocab=list(range(30)) + [-1]),
      "plan_vocab=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1 must be"),
     (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math"),
-    (dict(foo=1), "unknown decoding argument 'foo'"),
+    (dict(foo=1), "unknown decoding argument 'foo'; allowed: " + ", ".join(PARAM_NAMES)),
 ])
 def test_bad_arguments(kw, needle):
     kw = dict(kw)
@@ -64,11 +64,48 @@ def test_bad_arguments(kw, needle):
     assert "\n" not in msg
 
 
-def test_validate_params_direct():
-    with pytest.raises(ValueError, match="width=0"):
-        validate_params(DecodeParams(width=0))
+@pytest.mark.parametrize("fields, message", [
+    (dict(width=0), "width=0 must be >= 1"),
+    (dict(decoder="foo"), "decoder='foo' is not one of static, threshold, freedave, pvf, explore"),
+    (dict(gen_length=0), "gen_length=0 must be >= 1"),
+    (dict(block_length=0), "block_length=0 must be >= 1"),
+    (dict(decoder="static", steps=0), "steps=0 must be a multiple of the number of blocks (4) "
+                                      "and at most gen_length=128"),
+    (dict(decoder="static", steps=6), "steps=6 must be a multiple of the number of blocks (4) "
+                                      "and at most gen_length=128"),
+    (dict(decoder="static", steps=132), "steps=132 must be a multiple of the number of blocks "
+                                        "(4) and at most gen_length=128"),
+    (dict(factor=0.0), "factor=0.0 must be > 0"),
+    (dict(decoder="static", factor=2.0),
+     "factor=2.0 applies only to decoder=threshold (or freedave with base_rule=threshold)"),
+    (dict(temperature=-0.5), "temperature=-0.5 must be >= 0"),
+    (dict(draft_steps=0), "draft_steps=0 must be >= 1"),
+    (dict(base_rule="greedy"), "base_rule='greedy' must be one of static, threshold"),
+    (dict(ar_lo=1.5), "ar_lo=1.5 must be in [0, 1]"),
+    (dict(plan_lo=-0.5), "plan_lo=-0.5 must be in [0, 1]"),
+    (dict(reveal_next=-1), "reveal_next=-1 must be >= 0"),
+    (dict(routes="foo"), "routes='foo' must be one of plan+ar, plan, ar, none"),
+    (dict(pick="best"), "pick='best' must be one of random, planning"),
+    (dict(cache="all"), "cache='all' must be one of none, prefix, dual, dual_base"),
+    (dict(band=(0.6, 0.2)), "band=0.6:0.2 must be lo:hi with 0 <= lo <= hi <= 1"),
+    (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math"),
+])
+def test_validate_params_direct(fields, message):
+    """Parameters built without ``make_params`` (a dataclass) get the same one-line errors."""
+    with pytest.raises(ValueError) as err:
+        validate_params(DecodeParams(**{"gen_length": 128, "block_length": 32, **fields}))
+    assert str(err.value) == message
+
+
+def test_validate_params_boundaries():
     p = DecodeParams()
     assert validate_params(p) is p
+    for fields in (dict(gen_length=1, block_length=1), dict(decoder="static", gen_length=32,
+                                                            block_length=32, steps=1),
+                   dict(decoder="static", gen_length=64, block_length=32, steps=64),
+                   dict(ar_lo=1.0, plan_lo=0.0), dict(ar_lo=0.0, threshold=1.0),
+                   dict(temperature=0.0), dict(reveal_next=0), dict(band=(0.3, 0.3))):
+        assert validate_params(DecodeParams(**fields)) == DecodeParams(**fields)
 
 
 def test_defaults_no_preset():
@@ -124,6 +161,21 @@ def test_coercion_from_strings():
     assert p.band == (0.1, 0.5) and p.plan_vocab == (3, 5) and p.routes == "ar"
     # None means "default"
     assert make_params(None, threshold=None, width=None) == make_params("threshold")
+
+
+def test_scalars_of_tensors_and_spelled_out_no_preset():
+    import torch
+    p = make_params(gen_length=torch.tensor(64), block_length=torch.tensor(32.0), seed=3.0)
+    assert (p.gen_length, p.block_length, p.seed) == (64, 32, 3)
+    assert type(p.gen_length) is int and type(p.block_length) is int
+    with pytest.raises(ValueError) as err:
+        make_params(gen_length=torch.tensor(64.5))
+    assert str(err.value) == "gen_length=64.5 must be an integer"
+    for none in ("", "none"):
+        assert make_params("pvf", preset=none) == make_params("pvf")
+        assert make_params("pvf", preset=none).preset is None
+    assert task_family("") is None and task_family(None) is None
+    assert task_family("gsm8k") == "math-word"
 
 
 def test_plan_vocab_tensor_and_set():

@@ -7,7 +7,8 @@ import torch
 from decoding_tables import EOS, MASK, PROMPT, RandomModel, TableModel, filled, run
 
 from pvf_lmeval.decoding import STAT_KEYS, DecodeResult, decode, make_params
-from pvf_lmeval.decoding.common import gumbel_like, stats_from_logits
+from pvf_lmeval.decoding.blocks import block_size_of
+from pvf_lmeval.decoding.common import gumbel_like, mix_seed, rank_desc, stats_from_logits
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 
@@ -103,6 +104,42 @@ def test_temperature_confidence_is_raw_softmax():
     assert tok.item() == 1
     assert math.isclose(conf.item(), p[1].item(), rel_tol=1e-5)
     assert math.isclose(pmax.item(), p[0].item(), rel_tol=1e-5)
+
+
+def test_request_seeds_are_fixed_values():
+    """The per-request seed (blake2b of "seed/request/repeat", little-endian, 63 bits) is part of
+    what a sampled run reproduces across processes and releases: its values are pinned."""
+    assert mix_seed(0, 0, 0) == 393751907897447445
+    assert mix_seed(1234, 7, 2) == 3534159876084539043
+    assert mix_seed(-1, 3, 0) == 2664277650919298456
+
+
+def test_rank_ties_go_to_the_lower_index_at_any_length():
+    # 64 positions: long enough for an unstable sort to reorder equal keys
+    conf = torch.zeros(2, 64)
+    conf[1, ::3] = 0.5
+    members = torch.ones(2, 64, dtype=torch.bool)
+    members[1, 1] = False
+    rank = rank_desc(conf, members)
+    assert rank[0].tolist() == list(range(64))
+    twos = list(range(0, 64, 3))                      # 22 positions at 0.5 first, then the rest
+    rest = [i for i in range(64) if i % 3 and i != 1]
+    want = [64] * 64
+    for r, i in enumerate(twos + rest):
+        want[i] = r
+    assert rank[1].tolist() == want
+
+
+class _Net:
+    def __init__(self, block_size):
+        self.block_size = block_size
+
+
+@pytest.mark.parametrize("bs", [True, 0, -4, 2.0, "4"])
+def test_a_model_block_size_must_be_a_positive_integer(bs):
+    with pytest.raises(ValueError) as err:
+        block_size_of(_Net(bs))
+    assert str(err.value) == f"model block_size={bs!r} must be a positive integer or None"
 
 
 def test_gumbel_seeded():

@@ -104,12 +104,47 @@ def test_costs_fail_on_any_rise_beyond_the_relative_tolerance():
     zero = [THEN[0], _entry("pvf", rows=0.0)]
     assert _bad(zero, [THEN[0], _entry("pvf", rows=5e-10)]) == []
     assert _bad([THEN[0], _entry("pvf", rows=0.5)], [THEN[0], _entry("pvf", rows=0.5 + 8e-10)]) == []
+    assert _bad(zero, [THEN[0], _entry("pvf", rows=1e-9)]) == []            # at the slack: passes
+    assert _bad(zero, [THEN[0], _entry("pvf", rows=1.5e-9)]) == [
+        [PVF, "branch_rows", "0.00", "0.00", "+0.00", "+0%"]]
     # from zero, the change is absolute
     assert _bad(zero, [THEN[0], _entry("pvf", rows=1.0)]) == [
         [PVF, "branch_rows", "0.00", "1.00", "+1.00", "+0%"]]
     assert _bad(THEN, [THEN[0], _entry("pvf", nfe=None)]) == [
         [PVF, "nfe", "10.00", "missing", "", ""]]
     assert _bad([THEN[0], _entry("pvf", nfe=None)], [THEN[0], _entry("pvf", nfe=99.0)]) == []
+    # a baseline without NFE still checks its branch rows
+    assert _bad([THEN[0], _entry("pvf", nfe=None)], [THEN[0], _entry("pvf", nfe=99.0, rows=40.0)]) == [
+        [PVF, "branch_rows", "30.00", "40.00", "+33.3%", "+0%"]]
+
+
+def test_every_regression_of_every_result_is_listed_in_baseline_order():
+    now = [_entry("threshold", acc=50.0, nfe=12.0, tps=100.0), _entry("pvf", nfe=11.0, tps=90.0)]
+    assert _bad(THEN, now, check_speed=True) == [
+        [THRESHOLD, "acc", "60.00", "50.00", "-10.00 pts", "-1 pts and -2 se (2.83 pts)"],
+        [THRESHOLD, "nfe", "10.00", "12.00", "+20.0%", "+0%"],
+        [PVF, "nfe", "10.00", "11.00", "+10.0%", "+0%"],
+        [PVF, "tps/threshold", "1.50x", "0.90x", "-40.0%", "-10%"]]
+
+
+def test_results_of_several_tasks():
+    def two_tasks(entries):
+        out = []
+        for e in entries:
+            for task in ("t", "u"):
+                if (e.identity["decoder"], task) != ("pvf", "t"):
+                    out.append(Entry(e.path, e.date, {**e.identity, "task": task}, acc=e.acc,
+                                     acc_se=e.acc_se, acc_metric=e.acc_metric, n=e.n, nfe=e.nfe,
+                                     branch_rows=e.branch_rows, tpf=e.tpf, tps=e.tps))
+        return out
+    base = gate.baseline_dict(build_table(two_tasks(THEN)))
+    # pvf has no result on task t: its result on u is still in the baseline
+    assert sorted((b["identity"]["decoder"], b["identity"]["task"]) for b in base["entries"]) == [
+        ("pvf", "u"), ("threshold", "t"), ("threshold", "u")]
+    bad, missing, notes = gate.check(build_table(two_tasks([THEN[0], _entry("pvf", nfe=10.5)])),
+                                     json.loads(json.dumps(base)))
+    assert [r[1:] for r in bad] == [["nfe", "10.00", "10.50", "+5.0%", "+0%"]]
+    assert bad[0][0].startswith("m pvf / u [") and missing == [] and notes == []
 
 
 def test_speed_is_checked_as_the_ratio_to_the_reference_decoder_of_the_same_runs():
@@ -152,6 +187,14 @@ def test_a_baseline_result_without_a_counterpart_is_named_with_the_nearest_run()
     bad, missing, notes = _check(THEN, now)
     assert missing == [THRESHOLD + "\n    nearest run differs in threshold: 0.9 -> 0.7",
                        PVF + "\n    nearest run differs in threshold: 0.9 -> 0.5"]
+    # several differences, in key order
+    now = [_entry("threshold", threshold=0.7), _entry("pvf", threshold=0.5)]
+    for e in now:
+        e.identity["gen_length"] = 128
+    _, missing, _ = _check(THEN, now)
+    assert missing == [
+        THRESHOLD + "\n    nearest run differs in gen_length: 64 -> 128; threshold: 0.9 -> 0.7",
+        PVF + "\n    nearest run differs in gen_length: 64 -> 128; threshold: 0.9 -> 0.5"]
     assert len(notes) == 2 and bad == []
     # no run of that model and task: no nearest line
     _, missing, _ = _check(THEN, [_entry("pvf", model="other")])
@@ -177,3 +220,5 @@ def test_a_file_that_is_not_a_current_baseline_is_refused(baseline, message):
 def test_regression_table_text():
     assert gate.table_text(["a", "bb"], [["xyz", "1"], ["w", "22"]]) == (
         "a    bb\n---  --\nxyz  1\nw    22")
+    # a heading wider than its column's values sets the width
+    assert gate.table_text(["metric", "x"], [["nfe", "1"]]) == "metric  x\n------  -\nnfe     1"

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from types import SimpleNamespace
 from cache_models import ARITH, arith_prompts, dream_like
 from result_fields import assert_same_outcomes
 
@@ -347,7 +348,7 @@ def test_dual_base_refreshes_from_the_base_row(llada):
     prompts, _ = arith_prompts(llada.tokenizer, 6)
     kw = dict(preset="arith", reveal_next=4, plan_vocab=range(0, 600, 2), gen_length=64,
               block_length=16)
-    pairs = 0
+    pairs, spans = 0, set()
     for p in prompts:
         rec = _Recorder(llada)
         r = decode(rec, p, "pvf", cache="dual_base", trace=True, **kw)
@@ -359,6 +360,13 @@ def test_dual_base_refreshes_from_the_base_row(llada):
                 continue
             (n0, span0, _, tok0, _), (n1, span1, _, tok1, ref1) = rec.calls[before[t]:s["nfe"]]
             assert span0 is None and n0 == 1 and span1 is not None and n1 >= 1
+            # the span: the base row's working blocks (active, and the next when revealed)
+            P, B = tok0.shape[1] - kw["gen_length"], kw["block_length"]
+            (a, last), = _working_blocks(tok0[:, P:], SimpleNamespace(
+                B=B, L=kw["gen_length"], nb=kw["gen_length"] // B, mask_id=llada.mask_id,
+                reveal=kw["reveal_next"]))
+            assert tuple(span1) == (P + a * B, P + (last + 1) * B)
+            spans.add((a, last))
             # the cached call reads the keys of the base row the refresh has just run
             assert torch.equal(ref1, tok0[0, -kw["gen_length"]:])
             outside = torch.ones(tok1.shape[1], dtype=torch.bool)
@@ -369,6 +377,7 @@ def test_dual_base_refreshes_from_the_base_row(llada):
         steps = [1] + [s["nfe"] for s in d.steps]
         assert all(b - a <= 1 for a, b in zip(steps, steps[1:]))       # dual: one call a step
     assert pairs > 0                     # refreshes from the base row happened
+    assert spans == {(2, 3)}             # at block 2 (not the first), with block 3 revealed
     for dec in ("threshold", "static"):
         a = decode(llada, prompts[0], dec, cache="dual", gen_length=64, block_length=16)
         b = decode(llada, prompts[0], dec, cache="dual_base", gen_length=64, block_length=16)

@@ -56,6 +56,32 @@ def test_compiled_statistics_decode_like_eager(models, dec, cache, monkeypatch):
     assert ran                              # the compiled pass served the calls
 
 
+def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypatch):
+    """With a model's ``compile_step`` options, every statistics pass of the loop is the compiled
+    one, called with those options, the rows' canvas and (when sampling) the request's noise
+    ([P, V] for one request);
+    a sampled decode equals the eager one."""
+    from decoding_tables import PROMPT, RandomModel
+
+    from pvf_lmeval.decoding import decode
+    seen = []
+    real = compiled.compiled_stats_from_logits
+
+    def spy(logits, cur, mask_id, temperature=0.0, noise=None, *, options=None):
+        seen.append((options, cur.shape == logits.shape[:-1], mask_id, temperature,
+                     None if noise is None else noise.shape[-2:] == logits.shape[-2:]))
+        return real(logits, cur, mask_id, temperature, noise, options=options)
+    monkeypatch.setattr("pvf_lmeval.decoding.batch.compiled_stats_from_logits", spy)
+    kw = dict(gen_length=16, block_length=8, temperature=0.7, seed=5)
+    want = decode(RandomModel(3), PROMPT, "threshold", **kw)
+    assert seen == []
+    m = RandomModel(3)
+    m.compile_step = {"backend": "eager"}
+    got = decode(m, PROMPT, "threshold", **kw)
+    assert (got.tokens, got.nfe, got.routes) == (want.tokens, want.nfe, want.routes)
+    assert seen == [({"backend": "eager"}, True, 23, 0.7, True)] * got.nfe
+
+
 def test_compile_true_is_the_device_mapping():
     assert COMPILE_TRUE == {"cuda": "blocks", "cpu": "blocks"}
     m = load_model("tiny-llada").compile(scope="true", backend="eager")

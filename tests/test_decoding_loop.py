@@ -180,6 +180,7 @@ def test_call_accounting(dec, seed):
         kw["reveal_next"] = 2
     r = decode(m, PROMPT, dec, **kw)
     assert r.nfe == m.nfe and r.branch_rows == sum(m.calls)
+    assert [s["step"] for s in r.steps] == list(range(len(r.steps)))   # one record per round
     prev = 1
     for s in r.steps:                 # each step makes at most one call
         assert s["nfe"] - prev == (1 if s["made_call"] else 0)

@@ -116,12 +116,14 @@ class _Logits:
 
     def __init__(self, cached: list, full: list):
         self.cached, self.full = list(cached), list(full)
-        self.calls = []
+        self.calls, self.args = [], []
         self.mask_id = 9
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
         cached = is_cached_call(cache_segments(cache, tokens.shape[0]))
         self.calls.append("cached" if cached else "full")
+        self.args.append((positions.tolist(), None if attention_mask is None
+                          else attention_mask.tolist()))
         return (self.cached if cached else self.full).pop(0)
 
 
@@ -141,11 +143,15 @@ def test_drift_probe_measures_cached_calls_against_full_ones():
     assert probe.summary() == {"cached_calls": 0, "full_calls": 0, "max_abs": 0.0,
                                "mean_abs": 0.0, "argmax_agree": 1.0}
     assert probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(2)) is full
-    assert probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(2),
-                        cache=_cache((4, 6))) is out1
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1]])
+    assert probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.tensor([4, 5]),
+                        attention_mask=mask, cache=_cache((4, 6))) is out1
     assert probe.logits(torch.zeros(2, 8, dtype=torch.long), torch.arange(3),
                         cache=[(_cache((4, 7)), 1), (_cache((4, 7)), 1)]) is out2
     assert model.calls == ["full", "cached", "full", "cached", "full"]
+    # the uncached reference call sees the cached call's positions and attention mask
+    assert model.args[1:3] == [([4, 5], mask.tolist())] * 2
+    assert model.args[3:5] == [([0, 1, 2], None)] * 2
     assert probe.records == [
         {"max_abs": 0.5, "mean_abs": 0.25, "agree": 1.0, "positions": 2},
         {"max_abs": 2.0, "mean_abs": 0.5, "agree": 0.5, "positions": 6}]
@@ -154,3 +160,12 @@ def test_drift_probe_measures_cached_calls_against_full_ones():
                                "mean_abs": 0.4375, "argmax_agree": 0.625}
     # attributes other than logits are the model's
     assert probe.mask_id == 9
+
+
+def test_drift_probe_mean_over_a_single_finite_entry():
+    # one entry finite in both (difference 0.5); the argmax: 0 cached, 1 uncached
+    out = torch.tensor([[[0.5, -INF, -INF]]])
+    ref = torch.tensor([[[0.0, 1.0, -INF]]])
+    probe = CacheDriftProbe(_Logits(cached=[out], full=[ref]))
+    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1), cache=_cache((4, 5)))
+    assert probe.records == [{"max_abs": 0.5, "mean_abs": 0.5, "agree": 0.0, "positions": 1}]

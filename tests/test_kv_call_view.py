@@ -169,3 +169,8 @@ def test_drift_probe_mean_over_a_single_finite_entry():
     probe = CacheDriftProbe(_Logits(cached=[out], full=[ref]))
     probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1), cache=_cache((4, 5)))
     assert probe.records == [{"max_abs": 0.5, "mean_abs": 0.5, "agree": 0.0, "positions": 1}]
+    # no entry finite in both: a mean of 0, not NaN
+    probe = CacheDriftProbe(_Logits(cached=[torch.tensor([[[-INF, 1.0]]])],
+                                    full=[torch.tensor([[[0.0, -INF]]])]))
+    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1), cache=_cache((4, 5)))
+    assert probe.records == [{"max_abs": 0.0, "mean_abs": 0.0, "agree": 0.0, "positions": 1}]

@@ -84,6 +84,25 @@ def test_cached_equals_uncached_right_after_refresh(request, name, mode):
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
+def test_cached_first_block_of_an_empty_prompt(request, name):
+    """Without a prompt, a cached call of block 0 reads its logits at canvas position 0 too."""
+    m = _model(request, name)
+    L, B = 16, 8
+    y = torch.full((L,), m.mask_id)
+    y[:3] = torch.tensor([5, 6, 7])
+    c = KVCache("dual", prompt_len=0, gen_length=L, block_length=B, mask_id=m.mask_id,
+                reveal_next=0, device="cpu")
+    rows = y.unsqueeze(0)
+    pos = torch.arange(0, B)
+    _refresh(m, c, rows, rows[0], pos)
+    c.span = (0, B)
+    cached, ref = m.logits(rows, pos, cache=c), m.logits(rows, pos)
+    dec = m.decodable
+    assert (cached - ref)[..., :dec].abs().max() <= 1e-4 * ref[..., :dec].abs().max()
+    assert torch.equal(cached.argmax(-1), ref.argmax(-1))
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
 def test_cached_call_with_left_padding_and_two_requests(request, name):
     m = _model(request, name)
     dec = m.decodable

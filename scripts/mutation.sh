@@ -108,9 +108,9 @@ EOF
         exit 1; }
 }
 
-# The mutants of the area to test (all, or the SAMPLE), with each stage's result: reads the
-# copies' results, writes DIR/selected.txt and prints what a stage still has to run.
-#   select_mutants todo-fast | todo-full | summary AREA
+# The mutants of $area to test (all, or the SAMPLE) from both copies' results: prints the
+# names a stage still has to run (todo-fast, todo-full) or the merged score (summary).
+#   select_mutants todo-fast | todo-full | summary
 select_mutants() {
     "$PY" - "$ROOT/mutation" "$area" "${SAMPLE:-}" "${SEED:-0}" "$STAGES" "$1" <<'EOF'
 import collections, hashlib, json, math, pathlib, sys

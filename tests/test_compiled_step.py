@@ -59,8 +59,7 @@ def test_compiled_statistics_decode_like_eager(models, dec, cache, monkeypatch):
 def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypatch):
     """With a model's ``compile_step`` options, every statistics pass of the loop is the compiled
     one, called with those options, the rows' canvas and (when sampling) the request's noise
-    ([P, V] for one request);
-    a sampled decode equals the eager one."""
+    ([P, V] for one request); a sampled decode equals the eager one."""
     from decoding_tables import PROMPT, RandomModel
 
     from pvf_lmeval.decoding import decode

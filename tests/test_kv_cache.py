@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from types import SimpleNamespace
 from cache_models import ARITH, arith_prompts, dream_like
 from result_fields import assert_same_outcomes
 
@@ -381,9 +380,9 @@ def test_dual_base_refreshes_from_the_base_row(llada):
             assert span0 is None and n0 == 1 and span1 is not None and n1 >= 1
             # the span: the base row's working blocks (active, and the next when revealed)
             P, B = tok0.shape[1] - kw["gen_length"], kw["block_length"]
-            (a, last), = _working_blocks(tok0[:, P:], SimpleNamespace(
-                B=B, L=kw["gen_length"], nb=kw["gen_length"] // B, mask_id=llada.mask_id,
-                reveal=kw["reveal_next"]))
+            (a, last), = _working_blocks(tok0[:, P:], KVCache(
+                "dual", prompt_len=P, gen_length=kw["gen_length"], block_length=B,
+                mask_id=llada.mask_id, reveal_next=kw["reveal_next"], device="cpu"))
             assert tuple(span1) == (P + a * B, P + (last + 1) * B)
             spans.add((a, last))
             # the cached call reads the keys of the base row the refresh has just run

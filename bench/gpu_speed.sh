@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The decode loop's speed on a GPU, in one command of at most 8 minutes (docs/speed.md):
 #
+#   part 0  the host's waits for the device (bench/host_ops.py --device cuda): synchronisations
+#           CUDA reports per round, tiny-llada, threshold and pvf, cache=dual, batch 1 and 4
 #   part 1  the loop on the bundled fixtures (bench/e2e.py part 1): both fixtures, held-out
 #           arith_var items at gen_length 256, cache=dual, threshold and pvf, batch 1 and 16,
 #           statistics pass eager and compiled: share of the wall outside model calls, host ms
@@ -20,12 +22,12 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_O
 
 if [ "${1:-}" = "--tiny" ]; then
     DEV=cpu LIMIT=2 PER_SIZE=2 SIZES_1="1 2" SIZES_2="1 2" SHAPES="llada-8b/16" TASK=arith TASK1=arith
-    T1=300 T1C=300 T2=300 COMPILE="" THREADS="--threads 1"
+    T0=300 T1=300 T1C=300 T2=300 COMPILE="" THREADS="--threads 1"
 elif [ -n "${1:-}" ]; then
     echo "gpu_speed.sh: unknown argument '$1'; allowed: --tiny (or nothing)" >&2; exit 2
 else
     DEV=cuda LIMIT=64 PER_SIZE=8 SIZES_1="1 16" SIZES_2="1 4 16 64" SHAPES="llada-8b dream-7b"
-    TASK=arith_var TASK1=arith_var T1=75 T1C=105 T2=145 COMPILE="--compile" THREADS=""
+    TASK=arith_var TASK1=arith_var T0=30 T1=75 T1C=95 T2=135 COMPILE="--compile" THREADS=""
 fi
 DIR=${OUT:-bench/results/$(date -u +%Y-%m-%d)-$(hostname -s)}
 mkdir -p "$DIR"
@@ -47,6 +49,12 @@ run() {   # name, timeout seconds, arguments of bench/e2e.py
         grep '^{' "$DIR/$name.out"
     fi
 }
+
+echo "== host-syncs (at most ${T0} s)"
+timeout "$T0" $PY bench/host_ops.py --device $DEV --fixtures tiny-llada --limit 4 --caches dual \
+    --batch-sizes 1 4 > "$DIR/host-syncs.out" 2> "$DIR/host-syncs.err" \
+    || echo "host-syncs: exit $? (124: timed out); see $DIR/host-syncs.err"
+cat "$DIR/host-syncs.out"
 
 run loop-eager "$T1" --fixtures tiny-llada tiny-dream --task $TASK1 --limit $((LIMIT < 16 ? LIMIT : 16)) \
     --decoders threshold pvf --caches dual --batch-sizes $SIZES_1 --device $DEV $THREADS

@@ -4,6 +4,13 @@ outside ``model.logits`` per round, per decoder x cache x batch size (tiny fixtu
 with the batch only where the host does work per request (one operation per request per round
 would add R - 1 operations at batch R).
 
+With ``--device cuda``, the table adds the synchronisations CUDA reports per round
+(``torch.cuda.set_sync_debug_mode``, model calls included): each is a wait of the host for the
+queued kernels. The loop's own are one read per round plus two per batch (the first call's
+layout and the finished outputs) and no blocking upload (``tests/test_host_reads.py`` pins both
+on the CPU); ``decode_batch`` adds one copy per prompt and two synchronisations that time each
+batch, before and after its rounds.
+
     python bench/host_ops.py --fixtures tiny-llada --limit 32
 """
 
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -56,19 +64,45 @@ class Uncounted:
             self.counter.counting = True
 
 
+class CudaSyncs:
+    """Counts the synchronisations CUDA reports while active (``set_sync_debug_mode("warn")``);
+    a no-op count of 0 on other devices."""
+
+    def __init__(self, device: str):
+        self.on = device.startswith("cuda")
+        self.n = 0
+
+    def __enter__(self):
+        if self.on:
+            self._w = warnings.catch_warnings(record=True)
+            self._log = self._w.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            torch.cuda.set_sync_debug_mode("default")
+            self.n = sum("synchroniz" in str(w.message) for w in self._log)
+            self._w.__exit__(*exc)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arith_bench.add_arguments(ap, fixtures_default=["tiny-llada"], limit_default=32)
     ap.add_argument("--decoders", nargs="+", default=["threshold", "pvf"])
     ap.add_argument("--caches", nargs="+", default=["none", "dual"])
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 16])
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     docs = arith_bench.held_out(args.limit)
-    print("| fixture | decoder | cache | batch | rounds | operations outside the model per "
-          "round | vs batch 1 |\n|---|---|---|---|---|---|---|")
+    cuda = args.device.startswith("cuda")
+    print("| fixture | decoder | cache | batch | batches | rounds | operations outside the model "
+          "per round | vs batch 1 |" + (" CUDA syncs per round |" if cuda else "")
+          + "\n|---|---|---|---|---|---|---|---|" + ("---|" if cuda else ""))
     for name in args.fixtures:
-        base = load_model(name, device="cpu")
+        base = load_model(name, device=args.device)
         prompts = arith_bench.prompt_ids(base.tokenizer, docs)
         counter = OpCounter()
         model = Uncounted(base, counter)
@@ -78,14 +112,19 @@ def main(argv=None) -> None:
                 first = None
                 for bs in args.batch_sizes:
                     counter.n = 0
-                    with RoundCounter() as rc, counter:
+                    cuda_syncs, batches = CudaSyncs(args.device), 0
+                    with RoundCounter() as rc, counter, cuda_syncs:
                         for a in range(0, len(prompts), bs):
                             decode_batch(model, prompts[a:a + bs], params=params,
                                          request_indices=list(range(a, a + len(prompts[a:a + bs]))))
+                            batches += 1
                     per = counter.n / rc.n
                     first = first or per
-                    print(f"| {name} | {dec} | {cache} | {bs} | {rc.n} | {per:.1f} | "
-                          f"{per / first:.2f}x |", flush=True)
+                    row = (f"| {name} | {dec} | {cache} | {bs} | {batches} | {rc.n} | {per:.1f} | "
+                           f"{per / first:.2f}x |")
+                    if cuda:
+                        row += f" {cuda_syncs.n / rc.n:.2f} |"
+                    print(row, flush=True)
 
 
 if __name__ == "__main__":

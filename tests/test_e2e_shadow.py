@@ -109,10 +109,10 @@ def test_gpu_script_budget_and_arguments():
     script = REPO / "bench" / "gpu_speed.sh"
     text = script.read_text()
     gpu = next(line for line in text.splitlines() if "TASK1=arith_var" in line)
-    t = {k: int(v) for k, v in re.findall(r"\b(T1|T1C|T2)=(\d+)", gpu)}
+    t = {k: int(v) for k, v in re.findall(r"\b(T0|T1|T1C|T2)=(\d+)", gpu)}
     shapes = re.search(r'SHAPES="([^"]+)"', next(
         line for line in text.splitlines() if 'SHAPES="llada-8b dream-7b"' in line)).group(1)
-    assert t["T1"] + t["T1C"] + len(shapes.split()) * t["T2"] <= 480
+    assert t["T0"] + t["T1"] + t["T1C"] + len(shapes.split()) * t["T2"] <= 480
     out = subprocess.run(["bash", str(script), "--fast"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "unknown argument '--fast'; allowed: --tiny" in out.stderr

@@ -9,6 +9,12 @@ indexing, ``repeat_interleave`` without ``output_size`` need the device to size 
 and ``Tensor.tolist``/``numpy``, which dispatch no operation. Reads inside the model call count
 too (the KV cache's cached calls run there).
 
+A blocking upload is a host list copied to the device by ``torch.tensor``/``torch.as_tensor``
+with a ``device``: from pageable memory, CUDA synchronises the stream before the copy, so it
+waits like a read. The loop makes none: its index tensors go through
+``pvf_lmeval.uploads.upload`` (page-locked, asynchronous). :class:`HostReads` records the
+others, with the line that made them, in ``uploads``.
+
 Rounds are told apart by ``Batch.call``, which the loop calls once per round after the initial
 call. The expected reads, counted from the start of each ``Batch.call``: the initial call's
 layout and round 0's (2), then one per round (its stop flags with the next round's layout),
@@ -17,12 +23,15 @@ and the last round's plus the finished requests' outputs (2).
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from cache_models import arith_prompts
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pvf_lmeval.decoding.batch as batch_mod
+import pvf_lmeval.uploads as uploads
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 from pvf_lmeval.planning.online import OnlineVocab
@@ -39,11 +48,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 class HostReads(TorchDispatchMode):
     """``log``: the host reads made while active (operation names), with ``"|"`` where a
-    ``Batch.call`` starts (see the module docstring)."""
+    ``Batch.call`` starts; ``uploads``: the blocking uploads, ``file:line`` of each (see the
+    module docstring)."""
 
     def __init__(self):
         super().__init__()
         self.log: list[str] = []
+        self.uploads: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -99,6 +110,14 @@ def counted(monkeypatch):
             reads.log.append(_name)
             return _orig(t, *a, **k)
         monkeypatch.setattr(torch.Tensor, name, read)
+    for name in ("tensor", "as_tensor"):
+        def build(data, *a, _orig=getattr(torch, name), **k):
+            caller = sys._getframe(1).f_code.co_filename
+            if k.get("device") is not None and not isinstance(data, torch.Tensor) \
+                    and caller != uploads.__file__:
+                reads.uploads.append(f"{caller}:{sys._getframe(1).f_lineno}")
+            return _orig(data, *a, **k)
+        monkeypatch.setattr(torch, name, build)
     return reads
 
 
@@ -146,6 +165,7 @@ def test_one_host_read_per_round(llada, prompts, counted, monkeypatch, dec, kw, 
         res = _decode(model, prompts[:batch], dec, kw, cache, online)
     rounds = counted.log.count("|") - 1
     assert counted.per_call() == [0, 2] + [1] * (rounds - 1) + [2], counted.log
+    assert counted.uploads == []
     # a long schedule: four blocks, requests finishing in different rounds (static's fixed
     # schedule excepted), cached calls between refreshes
     assert rounds >= 4 and (batch == 1 or dec == "static" or len({r.nfe for r in res}) > 1)
@@ -169,4 +189,10 @@ def test_the_counter_sees_each_kind_of_read(counted):
         torch.repeat_interleave(x, x, output_size=15)
         x[torch.tensor([1, 2])]
         torch.where(x > 2, x, 0)
+        # one blocking upload; a tensor's own device change and ``upload`` are not
+        torch.tensor([1, 2], device="cpu")
+        torch.as_tensor(x, device="cpu")
+        torch.tensor([3])
+        uploads.upload([1, 2], "cpu")
     assert counted.per_call() == [8]
+    assert [u.rsplit("/", 1)[-1].split(":")[0] for u in counted.uploads] == ["test_host_reads.py"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..uploads import upload
 from .blocks import block_size_of, check_block_length, reach, region_layout
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits, step_options
@@ -75,8 +76,7 @@ class Batch:
             self.L += self.B
         self.nb = self.L // self.B
         self.mask_id = int(model.mask_id)
-        self.eos = torch.tensor(sorted({int(e) for e in model.eos_ids}), dtype=torch.long,
-                                device=self.device)
+        self.eos = upload(sorted({int(e) for e in model.eos_ids}), self.device)
         self.early_stop = params.early_stop
         self.temperature = params.temperature
         self.reveal = reveal
@@ -93,7 +93,7 @@ class Batch:
         T = self.P0 + self.L
         self.attention = None                                                      # [n, T]
         if any(pads):
-            pad_t = torch.tensor(pads, device=self.device)
+            pad_t = upload(pads, self.device)
             self.attention = (torch.arange(T, device=self.device) >= pad_t[:, None]).long()
         self._seeds = [mix_seed(params.seed, r, k) for r, k in zip(request_indices,
                                                                    repeat_indices)]
@@ -149,7 +149,7 @@ class Batch:
         """The loop names the live requests of this round (the leading dim of every state the
         rules below get); only the block-diffusion layout needs them (``start``)."""
         if self.block_size is not None:
-            self._start_live = torch.tensor([self.start[i] for i in ids], device=self.device)
+            self._start_live = upload([self.start[i] for i in ids], self.device)
 
     def answer(self, i: int, values: list) -> list:
         """Request i's ``gen_length`` answer positions of per-region-position ``values``."""
@@ -230,7 +230,7 @@ class Batch:
             hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
         cols = [n, lo_b, hi_b]
         if self.cache is not None:
-            req = torch.tensor(ids, device=rows.device)
+            req = upload(ids, rows.device)
             cols += list(self.cache.flags(req, rows, a, valid).unbind(-1))
         return torch.stack(cols, dim=-1)
 
@@ -308,7 +308,7 @@ class Batch:
             owner += [i] * k
             lens.append(hi - lo)
         N = len(layout)
-        index = torch.tensor([layout, owner], device=dev)
+        index = upload([layout, owner], dev)
         gen = flat.index_select(0, index[0])
         tokens = torch.cat([self.prompt.index_select(0, index[1]), gen], dim=1)    # [N, T]
         P = max(lens)
@@ -319,8 +319,8 @@ class Batch:
             gpos = positions.expand(N, P) - self.P0
             at = at + gpos
         else:
-            lo_len = torch.tensor([[lo, hi - lo] for _, _, k, lo, hi, *_ in seats
-                                   for _ in range(k)], device=dev)              # [N, 2]
+            lo_len = upload([[lo, hi - lo] for _, _, k, lo, hi, *_ in seats
+                             for _ in range(k)], dev)                           # [N, 2]
             j = torch.arange(P, device=dev)[None]
             step = torch.minimum(j, lo_len[:, 1:] - 1)
             gpos = lo_len[:, :1] + step                                          # [N, P]
@@ -378,7 +378,7 @@ class Batch:
             return per[0]
         counts = [k for _, _, k, *_ in seats]
         # output_size: the length is known here, so the device is never asked for it
-        return torch.repeat_interleave(torch.stack(per), torch.tensor(counts, device=per[0].device),
+        return torch.repeat_interleave(torch.stack(per), upload(counts, per[0].device),
                                        dim=0, output_size=sum(counts))
 
     def commit_caches(self, ids: list[int], y: Tensor) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..uploads import upload
 from .common import first_true
 
 
@@ -225,7 +226,7 @@ class BatchKV:
     def _keep(self, kv_out: list, call: "KVCall", pick: Tensor, ok: Tensor, ref: Tensor) -> None:
         """Requests ``call.req`` keep rows ``pick`` [S] of a full call's keys/values ``kv_out``;
         ``ok`` [S] and ``ref`` [S, L] become theirs."""
-        req = torch.tensor(call.req, device=ref.device)
+        req = upload(call.req, ref.device)
         if self.kv is None:
             self.kv = [(k.new_empty((self.n, *k.shape[1:])), v.new_empty((self.n, *v.shape[1:])))
                        for k, v in kv_out]
@@ -258,7 +259,7 @@ class BatchKV:
             N = call.gen.shape[0]
             # output_size: the length is known here, so the device is never asked for it
             seg = torch.repeat_interleave(torch.arange(len(call.req), device=dev),
-                                          torch.tensor(call.rows, device=dev),
+                                          upload(call.rows, dev),
                                           output_size=N)                              # [N]
             match = (call.gen == y.index_select(0, call.row_r)).all(-1)               # [N]
             j = torch.arange(N, device=dev)
@@ -301,7 +302,7 @@ class KVCall:
         call is every request of the batch in order)."""
         if self.req == list(range(self.store.n)):
             return self.store.kv
-        idx = torch.tensor(self.req, device=self.store.ref.device)
+        idx = upload(self.req, self.store.ref.device)
         return [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.store.kv]
 
     def keep(self, kv_out: list) -> None:

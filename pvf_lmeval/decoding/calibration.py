@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..uploads import upload
 from .common import Branches, Choice, Stats, Step, base_labels, threshold_select
 from .verify import verify_plans
 
@@ -62,6 +63,6 @@ class CalibrationStep(Step):
         K = m["own"].shape[1]
         kept = (torch.arange(K, device=y.device) < m["k"][:, None]) & (br.n > 0)[:, None]
         pos = m["own"].float().argmax(-1)                                        # [R, K]
-        req = torch.tensor(ids, device=y.device)[:, None].expand(-1, K)
+        req = upload(ids, y.device)[:, None].expand(-1, K)
         self.events.append((req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
         return Choice(torch.zeros_like(br.n), br.labels)

@@ -335,8 +335,8 @@ def llada_count_tensor(block_masks: int | Tensor, steps_per_block: int, done: Te
     broadcasting with ``done``) in s steps (``steps_per_block``) commits m//s + 1 at its first
     m%s steps and m//s at the others; ``done`` (tokens already committed in the
     block) fixes the step."""
-    m = torch.as_tensor(block_masks, device=done.device)
-    q, r = m // steps_per_block, m % steps_per_block
+    # an int stays on the host: a scalar tensor made from it would be a blocking upload
+    q, r = block_masks // steps_per_block, block_masks % steps_per_block
     # the first r steps commit q + 1 each, r * (q + 1) tokens in all (the whole block when
     # m < s: q = 0 is never asked for)
     return torch.where(done < r * (q + 1), q + 1, q).expand_as(done)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..uploads import upload
 from .batch import Batch
 from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches
 
@@ -164,12 +165,12 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             routes = torch.where(fill, torch.zeros_like(routes), routes)
             end = [r for r, h in enumerate(host) if h[1]]
             finals.append(([ids[r] for r in end], torch.cat([y, routes.long(), tally], 1)
-                           .index_select(0, torch.tensor(end, device=dev))))
+                           .index_select(0, upload(end, dev))))
             keep = [r for r, h in enumerate(host) if not h[1]]
             ids, host = [ids[r] for r in keep], [host[r] for r in keep]
             if not ids:
                 break
-            kt = torch.tensor(keep, device=dev)
+            kt = upload(keep, dev)
             y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
                                     tally.index_select(0, kt), st.select(kt))
             nbr = nbr.select(kt)

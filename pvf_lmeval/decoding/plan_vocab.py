@@ -16,6 +16,8 @@ import weakref
 import torch
 from torch import Tensor
 
+from ..uploads import upload
+
 _CAPITALISED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -54,7 +56,7 @@ class FixedVocab:
 
     def __init__(self, ids, device="cpu"):
         self.ids = tuple(sorted({int(i) for i in ids}))
-        self._t = torch.tensor(self.ids, dtype=torch.long, device=device)
+        self._t = upload(self.ids, device)
 
     def eligible_mask(self, tok: Tensor) -> Tensor:
         if not self.ids:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..uploads import upload
 from .common import (AR, BASE, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
                      rank_desc, static_select, threshold_select)
 from .verify import rows_of, verify_plans
@@ -84,7 +85,7 @@ class PVFDecoder(Step):
             self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
             self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
             self._prev_sel = torch.zeros_like(self._prev_W)
-        idx = torch.tensor(ids, device=b.device)
+        idx = upload(ids, b.device)
         return self._mode.index_select(0, idx), idx
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:

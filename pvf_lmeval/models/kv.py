@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from ..uploads import upload
+
 
 class _Segments:
     """The call view of ``[(KVCache_or_None, n_rows), ...]`` (one-request caches)."""
@@ -100,12 +102,12 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
         raise ValueError(f"cache spans {view.spans} do not fit a canvas of {T}")
     S, nmax = max(lens), max(ns)
     Q = nmax * S
-    n_t = torch.tensor(ns, device=dev)
+    n_t = upload(ns, dev)
     starts = torch.cumsum(n_t, 0) - n_t
     ii = torch.arange(nmax, device=dev)
     row_idx = starts[:, None] + torch.minimum(ii[None], n_t[:, None] - 1)      # [R, nmax]
-    s0 = torch.tensor(s0s, device=dev)
-    ln = torch.tensor(lens, device=dev)
+    s0 = upload(s0s, dev)
+    ln = upload(lens, dev)
     j = torch.arange(S, device=dev)
     qpos = (s0[:, None] + j).clamp(max=T - 1)                               # [R, S]
     qtok = tokens[row_idx[:, :, None], qpos[:, None, :]]                    # [R, nmax, S]

@@ -124,6 +124,28 @@ def test_a_mask_id_from_the_tokenizer_outside_the_embeddings(tmp_path):
            "689 embeddings")
 
 
+def test_a_mask_id_that_is_also_the_end_id_names_the_tokenizers_mask(tmp_path):
+    """mask = eos = pad in config.json (as a third-party LLaDA-MoE config class has it): the
+    decoders never predict the mask token, so that end could never be written."""
+    folder = _copy(tmp_path)
+    _edit_config(folder, mask_token_id=686)
+    # 689 is the tokenizer's <|eot_id|>, an end of turn
+    msg = _fails(folder, "(config.json and tokenizer)", "mask_token_id=686 is also an "
+                 "end-of-text id (end ids [686, 689]): a masked diffusion LM needs a mask token of its own")
+    assert msg.endswith("; the tokenizer's mask token <|mdm_mask|> is id 690: set mask_token_id "
+                        "to it in config.json")
+
+
+def test_a_mask_id_that_is_also_the_end_id_without_a_mask_token(tmp_path):
+    folder = _copy(tmp_path)
+    _edit_config(folder, mask_token_id=686)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = folder / name
+        path.write_text(path.read_text().replace("<|mdm_mask|>", "<|unused_690|>"))
+    msg = _fails(folder, "mask_token_id=686 is also an end-of-text id")
+    assert msg.endswith("needs a mask token of its own")
+
+
 @pytest.mark.parametrize("value", ["abc", -1e-5, 0, float("nan"), float("inf"), 2.0, None])
 def test_epsilons_that_are_not_small_positive_numbers(tmp_path, value):
     folder = _copy(tmp_path)

@@ -224,6 +224,21 @@ def _special_ids(config: dict, tokenizer, defaults: dict | None = None
     return int(mask_id), eos_ids, pad_id
 
 
+def check_mask_not_an_end(mask_id: int, eos_ids: tuple[int, ...], tokenizer, where: str) -> None:
+    """A mask id that is also an end-of-text id is an error: the decoders never predict the mask
+    token, so that end could never be written and the answer would never stop there. The
+    message names the tokenizer's own mask token when it has a distinct one."""
+    if mask_id not in eos_ids:
+        return
+    vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+    own = [(t, vocab[t]) for t in MASK_TOKENS if vocab.get(t, mask_id) not in eos_ids]
+    hint = (f"; the tokenizer's mask token {own[0][0]} is id {own[0][1]}: set mask_token_id to it "
+            "in config.json") if own else ""
+    raise UnsupportedCheckpoint(f"{where}: mask_token_id={mask_id} is also an end-of-text id "
+                                f"(end ids {list(eos_ids)}): a masked diffusion LM needs a mask "
+                                f"token of its own{hint}")
+
+
 def load_tokenizer(folder: Path, fallback_class: str | None = None):
     """The folder's tokenizer, built by transformers' own classes only (see ``tokenizer_files``)."""
     from .tokenizer_files import load_tokenizer as _load
@@ -258,6 +273,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
     check_token_ids({"mask_token_id": mask_id, "eos_token_id": list(eos_ids),
                      "pad_token_id": pad_id}, cfg.vocab_size,
                     f"{folder} (config.json and tokenizer)")
+    check_mask_not_an_end(mask_id, eos_ids, tokenizer, f"{folder} (config.json and tokenizer)")
 
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)

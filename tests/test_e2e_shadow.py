@@ -116,3 +116,22 @@ def test_gpu_script_budget_and_arguments():
     out = subprocess.run(["bash", str(script), "--fast"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "unknown argument '--fast'; allowed: --tiny" in out.stderr
+
+
+def test_gpu_session_script_budget_and_arguments():
+    """bench/gpu_session.sh: its parts' timeouts add up to at most 460 s (a device command of
+    8 minutes keeps time to start and pack), every part has one, and an unknown argument is
+    refused before any work."""
+    import re
+    import subprocess
+
+    script = REPO / "bench" / "gpu_session.sh"
+    text = script.read_text()
+    gpu = next(line for line in text.splitlines() if line.split()[:1] == ["T_SYNC=30"])
+    t = dict(re.findall(r"\b(T_[A-Z]+)=(\d+)", gpu))
+    used = set(re.findall(r'^part \S+ "\$(T_[A-Z]+)"', text, re.M))
+    assert used == set(t) and len(used) == 5
+    assert sum(int(v) for v in t.values()) <= 460
+    out = subprocess.run(["bash", str(script), "--all"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr == "gpu_session.sh: unknown argument '--all'; allowed: --tiny (or nothing)\n"

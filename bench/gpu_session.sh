@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Every GPU measurement the open work needs, in one command of at most 8 minutes, for a session
+# that is lent a GPU for a short while (docs/speed.md, docs/batch-invariance.md, docs/models.md):
+#
+#   host-syncs   synchronisations per round that CUDA reports (bench/host_ops.py --device cuda)
+#   invariance   batch 1 vs 16 with batch_invariant off and on, threshold and pvf, and the
+#                option's cost per call at LLaDA-8B's shape (bench/gpu_invariance.py)
+#   loop         the loop on both fixtures, arith_var at 256, cache dual, batch 1 and 16:
+#                share of the wall outside model calls (bench/e2e.py)
+#   shadow       the real loop at LLaDA-8B's cost: pvf and threshold, dual and dual_base,
+#                batch 1/4/16/64, compile=true's scope (bench/e2e.py --shadow llada-8b)
+#   moe          LLaDA-MoE-7B-A1B and LLaDA2.0-mini shapes: replayed decodes and the expert
+#                layer against a dense one of the same active width (bench/moe_speed.py)
+#
+# Each part runs under its own timeout (they add up to at most 460 s) and keeps what it printed
+# when cut short. A device call brings back at most 8 files, so with $OUT set the raw output is
+# packed into $OUT/session.tgz after every part, beside $OUT/session.txt (everything printed);
+# without it, both and the raw files go to bench/results/<UTC date>-<host>/.
+#
+#   bash bench/gpu_session.sh            # on a CUDA machine
+#   bash bench/gpu_session.sh --tiny     # everything shrunk, on the CPU (checks the script runs)
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export PYTHONUNBUFFERED=1
+
+if [ "${1:-}" = "--tiny" ]; then
+    DEV=cpu ITEMS=2 SIZES_INV=1,2 SIZES_LOOP="1 2" SIZES_SHADOW="1 2" PER_SIZE=2 TASK=arith
+    SHAPE=llada-8b/16 INV="--dtype float32 --gen-length 32 --shape none" MOE="--reduce 16"
+    COMPILE="" THREADS="--threads 1"
+    T_SYNC=300 T_INV=300 T_LOOP=300 T_SHADOW=300 T_MOE=300
+elif [ -n "${1:-}" ]; then
+    echo "gpu_session.sh: unknown argument '$1'; allowed: --tiny (or nothing)" >&2; exit 2
+else
+    DEV=cuda ITEMS=32 SIZES_INV=1,16 SIZES_LOOP="1 16" SIZES_SHADOW="1 4 16 64" PER_SIZE=8
+    TASK=arith_var SHAPE=llada-8b INV="" MOE="" COMPILE="--compile" THREADS=""
+    T_SYNC=30 T_INV=150 T_LOOP=75 T_SHADOW=135 T_MOE=70
+fi
+if [ -n "${OUT:-}" ]; then          # a device call: only the log and the pack go to $OUT
+    DIR=$OUT WORK=$(mktemp -d)
+else
+    DIR=bench/results/$(date -u +%Y-%m-%d)-$(hostname -s)
+    WORK=$DIR/session
+fi
+mkdir -p "$DIR" "$WORK"
+LOG=$DIR/session.txt
+: > "$LOG"
+{ date -u; hostname; $PY -c 'import torch; print("torch", torch.__version__,
+  torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'; git rev-parse HEAD
+} 2>&1 | tee "$WORK/machine.txt" >> "$LOG"
+
+part() {   # name, timeout seconds, command...: output to $WORK/name.out/.err, then pack
+    local name=$1 secs=$2; shift 2
+    echo "== $name (at most ${secs} s)" | tee -a "$LOG"
+    timeout "$secs" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
+    local rc=$?
+    [ $rc -eq 0 ] || echo "$name: exit $rc (124: timed out)" | tee -a "$LOG"
+    cat "$WORK/$name.out" >> "$LOG"
+    tail -5 "$WORK/$name.err" >> "$LOG"
+    tar czf "$DIR/session.tgz" -C "$WORK" .
+}
+
+part host-syncs "$T_SYNC" $PY bench/host_ops.py --device $DEV --fixtures tiny-llada --limit 4 \
+    --caches dual --batch-sizes 1 4
+part invariance "$T_INV" $PY bench/gpu_invariance.py --device $DEV --decoders threshold,pvf \
+    --items $ITEMS --batch-sizes $SIZES_INV --out "$WORK/invariance" $INV
+part loop "$T_LOOP" $PY bench/e2e.py --fixtures tiny-llada tiny-dream --task $TASK \
+    --limit $((ITEMS < 16 ? ITEMS : 16)) --decoders threshold pvf --caches dual \
+    --batch-sizes $SIZES_LOOP --device $DEV $THREADS --json "$WORK/loop.json"
+part shadow "$T_SHADOW" $PY bench/e2e.py --shadow $SHAPE --fixtures tiny-llada --task $TASK \
+    --limit $((ITEMS * 2)) --requests-per-size $PER_SIZE --decoders pvf threshold \
+    --caches dual dual_base --batch-sizes $SIZES_SHADOW --device $DEV $THREADS $COMPILE \
+    --json "$WORK/shadow.json"
+part moe "$T_MOE" $PY bench/moe_speed.py --device $DEV $MOE
+echo "raw output: $DIR (packed: $DIR/session.tgz)" | tee -a "$LOG"

@@ -6,7 +6,6 @@ fixtures; padding really masked."""
 from __future__ import annotations
 
 import pytest
-import torch
 from cache_models import arith_prompts, dream_like, random_prompts
 from result_fields import assert_same_outcomes, outcome, trace_floats
 

@@ -40,7 +40,7 @@ def test_fixture_decides_and_shadow_cache_follows(e2e, llada, monkeypatch, dec, 
     import shadow
 
     from pvf_lmeval.decoding import batch as batch_mod
-    from pvf_lmeval.decoding import decode_batch, make_params
+    from pvf_lmeval.decoding import decode_batch
 
     import arith_bench
 

@@ -157,7 +157,7 @@ def _working_blocks(gen, cache):
     """Per row of generation regions ``gen`` [N, L]: (active block, last working block), the
     next block counting when at most ``reveal_next`` masks are left in the active one; None for
     rows without a mask."""
-    B, L, nb = cache.B, cache.L, cache.nb
+    B, nb = cache.B, cache.nb
     out = []
     for g in gen:
         masked = g == cache.mask_id

@@ -3,7 +3,6 @@ requests, save/seed, determinism, frozen batch-size invariance, bad input."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest

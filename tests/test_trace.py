@@ -8,7 +8,6 @@ A missing chromium, chromedriver or selenium fails the browser test (``.ci/run``
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections import Counter

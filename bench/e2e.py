@@ -63,7 +63,7 @@ from pvf_lmeval.decoding import DECODERS, decode_batch, make_params  # noqa: E40
 from pvf_lmeval.decoding import batch as batch_mod  # noqa: E402
 from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
+from pvf_lmeval.models.diffusion_lm import DiffusionLM, compile_seconds  # noqa: E402
 from pvf_lmeval.models.kv import cache_segments, is_cached_call  # noqa: E402
 from pvf_lmeval.models.transformer import TransformerConfig  # noqa: E402
 
@@ -456,9 +456,16 @@ def shadow_row(model, prompts, order, params, dev, *, warm: bool) -> dict:
     """Decode the batches ``order`` (lists of prompt indices) through the shadow ``model``; the
     timed figures of one table row. ``warm``: decode the first batch once untimed first (the
     compiled graphs are dynamic beyond size 1: one warm-up at size 1 and one above serve all)."""
-    if warm:
+    warmup_s = compile_s = None
+    if warm:        # its wall and the part of it torch.compile spent compiling: the warm-up
+        c0 = compile_seconds()
+        sync(dev)
+        t0 = time.perf_counter()
         decode_batch(model, [prompts[i] for i in order[0]], params=params,
                      request_indices=order[0])
+        sync(dev)
+        warmup_s, c1 = time.perf_counter() - t0, compile_seconds()
+        compile_s = None if c0 is None or c1 is None else c1 - c0
     model.fixture_s = model.inside_s = 0.0
     model.calls = 0
     tokens, wall, latency, nfe = 0, 0.0, 0.0, 0
@@ -484,7 +491,8 @@ def shadow_row(model, prompts, order, params, dev, *, warm: bool) -> dict:
            "bound_tps": tokens / model.inside_s,
            "outside_share": outside / wall,
            "outside_ms_per_round": 1000 * outside / max(rc.n, 1),
-           "stats_ms_per_round": 1000 * stt.seconds / max(rc.n, 1)}
+           "stats_ms_per_round": 1000 * stt.seconds / max(rc.n, 1),
+           "warmup_s": warmup_s, "compile_s": compile_s}
     return row
 
 
@@ -492,20 +500,29 @@ def shadow_table(rows: list[dict], note: str) -> str:
     out = [f"Decode loop on the shadow of {note}", "",
            "| shadow | decoder | cache | batch | requests | NFE | rounds | per-request tokens/s "
            "| aggregate tokens/s | vs batch 1 | calls-only bound tokens/s | outside share "
-           "| outside ms/round | statistics ms/round |",
-           "|" + "---|" * 14]
+           "| outside ms/round | statistics ms/round | warm-up s (compiling) |",
+           "|" + "---|" * 15]
     for r in rows:
         if r.get("oom"):
             out.append(f"| {r['shape']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
-                       f"{r['requests']} | out of memory |" + " |" * 8)
+                       f"{r['requests']} | out of memory |" + " |" * 9)
             continue
         out.append(f"| {r['shape']} | {r['decoder']} | {r['cache']} | {r['batch']} | "
                    f"{r['requests']} | {r['nfe']:.1f} | {r['rounds']} | "
                    f"{r['per_request_tps']:.1f} | {r['aggregate_tps']:.1f} | "
                    f"{r['vs_batch_1']:.2f}x | {r['bound_tps']:.1f} | "
                    f"{100 * r['outside_share']:.0f}% | {r['outside_ms_per_round']:.2f} | "
-                   f"{r['stats_ms_per_round']:.2f} |")
+                   f"{r['stats_ms_per_round']:.2f} | {_warm_cell(r)} |")
     return "\n".join(out)
+
+
+def _warm_cell(r: dict) -> str:
+    """The warm-up decode's wall seconds and, in brackets, torch.compile's part of it (blank
+    for a row without a warm-up; "?" where torch keeps no compile record)."""
+    if r.get("warmup_s") is None:
+        return ""
+    c = "?" if r.get("compile_s") is None else f"{r['compile_s']:.1f}"
+    return f"{r['warmup_s']:.1f} ({c})"
 
 
 def main(argv=None) -> None:

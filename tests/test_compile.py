@@ -38,3 +38,48 @@ def test_batched_runs_stay_within_a_few_graphs_per_block_function():
     # graph per (one row or several) x (attention mask or none)
     assert 0 < counters["stats"]["unique_graphs"] <= 10
     torch._dynamo.reset()
+
+
+def test_compile_seconds_reads_dynamos_record(monkeypatch):
+    """``compile_seconds``: dynamo's total of frame compiles, growing with each compile; None
+    when torch keeps a record without that entry (a renamed metric is not read as zero)."""
+    import torch._dynamo.utils as dynamo_utils
+
+    from pvf_lmeval.models.diffusion_lm import compile_seconds
+
+    before = compile_seconds()
+    fn = torch.compile(lambda x: x * 3 + 1, backend="eager")
+    assert fn(torch.ones(2)).tolist() == [4.0, 4.0]
+    assert compile_seconds() > before
+    monkeypatch.setattr(dynamo_utils, "compilation_time_metrics", {"other": [1.0]})
+    assert compile_seconds() is None
+    monkeypatch.setattr(dynamo_utils, "compilation_time_metrics", {})
+    assert compile_seconds() == 0.0
+    monkeypatch.setattr(dynamo_utils, "compilation_time_metrics",
+                        {"_compile.compile_inner": [1.5, 0.25]})
+    assert compile_seconds() == 1.75
+
+
+def test_results_report_the_compile_scope_and_its_warm_up(monkeypatch):
+    """The run's model info names the scope ``compile=true`` resolved to and the seconds spent
+    compiling during the run (its warm-up); an eager run reports None. dynamo's record is
+    stood in for, so the figure is exact: what was compiled after the model was set up."""
+    from lm_eval.api.instance import Instance
+
+    import pvf_lmeval.lmeval.lm as lm_mod
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    clock = iter([10.0, 12.5])         # at set-up, then when the info is asked for
+    monkeypatch.setattr(lm_mod, "compile_seconds", lambda: next(clock))
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, **{**kw, "backend": "eager"}))
+    lm = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold", vocab="none",
+                        compile="true", gen_length=16, block_length=16)
+    req = Instance(request_type="generate_until", doc={},
+                   arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"]}), idx=0,
+                   metadata=("arith", 0, 1))
+    assert len(lm.generate_until([req])) == 1
+    assert lm.get_model_info()["pvf"]["compile"] == {"scope": "blocks", "compile_s": 2.5}
+    eager = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold",
+                           vocab="none", gen_length=16, block_length=16)
+    assert eager.get_model_info()["pvf"]["compile"] is None

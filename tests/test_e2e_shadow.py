@@ -85,6 +85,10 @@ def test_shadow_table_on_two_items(e2e, tmp_path, capsys):
     assert rows[0]["per_request_tps"] == pytest.approx(rows[0]["aggregate_tps"])
     assert rows[1]["per_request_tps"] == pytest.approx(rows[1]["aggregate_tps"] / 2)
     assert rows[0]["nfe"] == rows[1]["nfe"]
+    # both sizes decode a warm-up batch first (size 1, and the first size above 1); eager:
+    # nothing compiles during it
+    assert [r["compile_s"] for r in rows] == [0.0, 0.0]
+    assert all(r["warmup_s"] > 0 for r in rows)
     assert sum("| llada-8b/16 | pvf | dual_base |" in line for line in text.splitlines()) == 2
 
 

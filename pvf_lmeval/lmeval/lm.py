@@ -28,6 +28,7 @@ from tqdm import tqdm
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
 from ..decoding.blocks import block_size_of, check_block_length
 from ..decoding.params import DecodeParams, _bool, override
+from ..models.diffusion_lm import compile_seconds
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .auto_batch import batch_size_arg
@@ -168,8 +169,10 @@ class PVFDiffusionLM(LM):
             self._explicit["block_length"] = block_size_of(self.model) or DecodeParams.block_length
             self.params = override(self.params, block_length=self._explicit["block_length"])
         check_block_length(self.model, self.params.block_length)
+        self._compile_s0 = None
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
+            self._compile_s0 = compile_seconds()   # the warm-up is what compiles after this
         self._device = self.model.device
         self.tokenizer = self.model.tokenizer
         self.pretrained = str(pretrained)
@@ -303,7 +306,19 @@ class PVFDiffusionLM(LM):
             "batch_invariant": self.batch_invariant,
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
+            "compile": self._compile_info(),
         }}
+
+    def _compile_info(self) -> dict | None:
+        """None when the model call runs eager; else the scope that ``compile`` resolved to and
+        ``compile_s``, the seconds torch.compile spent compiling during this run (the warm-up
+        its first batches paid; included in their wall time and so in ``tps``), None where
+        torch keeps no record of it."""
+        if not self._compile:
+            return None
+        now, s0 = compile_seconds(), self._compile_s0
+        return {"scope": self.model.compile_scope,
+                "compile_s": None if now is None or s0 is None else round(now - s0, 3)}
 
     @staticmethod
     def _public_params(params) -> dict:

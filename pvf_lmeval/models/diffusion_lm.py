@@ -27,6 +27,19 @@ from .transformer import BidirectionalTransformer
 COMPILE_TRUE = {"cuda": "blocks", "cpu": "blocks"}
 
 
+def compile_seconds() -> float | None:
+    """Seconds ``torch.compile`` has spent compiling in this process so far (dynamo's own
+    record of its frame compiles: capture, code generation, guards; every backend), or None
+    where this torch does not keep that record. A compiled model pays it during its first
+    calls of each new shape class: the warm-up of ``compile``."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return None
+    times = compilation_time_metrics.get("_compile.compile_inner")
+    return None if times is None and compilation_time_metrics else float(sum(times or ()))
+
+
 def _compiled(fn, options: dict):
     """``torch.compile(fn)`` whose graphs serve every call of a batched run.
 
@@ -76,6 +89,7 @@ class DiffusionLM:
         self.weights_fingerprint = weights_fingerprint
         #: ``torch.compile`` options of the decode loop's statistics pass (None: eager)
         self.compile_step: dict | None = None
+        self.compile_scope: str | None = None      # what ``compile`` compiled: blocks or model
 
     @property
     def block_size(self) -> int | None:
@@ -128,6 +142,7 @@ class DiffusionLM:
             for name in names:
                 setattr(owner, name, _compiled(getattr(owner, name), options))
         self.compile_step = dict(options)
+        self.compile_scope = scope
         return self
 
     def batch_invariant(self):

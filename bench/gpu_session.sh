@@ -17,7 +17,7 @@
 # packed into $OUT/session.tgz after every part, beside $OUT/session.txt (everything printed);
 # without it, both and the raw files go to bench/results/<UTC date>-<host>/.
 #
-#   bash bench/gpu_session.sh            # on a CUDA machine
+#   COMMIT=<sha> bash bench/gpu_session.sh   # on a CUDA machine (COMMIT: for a copy without .git)
 #   bash bench/gpu_session.sh --tiny     # everything shrunk, on the CPU (checks the script runs)
 set -u
 cd "$(dirname "$0")/.."
@@ -47,7 +47,8 @@ mkdir -p "$DIR" "$WORK"
 LOG=$DIR/session.txt
 : > "$LOG"
 { date -u; hostname; $PY -c 'import torch; print("torch", torch.__version__,
-  torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'; git rev-parse HEAD
+  torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'
+  echo "commit ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo 'unknown (no .git: set COMMIT)')}"
 } 2>&1 | tee "$WORK/machine.txt" >> "$LOG"
 
 part() {   # name, timeout seconds, command...: output to $WORK/name.out/.err, then pack

@@ -32,7 +32,8 @@ fi
 DIR=${OUT:-bench/results/$(date -u +%Y-%m-%d)-$(hostname -s)}
 mkdir -p "$DIR"
 { date -u; hostname; $PY -c 'import torch; print("torch", torch.__version__,
-  torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'; git rev-parse HEAD
+  torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'
+  echo "commit ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo 'unknown (no .git: set COMMIT)')}"
 } > "$DIR/machine.txt" 2>&1
 cat "$DIR/machine.txt"
 

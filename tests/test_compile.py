@@ -71,8 +71,12 @@ def test_results_report_the_compile_scope_and_its_warm_up(monkeypatch):
 
     clock = iter([10.0, 12.5])         # at set-up, then when the info is asked for
     monkeypatch.setattr(lm_mod, "compile_seconds", lambda: next(clock))
+    import pvf_lmeval.decoding.compiled as compiled_step
+
     real = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, **{**kw, "backend": "eager"}))
+    # the statistics pass's programs built here (backend eager) must not serve later tests
+    monkeypatch.setattr(compiled_step, "_programs", {})
     lm = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold", vocab="none",
                         compile="true", gen_length=16, block_length=16)
     req = Instance(request_type="generate_until", doc={},

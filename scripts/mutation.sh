@@ -37,26 +37,22 @@ FAST[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoding_reference_rounds.py tests/test_decoding_batch_tables.py
   tests/test_decoder_names.py tests/test_verification.py tests/test_kv_cache_state.py
   tests/test_block_diffusion.py tests/test_decoding_api.py"
-TESTS[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
-  tests/test_decoding_explore.py tests/test_decoding_freedave.py tests/test_decoding_pvf.py
-  tests/test_decoding_loop.py tests/test_decoding_params.py tests/test_decoding_rules.py
-  tests/test_decoding_reference_rounds.py tests/test_decoding_batch_tables.py
-  tests/test_decoder_names.py tests/test_verification.py tests/test_decoding_api.py
-  tests/test_likelihood.py tests/test_calibrate.py tests/test_kv_cache.py
-  tests/test_kv_cache_state.py tests/test_block_diffusion.py tests/test_online_vocab.py
-  tests/test_batch_invariant_option.py tests/test_compiled_step.py"
+# the whole selection: the fast tests and those that decode with a fixture model
+TESTS[decoding]="${FAST[decoding]} tests/test_likelihood.py tests/test_calibrate.py
+  tests/test_kv_cache.py tests/test_online_vocab.py tests/test_batch_invariant_option.py
+  tests/test_compiled_step.py"
 # the slowest tests of those lists, whose mutants the table tests reach
 SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
   tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer"
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"
 FAST[stats]="tests/test_stat_totals.py"
-TESTS[stats]="tests/test_stat_totals.py tests/test_lm_units.py"
+TESTS[stats]="${FAST[stats]} tests/test_lm_units.py"
 MUTATE[kv]="pvf_lmeval/models/kv.py"
 FAST[kv]="tests/test_kv_call_view.py tests/test_block_diffusion.py"
-TESTS[kv]="tests/test_kv_call_view.py tests/test_block_diffusion.py tests/test_kv_cache.py"
+TESTS[kv]="${FAST[kv]} tests/test_kv_cache.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"
 FAST[gate]="tests/test_gate_rules.py"
-TESTS[gate]="tests/test_gate_rules.py tests/test_report.py"
+TESTS[gate]="${FAST[gate]} tests/test_report.py"
 
 areas=("$@")
 [ ${#areas[@]} -gt 0 ] || areas=(decoding stats kv gate)

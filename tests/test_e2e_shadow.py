@@ -71,6 +71,8 @@ def test_fixture_decides_and_shadow_cache_follows(e2e, llada, monkeypatch, dec, 
 
 def test_shadow_table_on_two_items(e2e, tmp_path, capsys):
     out = tmp_path / "shadow.json"
+    # something compiled before the run: the warm-ups must report only their own compiling
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
     e2e.main(["--shadow", "llada-8b/16", "--fixtures", "tiny-llada", "--limit", "2",
               "--decoders", "pvf", "--caches", "dual_base", "--batch-sizes", "1", "2",
               "--json", str(out)])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU measurement the open work needs, in one command of at most 8 minutes, for a session
-# that is lent a GPU for a short while (docs/speed.md, docs/batch-invariance.md, docs/models.md):
+# The GPU tables of docs/speed.md, docs/batch-invariance.md and docs/models.md, each part
+# reduced, in one command of at most 8 minutes (for a GPU lent for a short while):
 #
 #   host-syncs   synchronisations per round that CUDA reports (bench/host_ops.py --device cuda)
 #   invariance   batch 1 vs 16 with batch_invariant off and on, threshold and pvf, and the

@@ -216,6 +216,8 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
     base = load_model(name, device=args.device)
     if args.compile_step:
         base.compile_step = {}
+    if args.compile_round:
+        base.compile_rounds()
     prompts = arith_bench.prompt_ids(base.tokenizer, docs)
     model = TimedModel(base, args.block_length)
     rows, schedules, vocab_cache = [], {}, {}
@@ -223,7 +225,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
         for cache in args.caches:
             params = params_for(dec, cache, args, base, vocab_cache)
             decode_batch(base, prompts[:2], params=params)                      # warm-up
-            if args.compile_step:       # the compiled statistics' graph of size 1 too
+            if args.compile_step or args.compile_round:     # the compiled graphs of size 1 too
                 decode_batch(base, prompts[:1], params=params)
             for bs in args.batch_sizes:
                 model.inside, model.calls = 0.0, 0
@@ -417,6 +419,8 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
         big.compile(args.compile_scope)
     elif args.compile_step:
         big.compile_step = {}
+    if args.compile_round:
+        big.compile_rounds()
     model = shadow_mod.ShadowModel(fixture, big)
     prompts = arith_bench.prompt_ids(fixture.tokenizer, docs)
     rows, vocab_cache = [], {}
@@ -446,6 +450,7 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
              else f"cpu, torch threads {torch.get_num_threads()}")
     compiled = ("compile=" + args.compile_scope if args.compile
                 else "statistics compiled" if args.compile_step else "eager")
+    compiled += ", round compiled" if args.compile_round else ""
     note = (f"random {args.shadow} ({str(dtype).replace('torch.', '')}, {compiled}, {where}) "
             f"shadowing {args.fixtures[0]} on held-out {args.task} items, gen_length "
             f"{args.gen_length}, block_length {args.block_length}")
@@ -548,6 +553,8 @@ def main(argv=None) -> None:
     ap.add_argument("--compile-step", action="store_true",
                     help="the statistics pass compiled, the network eager (part 1: the "
                          "fixture's; shadow: the shadow's)")
+    ap.add_argument("--compile-round", action="store_true",
+                    help="the round's step compiled (compile_round=true; part 1 and shadow)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="part 1: wall seconds, or CPU seconds of the decoding thread (one "
                          "torch thread, CPU only)")
@@ -583,6 +590,7 @@ def main(argv=None) -> None:
         return
     note = (f"{len(docs)} held-out {args.task} items, gen_length {args.gen_length}, block_length "
             f"{args.block_length}, device {args.device}, torch threads {torch.get_num_threads()}, "
+            f"{'round compiled, ' if args.compile_round else ''}"
             f"{'CPU seconds of the decoding thread' if args.clock == 'cpu' else 'wall seconds'}")
     print(note, flush=True)
     rows, schedules = [], {}

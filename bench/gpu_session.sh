@@ -5,8 +5,9 @@
 #   host-syncs   synchronisations per round that CUDA reports (bench/host_ops.py --device cuda)
 #   invariance   batch 1 vs 16 with batch_invariant off and on, threshold and pvf, and the
 #                option's cost per call at LLaDA-8B's shape (bench/gpu_invariance.py)
-#   loop         the loop on both fixtures, arith_var at 256, cache dual, batch 1 and 16:
-#                share of the wall outside model calls (bench/e2e.py)
+#   loop         the loop on tiny-llada, arith_var at 256, cache dual, batch 1 and 16: share
+#                of the wall outside model calls (bench/e2e.py)
+#   loop-round   the same with the round's step compiled (compile_round=true)
 #   shadow       the real loop at LLaDA-8B's cost: pvf and threshold, dual and dual_base,
 #                batch 1/4/16/64, compile=true's scope (bench/e2e.py --shadow llada-8b)
 #   moe          LLaDA-MoE-7B-A1B and LLaDA2.0-mini shapes: replayed decodes and the expert
@@ -29,13 +30,13 @@ if [ "${1:-}" = "--tiny" ]; then
     DEV=cpu ITEMS=2 SIZES_INV=1,2 SIZES_LOOP="1 2" SIZES_SHADOW="1 2" PER_SIZE=2 TASK=arith
     SHAPE=llada-8b/16 INV="--dtype float32 --gen-length 32 --shape none" MOE="--reduce 16"
     COMPILE="" THREADS="--threads 1"
-    T_SYNC=300 T_INV=300 T_LOOP=300 T_SHADOW=300 T_MOE=300
+    T_SYNC=300 T_INV=300 T_LOOP=300 T_ROUND=300 T_SHADOW=300 T_MOE=300
 elif [ -n "${1:-}" ]; then
     echo "gpu_session.sh: unknown argument '$1'; allowed: --tiny (or nothing)" >&2; exit 2
 else
     DEV=cuda ITEMS=32 SIZES_INV=1,16 SIZES_LOOP="1 16" SIZES_SHADOW="1 4 16 64" PER_SIZE=8
     TASK=arith_var SHAPE=llada-8b INV="" MOE="" COMPILE="--compile" THREADS=""
-    T_SYNC=30 T_INV=150 T_LOOP=75 T_SHADOW=135 T_MOE=70
+    T_SYNC=30 T_INV=130 T_LOOP=45 T_ROUND=80 T_SHADOW=120 T_MOE=55
 fi
 if [ -n "${OUT:-}" ]; then          # a device call: only the log and the pack go to $OUT
     DIR=$OUT WORK=$(mktemp -d)
@@ -66,9 +67,10 @@ part host-syncs "$T_SYNC" $PY bench/host_ops.py --device $DEV --fixtures tiny-ll
     --caches dual --batch-sizes 1 4
 part invariance "$T_INV" $PY bench/gpu_invariance.py --device $DEV --decoders threshold,pvf \
     --items $ITEMS --batch-sizes $SIZES_INV --out "$WORK/invariance" $INV
-part loop "$T_LOOP" $PY bench/e2e.py --fixtures tiny-llada tiny-dream --task $TASK \
-    --limit $((ITEMS < 16 ? ITEMS : 16)) --decoders threshold pvf --caches dual \
-    --batch-sizes $SIZES_LOOP --device $DEV $THREADS --json "$WORK/loop.json"
+LOOP="bench/e2e.py --fixtures tiny-llada --task $TASK --limit $((ITEMS < 16 ? ITEMS : 16))
+    --decoders threshold pvf --caches dual --batch-sizes $SIZES_LOOP --device $DEV $THREADS"
+part loop "$T_LOOP" $PY $LOOP --json "$WORK/loop.json"
+part loop-round "$T_ROUND" $PY $LOOP --compile-round --json "$WORK/loop-round.json"
 part shadow "$T_SHADOW" $PY bench/e2e.py --shadow $SHAPE --fixtures tiny-llada --task $TASK \
     --limit $((ITEMS * 2)) --requests-per-size $PER_SIZE --decoders pvf threshold \
     --caches dual dual_base --batch-sizes $SIZES_SHADOW --device $DEV $THREADS $COMPILE \

@@ -2,7 +2,9 @@
 outside ``model.logits`` per round, per decoder x cache x batch size (tiny fixture, held-out
 `arith` items). A count, not a time: it does not depend on the machine's load, and it grows
 with the batch only where the host does work per request (one operation per request per round
-would add R - 1 operations at batch R).
+would add R - 1 operations at batch R). The column "of them in the round's programs" counts
+those made by the round's ``settle`` and ``prepare`` (``pvf_lmeval/decoding/round.py``), which
+``compile_round=true`` runs as two compiled programs instead: a few fused kernels each.
 
 With ``--device cuda``, the table adds the synchronisations CUDA reports per round
 (``torch.cuda.set_sync_debug_mode``, model calls included): each is a wait of the host for the
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pvf_lmeval.decoding import decode_batch  # noqa: E402
+from pvf_lmeval.decoding import round as round_mod  # noqa: E402
 from pvf_lmeval.models import load_model  # noqa: E402
 
 import arith_bench  # noqa: E402  (bench/, beside this script)
@@ -35,16 +38,32 @@ from e2e import RoundCounter, params_for  # noqa: E402
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts dispatched aten operations while ``counting`` is True."""
+    """Counts dispatched aten operations while ``counting`` is True (``n``), and those of them
+    made inside the round's ``settle``/``prepare`` (``in_round``: what ``compile_round`` runs as
+    two compiled programs)."""
 
     def __init__(self):
         super().__init__()
-        self.n = 0
+        self.n = self.in_round = 0
         self.counting = True
+        self.round = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += self.counting
+        self.in_round += self.counting and self.round
         return func(*args, **(kwargs or {}))
+
+
+def count_round(counter: OpCounter):
+    """Make the loop's eager ``settle``/``prepare`` tell ``counter`` when they run."""
+    for name in ("settle", "prepare"):
+        def flagged(*a, _fn=getattr(round_mod, name), **k):
+            counter.round = True
+            try:
+                return _fn(*a, **k)
+            finally:
+                counter.round = False
+        setattr(round_mod, name, flagged)
 
 
 class Uncounted:
@@ -99,19 +118,21 @@ def main(argv=None) -> None:
     docs = arith_bench.held_out(args.limit)
     cuda = args.device.startswith("cuda")
     print("| fixture | decoder | cache | batch | batches | rounds | operations outside the model "
-          "per round | vs batch 1 |" + (" CUDA syncs per round |" if cuda else "")
-          + "\n|---|---|---|---|---|---|---|---|" + ("---|" if cuda else ""))
+          "per round | vs batch 1 | of them in the round's programs |"
+          + (" CUDA syncs per round |" if cuda else "")
+          + "\n|---|---|---|---|---|---|---|---|---|" + ("---|" if cuda else ""))
     for name in args.fixtures:
         base = load_model(name, device=args.device)
         prompts = arith_bench.prompt_ids(base.tokenizer, docs)
         counter = OpCounter()
+        count_round(counter)
         model = Uncounted(base, counter)
         for dec in args.decoders:
             for cache in args.caches:
                 params = params_for(dec, cache, args, base, {})
                 first = None
                 for bs in args.batch_sizes:
-                    counter.n = 0
+                    counter.n = counter.in_round = 0
                     cuda_syncs, batches = CudaSyncs(args.device), 0
                     with RoundCounter() as rc, counter, cuda_syncs:
                         for a in range(0, len(prompts), bs):
@@ -121,7 +142,7 @@ def main(argv=None) -> None:
                     per = counter.n / rc.n
                     first = first or per
                     row = (f"| {name} | {dec} | {cache} | {bs} | {batches} | {rc.n} | {per:.1f} | "
-                           f"{per / first:.2f}x |")
+                           f"{per / first:.2f}x | {counter.in_round / rc.n:.1f} |")
                     if cuda:
                         row += f" {cuda_syncs.n / rc.n:.2f} |"
                     print(row, flush=True)

@@ -49,6 +49,8 @@ class ShadowModel:
         self.fixture, self.shadow = fixture, shadow
         #: the statistics pass is the shadow's: compiled when the shadow is
         self.compile_step = getattr(shadow, "compile_step", None)
+        #: the round's step compiled when the shadow's is (``compile_round``)
+        self.compile_round = getattr(shadow, "compile_round", None)
         self.V = fixture.vocab_size
         self.fixture_s = 0.0
         self.inside_s = 0.0

@@ -40,7 +40,7 @@ FAST[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
 # the whole selection: the fast tests and those that decode with a fixture model
 TESTS[decoding]="${FAST[decoding]} tests/test_likelihood.py tests/test_calibrate.py
   tests/test_kv_cache.py tests/test_online_vocab.py tests/test_batch_invariant_option.py
-  tests/test_compiled_step.py"
+  tests/test_compiled_step.py tests/test_compiled_round.py"
 # the slowest tests of those lists, whose mutants the table tests reach
 SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
   tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer"

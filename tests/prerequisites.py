@@ -61,3 +61,9 @@ def require_module(module: str, piece: str, install: str):
 
 network = pytest.mark.skipif(os.environ.get("PVF_NETWORK_TESTS") != "1",
                              reason="reaches the network: set PVF_NETWORK_TESTS=1 to run it")
+
+#: the slow tier of the compiled round's tests (tests/test_compiled_round.py): inductor's
+#: generated code (about 2 minutes of C++ compiling per configuration on 2 cores) and the rest
+#: of the decoder x cache matrix
+compile_tier = pytest.mark.skipif(os.environ.get("PVF_COMPILE_TESTS") != "1",
+                                  reason="slow compile tier: set PVF_COMPILE_TESTS=1 to run it")

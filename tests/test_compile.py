@@ -83,7 +83,8 @@ def test_results_report_the_compile_scope_and_its_warm_up(monkeypatch):
                    arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"]}), idx=0,
                    metadata=("arith", 0, 1))
     assert len(lm.generate_until([req])) == 1
-    assert lm.get_model_info()["pvf"]["compile"] == {"scope": "blocks", "compile_s": 2.5}
+    assert lm.get_model_info()["pvf"]["compile"] == {"scope": "blocks", "round": False,
+                                                   "compile_s": 2.5}
     eager = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold",
                            vocab="none", gen_length=16, block_length=16)
     assert eager.get_model_info()["pvf"]["compile"] is None

@@ -38,11 +38,13 @@ CASES = [
      "batch_size='auto:4': pvf-dlm probes once per canvas size already; use batch_size=auto"),
     ("compile", f"pretrained={MODEL},compile=fast",
      "compile='fast' must be one of false, true, blocks, model"),
+    ("compile_round", f"pretrained={MODEL},compile_round=fast",
+     "compile_round='fast' must be true or false"),
 ]
 #: every key that works, in the order the unknown-key message lists them
-ALLOWED = ("pretrained, dtype, device, batch_size, batch_invariant, max_batch_size, compile, truncation, trace, trace_append, "
-           "mc_num, mc_batch, decoder, preset, gen_length, block_length, threshold, factor, steps, "
-           "temperature, seed, early_stop, cache, rules, draft_steps, base_rule, plan_lo, plan_hi, "
+ALLOWED = ("pretrained, dtype, device, batch_size, batch_invariant, max_batch_size, compile, "
+           "compile_round, truncation, trace, trace_append, mc_num, mc_batch, decoder, preset, "
+           "gen_length, block_length, threshold, factor, steps, temperature, seed, early_stop, cache, rules, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
            "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "
            "online_save, online_frozen, online_merge")

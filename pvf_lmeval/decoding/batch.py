@@ -104,6 +104,9 @@ class Batch:
             self.cache = BatchKV(params.cache, n=self.n, prompt_len=self.P0, gen_length=self.L,
                                  block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
                                  device=self.device)
+        #: the live requests' numbers [R] (see :meth:`live`): every request at first
+        self.ids = list(range(self.n))
+        self.req = torch.arange(self.n, device=self.device)
         self.nfe = [0] * self.n
         self.rows = [0] * self.n
         #: ``torch.compile`` options of the statistics pass when the model asks for it compiled
@@ -127,10 +130,14 @@ class Batch:
             self._gens[i] = g
         return g
 
-    def rand(self, ids: list[int]) -> Tensor:
-        """[R, L] uniform [0, 1) draws, row r from request ids[r]'s generator."""
+    def rand(self) -> Tensor:
+        """[R, L] uniform [0, 1) draws of the live requests, row r from the r-th one's
+        generator. Each request's generator draws on its own (the same values at any batch
+        size), so a compiled round (``compile_round``) makes these draws outside its programs
+        (:data:`.compiled.OUTSIDE_PROGRAMS`), and reads the live requests here rather than
+        taking them as an argument."""
         out = []
-        for i in ids:
+        for i in self.ids:
             g = self.generator(i)
             out.append(torch.rand(self.L, generator=g, device=g.device))
         return torch.stack(out).to(self.device)
@@ -146,8 +153,12 @@ class Batch:
         return self.region0.clone()
 
     def live(self, ids: list[int]) -> None:
-        """The loop names the live requests of this round (the leading dim of every state the
-        rules below get); only the block-diffusion layout needs them (``start``)."""
+        """The loop names the live requests (the leading dim of every state the rules below
+        get) whenever they change: ``req`` [R] holds their numbers on the device, and the
+        block-diffusion layout their region starts (``start``). A round's tensor code reads
+        them here, never from a host list, so it runs the same for any requests."""
+        self.ids = list(ids)
+        self.req = upload(ids, self.device)
         if self.block_size is not None:
             self._start_live = upload([self.start[i] for i in ids], self.device)
 
@@ -211,11 +222,10 @@ class Batch:
 
     # ------------------------------------------------------------ the model call
 
-    def plan(self, ids: list[int], rows: Tensor, n: Tensor, *,
-             cover: Tensor | None = None) -> Tensor:
+    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> Tensor:
         """[R, C] long, on the device: what :meth:`call` must know on the host to lay out the
-        physical calls of the first ``n[r]`` rows of ``rows`` [R, M, L] for each request
-        ``ids[r]``: per request its row count, the first and last active block of its rows that
+        physical calls of the first ``n[r]`` rows of ``rows`` [R, M, L] for each live request
+        (``req``): per request its row count, the first and last active block of its rows that
         hold a mask (-1: none), and, with a KV cache, its cache flags (:meth:`.BatchKV.flags`).
         ``cover`` as for :meth:`call`. Reading it is the caller's: the loop reads it together
         with the round's stop flags, in the round's one read."""
@@ -230,8 +240,7 @@ class Batch:
             hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
         cols = [n, lo_b, hi_b]
         if self.cache is not None:
-            req = upload(ids, rows.device)
-            cols += list(self.cache.flags(req, rows, a, valid).unbind(-1))
+            cols += list(self.cache.flags(self.req, rows, a, valid).unbind(-1))
         return torch.stack(cols, dim=-1)
 
     def call(self, ids: list[int], rows: Tensor, n: Tensor, *, plan: list[list[int]] | None = None,
@@ -258,7 +267,7 @@ class Batch:
         if kc is not None and max_rows is not None:
             raise ValueError("max_rows (rows per physical call) cannot be combined with a "
                              "KV cache: a request's rows must share one call")
-        host = self.plan(ids, rows, n, cover=cover).tolist() if plan is None else plan
+        host = self.plan(rows, n, cover=cover).tolist() if plan is None else plan
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
         ahead = 1 if self.block_size is not None and self.reveal == 0 and cover is None else 2

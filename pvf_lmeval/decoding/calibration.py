@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..uploads import upload
 from .common import Branches, Choice, Stats, Step, base_labels, threshold_select
 from .verify import verify_plans
 
@@ -35,7 +34,7 @@ class CalibrationStep(Step):
         self.events: list[tuple[Tensor, ...]] = []
         self.rounds: dict[int, int] = {}
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, self.p.threshold)
         zb = torch.where(sel, st.tok, y)
@@ -51,9 +50,9 @@ class CalibrationStep(Step):
         return Branches(rows, n, base_labels(sel, forced), entropy=True,
                         memo=dict(W=W, zb=zb, own=own, k=k))
 
-    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
-        for i in ids:       # rounds are counted here: the loop may drop a round's branches
+        for i in b.ids:     # rounds are counted here: the loop may drop a round's branches
             self.rounds[i] = self.rounds.get(i, 0) + 1
         m = br.memo
         plans = Stats(out.tok[:, 1:], out.conf[:, 1:], out.pmax[:, 1:], out.pcur[:, 1:],
@@ -63,6 +62,6 @@ class CalibrationStep(Step):
         K = m["own"].shape[1]
         kept = (torch.arange(K, device=y.device) < m["k"][:, None]) & (br.n > 0)[:, None]
         pos = m["own"].float().argmax(-1)                                        # [R, K]
-        req = upload(ids, y.device)[:, None].expand(-1, K)
+        req = b.req[:, None].expand(-1, K)
         self.events.append((req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
         return Choice(torch.zeros_like(br.n), br.labels)

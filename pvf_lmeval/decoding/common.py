@@ -48,11 +48,11 @@ class Stats:
     ent: Tensor | None = None
 
     def pick(self, index: Tensor) -> "Stats":
-        """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L]."""
-        def take(t):
-            return t.gather(1, index.view(-1, 1, 1).expand(-1, 1, t.shape[-1])).squeeze(1)
-        return Stats(take(self.tok), take(self.conf), take(self.pmax), take(self.pcur),
-                     None if self.ent is None else take(self.ent))
+        """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L] (new tensors,
+        not views: a compiled round's inputs are then alike in every round)."""
+        r = torch.arange(index.shape[0], device=index.device)
+        return Stats(*(None if t is None else t[r, index]
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
 
     def row(self, j: int) -> "Stats":
         """Stats [R, L] of row ``j`` of every request from stats [R, M, L] (views)."""
@@ -278,10 +278,13 @@ class Step:
     (M, the most rows a request sends in one round). ``max_rows`` caps the rows of one physical
     model call (None: no cap).
 
-    ``branches(b, ids, y, st)`` gets the committed states ``y`` [R, L] of the live requests
-    ``ids`` and their stats [R, L]; ``choose(b, ids, y, st, br, out)`` gets the stats [R, M, L]
-    of the rows sent. ``info(r, made_call, br, choice)`` is the trace record of live request r
-    (trace mode only; it may read tensors).
+    ``branches(b, y, st)`` gets the committed states ``y`` [R, L] of the live requests (their
+    numbers: ``b.req`` on the device, ``b.ids`` on the host) and their stats [R, L];
+    ``choose(b, y, st, br, out)`` gets the stats [R, M, L] of the rows sent. Both are tensor
+    operations only, never a host value that changes from round to round (``b.ids`` included),
+    so that a round runs as a compiled program (``compile_round``).
+    ``info(r, made_call, br, choice)`` is the trace record of live request r (trace mode only;
+    it may read tensors).
 
     The loop builds a round's branches at the end of the round before, for every request live
     then, so that one host read carries their call layout with that round's stop flags; the
@@ -307,10 +310,10 @@ class Step:
         self.rows = self.rows_per_call(params)
         self.rules = rules_for(params.rules)
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         raise NotImplementedError
 
-    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
         """Single-row steps: the request commits its one row."""
         return Choice(torch.zeros_like(br.n), br.labels)

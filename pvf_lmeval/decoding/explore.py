@@ -24,7 +24,7 @@ class ExploreDecoder(Step):
     uses_vocab = True
     reveals = True
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         p = self.p
         W = b.working_set(y, self.reveal)
         late = self.rules.force_after_routes    # rules=reference: force only if nothing else
@@ -35,7 +35,7 @@ class ExploreDecoder(Step):
         if p.pick == "planning":
             plan = elig & b.in_vocab(st.tok)
             pool = torch.where(plan.any(-1, keepdim=True), plan, elig)
-        keys = torch.where(pool, b.rand(ids), torch.full_like(st.conf, -1.0))
+        keys = torch.where(pool, b.rand(), torch.full_like(st.conf, -1.0))
         extra = (b.idx == keys.argmax(-1, keepdim=True)) & pool
         if late:
             forced = static_select(st.conf, W, 1) & ~(sel | extra).any(-1, keepdim=True)

@@ -51,7 +51,7 @@ class FreeDaveDecoder(Step):
                 last_rank_commits_all=self.rules.factor_last_rank_commits_all)[0]
         return torch.where(sel, tok, drafts)
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         W = b.working_set(y)
         rank = rank_desc(st.conf, W)
         D = torch.clamp(W.sum(-1), max=self.rows)                                  # [R]
@@ -62,7 +62,7 @@ class FreeDaveDecoder(Step):
         labels = torch.where(write[:, 1], BASE, NONE).to(torch.int8)
         return Branches(drafts[:, 1:], n, labels, memo={"write": write, "drafts": drafts, "D": D})
 
-    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
         drafts, write, D = br.memo["drafts"], br.memo["write"], br.memo["D"]
         tok = torch.cat([st.tok.unsqueeze(1), out.tok], 1)

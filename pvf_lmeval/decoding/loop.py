@@ -29,7 +29,9 @@ from torch import Tensor
 
 from ..uploads import upload
 from .batch import Batch
-from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches
+from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
+from .compiled import round_programs
+from .round import next_round
 
 #: exactly the keys of SPEC "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
@@ -127,32 +129,20 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     records = [[] for _ in range(n)] if trace else None
     finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
     b.live(ids)
-    br, nxt = _next_round(b, step, ids, y, st)
+    settle, prepare = round_programs(getattr(model, "compile_round", None), _config(b, step))
+    br, nxt = next_round(b, step, y, st)
     plan = _count_unmade(b, ids, nxt.tolist())                  # round 0's layout: one read
     t = 0
     while True:
         out = b.call(ids, br.rows, br.n, plan=plan, entropy=br.entropy, cover=br.cover,
                      max_rows=getattr(step, "max_rows", None))
-        ch = step.choose(b, ids, y, st, br, out)
-        made = br.n > 0
-        pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
-        y = br.rows.gather(1, pick.view(-1, 1, 1).expand(-1, 1, L)).squeeze(1)
-        if ch.remask is not None:           # rules=reference only
-            y = torch.where(ch.remask & made[:, None], torch.full_like(y, b.mask_id), y)
-        if ch.extra is not None:
-            y = torch.where(ch.extra & made[:, None], st.tok, y)
-        labels = torch.where(made[:, None], ch.labels, br.labels)
-        st = out.pick(pick)
+        y, st, labels, made, routes, tally, e, finished, ch = settle(
+            b, step, y, st, br, out, routes, tally)
         b.commit_caches(ids, y)
-        routes = torch.where(labels != NONE, labels, routes)
-        if ch.tally:
-            tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
-        e = b.stop_index(y)
-        finished = (e >= 0) | ~(y == b.mask_id).any(-1)
         # the next round's branches, for every live request (those that finish now are dropped
         # below), so that their layout comes with the stop flags in the round's one read
-        nbr, nxt = _next_round(b, step, ids, y, st)
-        host = torch.cat([torch.stack([e, finished.long(), made.long()], -1), nxt], -1).tolist()
+        nbr, host = prepare(b, step, y, st, e, finished, made)
+        host = host.tolist()
         if records is not None:
             _trace(records, step, ids, t, b, labels, made, br, ch, host)
         t += 1
@@ -200,13 +190,14 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     return results
 
 
-def _next_round(b, step, ids: list[int], y: Tensor, st) -> tuple[Branches, Tensor]:
-    """The next round's branches of the live requests ``ids`` (states ``y`` [R, L], stats
-    ``st``) and what the host needs of them, [R, 1 + C] long on the device: the calls each
-    request counts without making them (``Branches.unmade``), then ``Batch.plan``'s layout."""
-    br = step.branches(b, ids, y, st)
-    unmade = torch.zeros_like(br.n) if br.unmade is None else br.unmade
-    return br, torch.cat([unmade[:, None], b.plan(ids, br.rows, br.n, cover=br.cover)], -1)
+
+
+def _config(b, step) -> tuple:
+    """What the round's compiled programs hold constant (``compile_round``): the decoder and
+    its parameters, and the batch's rules that do not depend on its requests."""
+    vocab = b.vocab
+    return (type(step), b.p, b.mask_id, b.block_size, b.invariant, type(vocab),
+            getattr(vocab, "learning", None), getattr(vocab, "explore_slots", None))
 
 
 def _count_unmade(b, ids: list[int], host: list[list[int]]) -> list[list[int]]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..uploads import upload
 from .common import (AR, BASE, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
                      rank_desc, static_select, threshold_select)
 from .verify import rows_of, verify_plans
@@ -77,16 +76,15 @@ class PVFDecoder(Step):
         self._prev_W: Tensor | None = None      # [n, L] previous round's W_t and S_base
         self._prev_sel: Tensor | None = None
 
-    def _modes(self, b, ids: list[int]) -> tuple[Tensor, Tensor]:
-        """(modes [R], request numbers [R]) of the live requests ``ids``, on the device; the
+    def _modes(self, b) -> tuple[Tensor, Tensor]:
+        """(modes [R], request numbers [R]) of the live requests (``b.req``), on the device; the
         numbers travel in the round's ``memo`` to ``choose``, which writes the next modes."""
         if self._batch is not b:
             self._batch = b
             self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
             self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
             self._prev_sel = torch.zeros_like(self._prev_W)
-        idx = upload(ids, b.device)
-        return self._mode.index_select(0, idx), idx
+        return self._mode.index_select(0, b.req), b.req
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
         """Planning candidates [R, L] among the in-band positions and their count [R]."""
@@ -106,14 +104,14 @@ class PVFDecoder(Step):
             n_cand = torch.where(k_x > 0, k_e + k_x, n_cand)
         return cand, n_cand
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         p, K, L = self.p, self.p.width, b.L
         ref = self.rules
         W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, p.threshold, force=not ref.force_after_routes)
         zb = torch.where(sel, st.tok, y)
         labels = base_labels(sel, forced)
-        mode, idx = self._modes(b, ids) if ref.name != "paper" else (None, None)
+        mode, idx = self._modes(b) if ref.name != "paper" else (None, None)
 
         rest = W & ~sel
         none = torch.zeros_like(rest)
@@ -214,7 +212,7 @@ class PVFDecoder(Step):
         labels = torch.where(force, torch.full_like(labels, FORCED), labels)
         return zb, labels, top
 
-    def choose(self, b, ids: list[int], y: Tensor, st: Stats, br: Branches, out: Stats
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
                ) -> Choice:
         p, K = self.p, self.p.width
         m = br.memo
@@ -264,7 +262,7 @@ class PVFDecoder(Step):
                  "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
         extra = remask = None
         if "mode" in m:
-            labels, extra = self._reference_next(b, ids, m, labels, any_ok, kstar)
+            labels, extra = self._reference_next(b, m, labels, any_ok, kstar)
             remask, rewrite = m["remask"]
             remask, rewrite = remask & ar[:, None], rewrite & ar[:, None]
             extra = rewrite if extra is None else extra | rewrite
@@ -272,7 +270,7 @@ class PVFDecoder(Step):
                       memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
                                 ver=ver, kstar=kstar))
 
-    def _reference_next(self, b, ids: list[int], m: dict, labels: Tensor, any_ok: Tensor,
+    def _reference_next(self, b, m: dict, labels: Tensor, any_ok: Tensor,
                         kstar: Tensor) -> tuple[Tensor, Tensor]:
         """``rules=reference``: the forced token owed after the routes (switch 3) and each
         request's mode for the next round (switches 6, 7). Returns (labels, extra commits)."""

@@ -20,7 +20,7 @@ class StaticDecoder(Step):
         super().__init__(params)
         self.steps_per_block = None if params.steps is None else params.steps // params.num_blocks
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         W = b.working_set(y)
         k = 1
         if self.steps_per_block is not None:

@@ -18,7 +18,7 @@ __all__ = ["ThresholdDecoder", "base_labels"]
 class ThresholdDecoder(Step):
     name = "threshold"
 
-    def branches(self, b, ids: list[int], y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats) -> Branches:
         W = b.working_set(y)
         sel, forced = threshold_select(
             st.conf, W, self.p.threshold, self.p.factor,

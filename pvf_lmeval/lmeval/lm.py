@@ -100,7 +100,8 @@ class PVFDiffusionLM(LM):
                  trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
                  trace_append: bool | str = False,
                  mc_num: int | str = 128, mc_batch: int | str = 32,
-                 compile: bool | str = False, truncation: str = "left",
+                 compile: bool | str = False, compile_round: bool | str = False,
+                 truncation: str = "left",
                  batch_invariant: bool | str = False, _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
@@ -121,6 +122,7 @@ class PVFDiffusionLM(LM):
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
         self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
         self._compile = _compile_scope(compile)
+        self._compile_round = _bool("compile_round", compile_round)
         self.batch_invariant = _bool("batch_invariant", batch_invariant)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
@@ -172,6 +174,9 @@ class PVFDiffusionLM(LM):
         self._compile_s0 = None
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
+        if self._compile_round:    # torch.compile of the decode step (off by default)
+            self.model.compile_rounds()
+        if self._compile or self._compile_round:
             self._compile_s0 = compile_seconds()   # the warm-up is what compiles after this
         self._device = self.model.device
         self.tokenizer = self.model.tokenizer
@@ -310,14 +315,16 @@ class PVFDiffusionLM(LM):
         }}
 
     def _compile_info(self) -> dict | None:
-        """None when the model call runs eager; else the scope that ``compile`` resolved to and
-        ``compile_s``, the seconds torch.compile spent compiling during this run (the warm-up
-        its first batches paid; included in their wall time and so in ``tps``), None where
-        torch keeps no record of it."""
-        if not self._compile:
+        """None when nothing runs compiled; else ``scope``, what ``compile`` resolved to (None:
+        the model call runs eager), ``round``, whether the decode step runs compiled
+        (``compile_round``), and ``compile_s``, the seconds torch.compile spent compiling
+        during this run (the warm-up its first batches paid; included in their wall time and
+        so in ``tps``), None where torch keeps no record of it."""
+        if not self._compile and not self._compile_round:
             return None
         now, s0 = compile_seconds(), self._compile_s0
-        return {"scope": self.model.compile_scope,
+        return {"scope": self.model.compile_scope if self._compile else None,
+                "round": self._compile_round,
                 "compile_s": None if now is None or s0 is None else round(now - s0, 3)}
 
     @staticmethod

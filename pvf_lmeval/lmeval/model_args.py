@@ -76,6 +76,9 @@ MODEL_ARGS = (
             "batch_size=auto only: the largest batch it may pick"),
     ArgSpec("compile", "false", _one_of(COMPILE_SCOPES),
             "torch.compile the model call: true/blocks each layer, model the whole stack"),
+    ArgSpec("compile_round", "false", "true, false",
+            "torch.compile the decode step around each model call (selections, early stop, "
+            "the next call's layout)"),
     ArgSpec("truncation", "left", _one_of(TRUNCATION_MODES),
             "a prompt longer than the context minus gen_length: keep its last tokens, or stop"),
     ArgSpec("trace", "none", "a file path",

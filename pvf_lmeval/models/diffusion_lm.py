@@ -89,6 +89,7 @@ class DiffusionLM:
         self.weights_fingerprint = weights_fingerprint
         #: ``torch.compile`` options of the decode loop's statistics pass (None: eager)
         self.compile_step: dict | None = None
+        self.compile_round: dict | None = None     # see :meth:`compile_rounds`
         self.compile_scope: str | None = None      # what ``compile`` compiled: blocks or model
 
     @property
@@ -143,6 +144,15 @@ class DiffusionLM:
                 setattr(owner, name, _compiled(getattr(owner, name), options))
         self.compile_step = dict(options)
         self.compile_scope = scope
+        return self
+
+    def compile_rounds(self, **options) -> "DiffusionLM":
+        """torch.compile the decode loop's step around each model call (its branches, choice,
+        early stop, next call's layout and cache flags: ``pvf_lmeval.decoding.round``) into two
+        programs, dynamic shapes by default; ``options`` go to ``torch.compile``. Independent of
+        :meth:`compile` (which compiles the model call). Off unless asked for
+        (``compile_round=true``)."""
+        self.compile_round = dict(options)
         return self
 
     def batch_invariant(self):

@@ -47,7 +47,7 @@ DECODER_PARAMS = {
 NOT_PARAMS = ("decoder", "preset", "plan_vocab")
 #: ``--model_args`` keys of any model type that do not change results
 NOT_IDENTITY_ARGS = ("device", "batch_size", "max_batch_size", "parallelize", "trace",
-                     "trust_remote_code", "compile")
+                     "trust_remote_code", "compile", "compile_round")
 #: directories in a recorded vocabulary source ("auto:/path/to/x.json", "/path/x.json")
 _VOCAB_DIRS = re.compile(r"[^:]*[/\\]")
 #: the lm-eval seed that picks few-shot examples (matters only with shots)

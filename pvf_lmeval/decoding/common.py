@@ -135,11 +135,20 @@ class Choice:
     memo: dict = field(default_factory=dict)
 
 
+#: why ``compile_round`` and ``batch_invariant`` are refused together
+ROUND_NOT_INVARIANT = ("batch_invariant=true cannot be combined with compile_round=true: "
+                       "inductor does not compile the round's fixed-order sums over a dynamic "
+                       "canvas; turn one of them off")
+
+
 def invariant_mode(model, on: bool):
     """The context a batch-invariant call runs in: the model's ``batch_invariant()`` (it raises
-    where its kernels cannot run), or nothing when ``on`` is False."""
+    where its kernels cannot run), or nothing when ``on`` is False. A model whose round runs
+    compiled (``compile_round``) is refused with a one-line ValueError."""
     if not on:
         return contextlib.nullcontext()
+    if getattr(model, "compile_round", None) is not None:
+        raise ValueError(ROUND_NOT_INVARIANT)
     enter = getattr(model, "batch_invariant", None)
     if enter is None:
         raise ValueError(f"batch_invariant=true: the model ({type(model).__name__}) has no "

@@ -22,8 +22,9 @@ dynamic (the live requests R, rows M and canvas L; a batch of one is its own pro
 decoder and its parameters are constants of the program (a new decoder or parameter value
 compiles again). The programs make the eager step's decisions: selections, rankings and
 comparisons are exact; a float sum over positions (PVF's C_total, VIG) is the only value whose last
-bits can differ from the eager one (with ``batch_invariant`` it is a fixed order of adds, equal
-to eager's bit for bit).
+bits can differ from the eager one. ``batch_invariant`` is refused with a compiled round
+(``common.ROUND_NOT_INVARIANT``): inductor does not compile its fixed-order sums over a dynamic
+canvas.
 """
 
 from __future__ import annotations

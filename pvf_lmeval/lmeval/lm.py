@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
 from ..decoding.blocks import block_size_of, check_block_length
+from ..decoding.common import ROUND_NOT_INVARIANT
 from ..decoding.params import DecodeParams, _bool, override
 from ..models.diffusion_lm import compile_seconds
 from .batching import batches
@@ -124,6 +125,8 @@ class PVFDiffusionLM(LM):
         self._compile = _compile_scope(compile)
         self._compile_round = _bool("compile_round", compile_round)
         self.batch_invariant = _bool("batch_invariant", batch_invariant)
+        if self.batch_invariant and self._compile_round:
+            raise ValueError(ROUND_NOT_INVARIANT)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true

@@ -104,9 +104,9 @@ class Batch:
             self.cache = BatchKV(params.cache, n=self.n, prompt_len=self.P0, gen_length=self.L,
                                  block_length=self.B, mask_id=self.mask_id, reveal_next=reveal,
                                  device=self.device)
-        #: the live requests' numbers [R] (see :meth:`live`): every request at first
-        self.ids = list(range(self.n))
-        self.req = torch.arange(self.n, device=self.device)
+        #: the live requests' numbers, ``ids`` on the host and ``req`` [R] on the device (see
+        #: :meth:`live`): every request at first
+        self.live(list(range(self.n)))
         self.nfe = [0] * self.n
         self.rows = [0] * self.n
         #: ``torch.compile`` options of the statistics pass when the model asks for it compiled

@@ -15,16 +15,16 @@ A model asks for it with a ``compile_step`` attribute holding ``torch.compile`` 
 
 The round's step (:mod:`.round`: ``settle`` after the call, ``prepare`` after the cache commit)
 is asked for the same way, with a ``compile_round`` attribute (``DiffusionLM.compile_round``).
-Eager, a round dispatches some 200-450 small operations outside the model call (the step's
+Eager, the round's step dispatches some 100-300 small operations per round (the step's
 selections and rankings, the early-stop rule, the next call's layout and cache flags), each a
-kernel launch on a GPU; compiled, they are a few fused kernels per program. Shapes are
-dynamic (the live requests R, rows M and canvas L; a batch of one is its own program), the
-decoder and its parameters are constants of the program (a new decoder or parameter value
-compiles again). The programs make the eager step's decisions: selections, rankings and
-comparisons are exact; a float sum over positions (PVF's C_total, VIG) is the only value whose last
-bits can differ from the eager one. ``batch_invariant`` is refused with a compiled round
-(``common.ROUND_NOT_INVARIANT``): inductor does not compile its fixed-order sums over a dynamic
-canvas.
+kernel launch on a GPU; compiled, they are fused kernels of two programs. Shapes are dynamic
+and size-oblivious (the live requests R, rows M and canvas L; a batch of one shares the
+program), the decoder and its parameters are constants of the program (a new decoder or
+parameter value compiles again). The programs make the eager step's decisions: selections,
+rankings and comparisons are exact; a float sum over positions (PVF's C_total, VIG) is the
+only value whose last bits can differ from the eager one. ``batch_invariant`` is refused with
+a compiled round (``common.ROUND_NOT_INVARIANT``): inductor does not compile its fixed-order
+sums over a dynamic canvas.
 """
 
 from __future__ import annotations
@@ -40,8 +40,13 @@ from .common import stats_from_logits
 _programs: dict[tuple, object] = {}
 
 
+def _options_key(options: dict) -> tuple:
+    """``torch.compile`` options as a key of :data:`_programs`."""
+    return tuple(sorted((k, repr(v)) for k, v in options.items()))
+
+
 def _program(options: dict):
-    key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+    key = _options_key(options)
     fn = _programs.get(key)
     if fn is None:
         opts = {k: v for k, v in options.items() if k != "dynamic"}
@@ -75,7 +80,7 @@ def round_programs(options: dict | None, config: tuple = ()):
     if options is None:
         return round_step.settle, round_step.prepare
     _keep_outside_programs()
-    key = ("round", tuple(sorted((k, repr(v)) for k, v in options.items())), config)
+    key = ("round", _options_key(options), config)
     pair = _programs.get(key)
     if pair is None:
         opts = dict(options)
@@ -90,21 +95,22 @@ def round_programs(options: dict | None, config: tuple = ()):
 #: of records (``OnlineVocab.record``, a list that grows every round)
 OUTSIDE_PROGRAMS = (("pvf_lmeval.decoding.batch", "Batch", "rand"),
                     ("pvf_lmeval.planning.online", "OnlineVocab", "record"))
-_outside: set = set()
+_outside_marked = False
 
 
 def _keep_outside_programs() -> None:
     """Mark :data:`OUTSIDE_PROGRAMS` with ``torch.compiler.disable`` (once, when a first round
     program is asked for: eager decoding never imports dynamo, which imports Triton). The
     marked methods run exactly as before when called eagerly."""
+    global _outside_marked
+    if _outside_marked:
+        return
     import importlib
 
     for module, cls_name, name in OUTSIDE_PROGRAMS:
-        if (module, cls_name, name) in _outside:
-            continue
         cls = getattr(importlib.import_module(module), cls_name)
         setattr(cls, name, torch.compiler.disable(getattr(cls, name)))
-        _outside.add((module, cls_name, name))
+    _outside_marked = True
 
 
 def _own_code(fn):
@@ -116,8 +122,9 @@ def _own_code(fn):
 
 
 def _no_duck_shapes(fn):
-    """``fn`` run without duck shapes: two sizes that happen to be equal in one round (the
-    live requests and the batch, say) must not become a guard that fails in the next."""
+    """``fn`` run without duck shapes (two sizes that happen to be equal in one round, the live
+    requests and the batch say, must not become a guard that fails in the next) and with
+    size-oblivious sizes (a size of 1 is not specialised: a batch of one shares the program)."""
     from torch.fx.experimental import _config as fx_config
 
     def run(*args):

@@ -128,7 +128,6 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     b.commit_caches(ids, y)
     records = [[] for _ in range(n)] if trace else None
     finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
-    b.live(ids)
     settle, prepare = round_programs(getattr(model, "compile_round", None), _config(b, step))
     br, nxt = next_round(b, step, y, st)
     plan = _count_unmade(b, ids, nxt.tolist())                  # round 0's layout: one read
@@ -188,8 +187,6 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             plan_passed=passed, block_size=b.block_size,
             cache_exact=params.cache == "none" or b.block_size is not None))
     return results
-
-
 
 
 def _config(b, step) -> tuple:

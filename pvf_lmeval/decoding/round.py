@@ -48,7 +48,8 @@ def settle(b, step, y: Tensor, st, br: Branches, out, routes: Tensor, tally: Ten
     return y, st, labels, made, routes, tally, e, finished, ch
 
 
-def prepare(b, step, y: Tensor, st, e: Tensor, finished: Tensor, made: Tensor) -> tuple[Branches, Tensor]:
+def prepare(b, step, y: Tensor, st, e: Tensor, finished: Tensor,
+            made: Tensor) -> tuple[Branches, Tensor]:
     """After the cache commit: the next round's branches of every live request (the loop drops
     those of requests that finished) and what the host reads of the round, [R, 4 + C] long on
     the device: e, finished, made a call, then :func:`next_round`'s columns."""

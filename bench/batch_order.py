@@ -13,20 +13,15 @@ tokens per second (ratio of sums), and that both ways give the same tokens and N
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import decode_batch, make_params
+from pvf_lmeval.lmeval.batching import batches, padding_share
+from pvf_lmeval.models import load_model
 
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
-from pvf_lmeval.lmeval.batching import batches, padding_share  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
+import benchlib
 
 
 def evaluator_order(keys: list, batch_size: int) -> list[list[int]]:
@@ -53,7 +48,7 @@ def run(model, prompts, params, order) -> tuple[float, list]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixture", default="tiny-llada", choices=arith_bench.FIXTURES)
+    ap.add_argument("--fixture", default="tiny-llada", choices=benchlib.FIXTURES)
     ap.add_argument("--decoder", default="threshold")
     ap.add_argument("--cache", default="none")
     ap.add_argument("--limit", type=int, default=32, help="items of each task")
@@ -66,10 +61,10 @@ def main(argv=None) -> None:
     model = load_model(args.fixture, device=args.device)
     prompts, params = [], []
     for task in ("arith", "arith_var"):
-        docs = arith_bench.held_out(args.limit, task)
-        p = make_params(args.decoder, gen_length=arith_bench.TASKS[task][1],
+        docs = benchlib.held_out(args.limit, task)
+        p = make_params(args.decoder, gen_length=benchlib.TASKS[task][1],
                         block_length=args.block_length, cache=args.cache)
-        prompts += arith_bench.prompt_ids(model.tokenizer, docs)
+        prompts += benchlib.prompt_ids(model.tokenizer, docs)
         params += [p] * len(docs)
     lengths = [len(p) for p in prompts]
     ways = {"evaluator order": evaluator_order(params, args.batch_size),

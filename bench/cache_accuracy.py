@@ -10,32 +10,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoder_names import DECODER_NAMES
+from pvf_lmeval.models import load_model
 
-from pvf_lmeval.decoder_names import DECODER_NAMES  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
-from decoders import run_config  # noqa: E402  (bench/, beside this script)
+import benchlib
+from decoders import run_config
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, limit_default=200)
+    benchlib.add_arguments(ap, limit_default=200)
     ap.add_argument("--decoders", nargs="+", default=list(DECODER_NAMES))
     ap.add_argument("--caches", nargs="+", default=["none", "dual", "dual_base"])
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    docs = arith_bench.held_out(args.limit)
-    extract = arith_bench.extract_answer()
+    docs = benchlib.held_out(args.limit)
+    extract = benchlib.extract_answer()
     targets = [d["target"] for d in docs]
     out = []
     print(f"{len(docs)} held-out arith items, gen_length {args.gen_length}, block_length "
@@ -44,7 +40,7 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.fixtures:
         model = load_model(name, device="cpu")
-        prompts = arith_bench.prompt_ids(model.tokenizer, docs)
+        prompts = benchlib.prompt_ids(model.tokenizer, docs)
         for dec in args.decoders:
             extra = {"preset": "arith"} if dec in ("pvf", "explore") else {}
             ref = None

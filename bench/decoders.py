@@ -21,14 +21,11 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params
+from pvf_lmeval.models import load_model
+from pvf_lmeval.planning.vocab import resolve_vocab_for
 
-from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.planning.vocab import resolve_vocab_for  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
+import benchlib
 
 #: (label, decoder, extra params); pvf rows use the `arith` preset (SPEC paper defaults of the
 #: math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
@@ -95,7 +92,7 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, task_option=True)
+    benchlib.add_arguments(ap, task_option=True)
     ap.add_argument("--slow-limit", type=int, default=None,
                     help="static and freedave on the first N of the items only (stated in the table)")
     ap.add_argument("--only", nargs="+", default=None,
@@ -118,11 +115,11 @@ def main(argv=None) -> None:
     unknown = [x for x in args.only or [] if x not in labels]
     if unknown:
         ap.error(f"--only: unknown row {unknown[0]!r}; rows: {', '.join(map(repr, labels))}")
-    arith_bench.task_gen_length(args)
+    benchlib.task_gen_length(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    extract = arith_bench.extract_answer(args.task)
-    docs = arith_bench.held_out(args.limit, task=args.task)
+    extract = benchlib.extract_answer(args.task)
+    docs = benchlib.held_out(args.limit, task=args.task)
     rows_out, raw = [], {}
     print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
@@ -132,7 +129,7 @@ def main(argv=None) -> None:
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
-        prompts = arith_bench.prompt_ids(model.tokenizer, docs)
+        prompts = benchlib.prompt_ids(model.tokenizer, docs)
         targets = [d["target"] for d in docs]
         results, subset_ref = {}, {}
         for label, decoder, extra in CONFIGS + [c for c in OPT_IN if args.only and c[0] in args.only]:

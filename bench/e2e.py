@@ -49,60 +49,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import DECODERS, decode_batch, make_params
+from pvf_lmeval.decoding import batch as batch_mod
+from pvf_lmeval.models import load_model
+from pvf_lmeval.models.diffusion_lm import DiffusionLM, compile_seconds
+from pvf_lmeval.models.kv import cache_segments, is_cached_call
 
-from pvf_lmeval.decoding import DECODERS, decode_batch, make_params  # noqa: E402
-from pvf_lmeval.decoding import batch as batch_mod  # noqa: E402
-from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.models.diffusion_lm import DiffusionLM, compile_seconds  # noqa: E402
-from pvf_lmeval.models.kv import cache_segments, is_cached_call  # noqa: E402
-from pvf_lmeval.models.transformer import TransformerConfig  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
-import shadow as shadow_mod  # noqa: E402  (bench/, beside this script)
-from throughput import SHAPES, random_weights_model  # noqa: E402  (bench/, beside this script)
+import benchlib
+from benchlib import KVCache, call_view, random_model, sync
+import shadow as shadow_mod
 
 CACHES = ("none", "prefix", "dual")
 BATCH_SIZES = (1, 4, 16, 32)
-_LLADA_8B = dict(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
-                 ffn_hidden=12288, rope_theta=500000.0)
-#: replay shapes: the real LLaDA-8B shape, and the same shape with width, depth and vocabulary
-#: divided by 8 or 16 (CPU-sized; the proportions of the call costs are the 8B's, not the figures)
-REPLAY_SHAPES = {
-    "llada-8b": _LLADA_8B,
-    "llada-8b/8": dict(_LLADA_8B, vocab_size=126464 // 8, d_model=512, n_layers=4, n_heads=4,
-                       n_kv_heads=4, ffn_hidden=1536),
-    "llada-8b/16": dict(_LLADA_8B, vocab_size=126464 // 16, d_model=256, n_layers=2, n_heads=2,
-                        n_kv_heads=2, ffn_hidden=768),
-}
-
-#: shadow shapes: (config, logit shift); the reduced ones are CPU-sized (their call costs keep
-#: the 8B's proportions, not its figures)
-SHADOW_SHAPES = {
-    "llada-8b": SHAPES["llada-8b"],
-    "dream-7b": SHAPES["dream-7b"],
-    "llada-8b/8": (TransformerConfig(**REPLAY_SHAPES["llada-8b/8"]), 0),
-    "llada-8b/16": (TransformerConfig(**REPLAY_SHAPES["llada-8b/16"]), 0),
-}
+#: the shapes part 2 replays (``benchlib.SHAPES``: the real LLaDA-8B shape, and the same shape with
+#: width, depth and vocabulary divided by 8 or 16)
+REPLAY_SHAPES = ("llada-8b", "llada-8b/8", "llada-8b/16")
+#: the shapes the shadow runs at (``benchlib.SHAPES``; the reduced ones are CPU-sized)
+SHADOW_SHAPES = ("llada-8b", "dream-7b", "llada-8b/8", "llada-8b/16")
 SHADOW_DECODERS = ("pvf", "threshold")
 
 
 #: the clock of part 1 (``--clock``): wall seconds, or CPU seconds of the decoding thread
 CLOCK = time.perf_counter
-
-
-def sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class TimedModel:
@@ -218,7 +192,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
         base.compile_step = {}
     if args.compile_round:
         base.compile_rounds()
-    prompts = arith_bench.prompt_ids(base.tokenizer, docs)
+    prompts = benchlib.prompt_ids(base.tokenizer, docs)
     model = TimedModel(base, args.block_length)
     rows, schedules, vocab_cache = [], {}, {}
     for dec in args.decoders:
@@ -299,11 +273,6 @@ def table(rows: list[dict], title: str) -> str:
 # ---------------------------------------------------------------- batched replay
 
 
-def random_model(shape: str, device, dtype) -> DiffusionLM:
-    return random_weights_model(TransformerConfig(**REPLAY_SHAPES[shape]), device, dtype, shift=0,
-                                family="llada", name=f"random {shape}")
-
-
 def replay_batched(model, schedules: list[list], cache: str, prompt_len: int, L: int, B: int,
                    device) -> float:
     """Seconds to replay ``schedules`` (one per request: [(rows, cached, block)]) batched: per
@@ -347,8 +316,7 @@ def replay_batched(model, schedules: list[list], cache: str, prompt_len: int, L:
             P = max(hi - s0 for s0, hi, _ in pos)
             positions = torch.cat([torch.clamp(torch.arange(s0, s0 + P), max=hi - 1)
                                    .unsqueeze(0).expand(n, -1) for s0, hi, n in pos]).to(device)
-            model.logits(torch.cat(toks), positions,
-                         cache=seg if caches[0] is not None else None)
+            model.logits(torch.cat(toks), positions, cache=call_view(seg, len(positions)))
             for i, rows, block in members:
                 c = caches[i]
                 if c is not None and not cached:
@@ -402,9 +370,7 @@ def replay_table(rows: list[dict], title: str) -> str:
 
 
 def shadow_model(shape: str, device, dtype) -> DiffusionLM:
-    cfg, shift = SHADOW_SHAPES[shape]
-    return random_weights_model(cfg, device, dtype, shift=shift, family=shape.split("-")[0],
-                                name=f"random {shape}")
+    return random_model(shape, device, dtype)
 
 
 def run_shadow(args, docs) -> tuple[list[dict], str]:
@@ -422,7 +388,7 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
     if args.compile_round:
         big.compile_rounds()
     model = shadow_mod.ShadowModel(fixture, big)
-    prompts = arith_bench.prompt_ids(fixture.tokenizer, docs)
+    prompts = benchlib.prompt_ids(fixture.tokenizer, docs)
     rows, vocab_cache = [], {}
     for dec in args.decoders:
         for cache in args.caches:
@@ -532,7 +498,7 @@ def _warm_cell(r: dict) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, limit_default=32, task_option=True)
+    benchlib.add_arguments(ap, limit_default=32, task_option=True)
     ap.add_argument("--decoders", nargs="+", default=None,
                     help=f"default: every decoder ({', '.join(SHADOW_DECODERS)} with --shadow)")
     ap.add_argument("--caches", nargs="+", default=None,
@@ -540,9 +506,9 @@ def main(argv=None) -> None:
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=list(BATCH_SIZES))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--replay", choices=sorted(REPLAY_SHAPES), default=None)
+    ap.add_argument("--replay", choices=REPLAY_SHAPES, default=None)
     ap.add_argument("--prompt-len", type=int, default=64, help="replay: prompt tokens")
-    ap.add_argument("--shadow", choices=sorted(SHADOW_SHAPES), default=None,
+    ap.add_argument("--shadow", choices=SHADOW_SHAPES, default=None,
                     help="the loop at SHAPE's cost (instead of parts 1 and 2)")
     ap.add_argument("--requests-per-size", type=int, default=None,
                     help="shadow: each batch size decodes the first max(K, batch) items only")
@@ -560,7 +526,7 @@ def main(argv=None) -> None:
                          "torch thread, CPU only)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    arith_bench.task_gen_length(args)
+    benchlib.task_gen_length(args)
     bad = [c for c in args.caches or () if c not in CACHES + ("dual_base",)]
     if bad:
         ap.error(f"--caches {bad[0]!r} must be one of {', '.join(CACHES + ('dual_base',))}")
@@ -581,7 +547,7 @@ def main(argv=None) -> None:
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
-    docs = arith_bench.held_out(args.limit, args.task)
+    docs = benchlib.held_out(args.limit, args.task)
     if args.shadow:
         rows, note = run_shadow(args, docs)
         print("\n" + shadow_table(rows, note))

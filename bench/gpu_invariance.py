@@ -31,19 +31,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from pvf_lmeval.decoding import DECODERS, PLANNING_DECODERS, decode_batch  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.planning.vocab import resolve_vocab_for  # noqa: E402
+from pvf_lmeval.decoding import DECODERS, PLANNING_DECODERS, decode_batch
+from pvf_lmeval.models import load_model
+from pvf_lmeval.planning.vocab import resolve_vocab_for
+from benchlib import REPO
 
 TASK = REPO / "tasks" / "arith_var" / "data" / "test.jsonl"
 #: result fields compared beside tokens, NFE and branch_rows (wall time is not a result)
@@ -140,7 +136,7 @@ class _null:
 
 def speed(args, out: list, save) -> list[dict]:
     """Part 2; appends to ``out`` and saves after each setting."""
-    from throughput import random_model
+    from benchlib import random_model
     model = random_model(args.shape, torch.device(args.device), getattr(torch, args.dtype))
     for dec, per in (("pvf", 4), ("threshold", 1)):
         for n in (1, 16):

@@ -19,22 +19,17 @@ batch, before and after its rounds.
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
-from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import decode_batch
+from pvf_lmeval.decoding import round as round_mod
+from pvf_lmeval.models import load_model
 
-from pvf_lmeval.decoding import decode_batch  # noqa: E402
-from pvf_lmeval.decoding import round as round_mod  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
-from e2e import RoundCounter, params_for  # noqa: E402
+import benchlib
+from e2e import RoundCounter, params_for
 
 
 class OpCounter(TorchDispatchMode):
@@ -108,14 +103,14 @@ class CudaSyncs:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, fixtures_default=["tiny-llada"], limit_default=32)
+    benchlib.add_arguments(ap, fixtures_default=["tiny-llada"], limit_default=32)
     ap.add_argument("--decoders", nargs="+", default=["threshold", "pvf"])
     ap.add_argument("--caches", nargs="+", default=["none", "dual"])
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 16])
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    docs = arith_bench.held_out(args.limit)
+    docs = benchlib.held_out(args.limit)
     cuda = args.device.startswith("cuda")
     print("| fixture | decoder | cache | batch | batches | rounds | operations outside the model "
           "per round | vs batch 1 | of them in the round's programs |"
@@ -123,7 +118,7 @@ def main(argv=None) -> None:
           + "\n|---|---|---|---|---|---|---|---|---|" + ("---|" if cuda else ""))
     for name in args.fixtures:
         base = load_model(name, device=args.device)
-        prompts = arith_bench.prompt_ids(base.tokenizer, docs)
+        prompts = benchlib.prompt_ids(base.tokenizer, docs)
         counter = OpCounter()
         count_round(counter)
         model = Uncounted(base, counter)

@@ -18,12 +18,9 @@ import subprocess
 import sys
 import time
 import types
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pvf_lmeval.sandbox import check_candidates, default_workers  # noqa: E402
+from pvf_lmeval.sandbox import check_candidates, default_workers
+from benchlib import REPO
 
 
 def _problems(path: str | None) -> list[dict]:
@@ -35,7 +32,7 @@ def _problems(path: str | None) -> list[dict]:
 
 
 def _baseline(rev: str):
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:pvf_lmeval/code_exec.py"],
+    src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:pvf_lmeval/code_exec.py"],
                          check=True, capture_output=True, text=True).stdout
     mod = types.ModuleType("code_exec_baseline")
     sys.modules[mod.__name__] = mod  # dataclasses look their module up

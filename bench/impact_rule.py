@@ -11,23 +11,21 @@ of 32 (outputs and calls do not depend on the batch):
 import json
 import math
 import sys
-from pathlib import Path
 
 import torch
 
-REPO = Path.cwd()
-sys.path.insert(0, str(REPO)); sys.path.insert(0, str(REPO / "bench"))
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-import arith_bench  # noqa: E402
+from pvf_lmeval.decoding import decode_batch, make_params
+from pvf_lmeval.models import load_model
+import benchlib
+from benchlib import REPO
 
 torch.set_num_threads(1)
 fam, n = sys.argv[1], int(sys.argv[2])
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 32
 name = f"tiny-{fam}"
 model = load_model(name, dtype="float32"); tok = model.tokenizer
-docs = arith_bench.held_out(n, task="arith_var"); prompts = arith_bench.prompt_ids(tok, docs)
-extract = arith_bench.extract_answer("arith_var")
+docs = benchlib.held_out(n, task="arith_var"); prompts = benchlib.prompt_ids(tok, docs)
+extract = benchlib.extract_answer("arith_var")
 
 
 def vocab(kind):

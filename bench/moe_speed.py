@@ -23,34 +23,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from pvf_lmeval.models.transformer import MLP, TransformerConfig
 
-from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
-from pvf_lmeval.models.moe import MoEConfig  # noqa: E402
-from pvf_lmeval.models.transformer import MLP, TransformerConfig  # noqa: E402
-from throughput import PAPER_CALLS_PER_512, peak_mib, random_weights_model, reset_peak, sync  # noqa: E402
+import benchlib
+from benchlib import PAPER_CALLS_PER_512, KVCache, call_view, peak_mib, random_model, reset_peak, sync
 
-SHAPES = {
-    "llada-moe-7b-a1b": TransformerConfig(
-        vocab_size=157184, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=16, ffn_hidden=0,
-        rope_theta=50000.0, qk_norm=True,
-        moe=MoEConfig(n_experts=64, top_k=8, expert_hidden=1024, bias_in_weight=True)),
-    "llada2-mini": TransformerConfig(
-        vocab_size=157184, d_model=2048, n_layers=20, n_heads=16, n_kv_heads=4, ffn_hidden=5120,
-        norm_eps=1e-6, rope_theta=600000.0, head_size=128, rotary_dim=64, qk_norm=True,
-        fused_qkv=True, block_size=32,
-        moe=MoEConfig(n_experts=256, top_k=8, expert_hidden=512, shared_hidden=512,
-                      score="sigmoid", expert_bias=True, normalize=True, scaling=2.5, n_groups=8,
-                      topk_groups=4, router_fp32=True, layers=(False,) + (True,) * 19)),
-}
+#: the shapes of the mixture-of-experts families (``benchlib.SHAPES``)
+SHAPES = ("llada-moe-7b-a1b", "llada2-mini")
 
 
 def reduced(cfg: TransformerConfig, k: int) -> TransformerConfig:
@@ -105,7 +88,8 @@ def replay(model, calls_per_block: list[list[int]], cache: str, batch: int, prom
                 for c in caches:
                     c.span = (s0, prompt_len + L if cache == "prefix" else s0 + B)
                 hi = min(prompt_len + L, s0 + (2 * B if cache == "prefix" else B))
-            model.logits(rows, torch.arange(s0, hi, device=device), cache=[(c, w) for c in caches])
+            view = call_view([(c, w) for c in caches], rows.shape[0])
+            model.logits(rows, torch.arange(s0, hi, device=device), cache=view)
             if full:
                 for c in caches:
                     c.commit(y[prompt_len:])
@@ -162,8 +146,8 @@ def main(argv=None) -> None:
     for name in args.shapes.split(","):
         if name not in SHAPES:
             raise SystemExit(f"--shapes: {name!r} is not one of {', '.join(SHAPES)}")
-        cfg = reduced(SHAPES[name], args.reduce)
-        model = random_weights_model(cfg, device, dtype, shift=0, family=name, name=name)
+        cfg = reduced(benchlib.SHAPES[name][0], args.reduce)
+        model = random_model(name, device, dtype, config=cfg)
         print(f"\n## {name}" + (f" (reduced /{args.reduce})" if args.reduce > 1 else "")
               + f" on {device} {dtype}, prompt {args.prompt_len}, gen {args.gen_length}, "
               f"block {args.block}, block-causal {model.block_size is not None}\n")

@@ -12,19 +12,15 @@ planning step, after it, and after the next step, with the route of every commit
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import decode_batch, make_params
+from pvf_lmeval.models import load_model
+from pvf_lmeval.planning.vocab import resolve_vocab_for
 
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.planning.vocab import resolve_vocab_for  # noqa: E402
-
-import arith_bench  # noqa: E402
+import benchlib
 
 MASK = "▯"
 
@@ -78,7 +74,7 @@ def render(pieces, steps, routes, upto, positions) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-llada")
-    ap.add_argument("--task", default="arith_var", choices=list(arith_bench.TASKS))
+    ap.add_argument("--task", default="arith_var", choices=list(benchlib.TASKS))
     ap.add_argument("--limit", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
@@ -87,12 +83,12 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     model = load_model(args.model, dtype="float32")
     tok = model.tokenizer
-    gen_length = arith_bench.TASKS[args.task][1]
+    gen_length = benchlib.TASKS[args.task][1]
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32)
     ids, how = resolve_vocab_for(model, task_family=params.family)
     params = make_params("pvf", preset="arith", gen_length=gen_length, block_length=32, plan_vocab=ids)
-    docs = arith_bench.held_out(args.limit, task=args.task)
-    prompts = arith_bench.prompt_ids(tok, docs)
+    docs = benchlib.held_out(args.limit, task=args.task)
+    prompts = benchlib.prompt_ids(tok, docs)
     results = []
     for b0 in range(0, len(prompts), args.batch_size):
         chunk = prompts[b0:b0 + args.batch_size]

@@ -8,13 +8,11 @@ one torch thread:
     python bench/plan_vacuity.py dream 120 hand-written paper+impact_includes_committed plan+ar
 """
 import sys, json, torch
-from pathlib import Path
-REPO = Path.cwd()
-sys.path.insert(0, str(REPO)); sys.path.insert(0, str(REPO / "bench"))
 import pvf_lmeval.decoding.pvf as P
 from pvf_lmeval.decoding import decode_batch, make_params
 from pvf_lmeval.models import load_model
-import arith_bench
+import benchlib
+from benchlib import REPO
 torch.set_num_threads(1)
 tally = {"tried": 0, "nonvac": 0, "passed": 0}
 orig = P.verify_plans
@@ -29,12 +27,12 @@ fam, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rules, routes = (sys.argv[4:6] + ["paper", "plan+ar"][len(sys.argv[4:6]):])
 name = f"tiny-{fam}"
 model = load_model(name, dtype="float32"); tok = model.tokenizer
-docs = arith_bench.held_out(n, task="arith_var"); prompts = arith_bench.prompt_ids(tok, docs)
+docs = benchlib.held_out(n, task="arith_var"); prompts = benchlib.prompt_ids(tok, docs)
 ids = [t["id"] for t in json.load(open(REPO / f"vocab_artifacts/{name}.math-word.{kind}.json"))["tokens"]]
 p = make_params("pvf", preset="arith", gen_length=256, block_length=32, plan_vocab=ids, rules=rules, routes=routes)
 res = []
 for b0 in range(0, n, 20):
     res += decode_batch(model, prompts[b0:b0+20], params=p)
-ex = arith_bench.extract_answer("arith_var"); acc = sum(ex(tok.decode(r.tokens[:r.gen_tokens])) == d["target"] for r, d in zip(res, docs)) / n
+ex = benchlib.extract_answer("arith_var"); acc = sum(ex(tok.decode(r.tokens[:r.gen_tokens])) == d["target"] for r, d in zip(res, docs)) / n
 print(name, kind, rules, routes, n, f"acc {acc:.3f}", "calls", sum(r.nfe for r in res)/n, tally,
       f"vacuous share of tried {1 - tally['nonvac']/max(tally['tried'],1):.3f}, pass | nonvacuous {tally['passed']/max(tally['nonvac'],1):.3f}")

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.models import load_model
 
-from pvf_lmeval.models import load_model  # noqa: E402
-
-import arith_bench  # noqa: E402
+import benchlib
 
 
 @torch.no_grad()
@@ -71,7 +67,7 @@ def decode_one(model, prompt, gen_length, block, tau, band, structural):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="checkpoint folder or bundled name")
-    ap.add_argument("--task", default="arith_var", choices=list(arith_bench.TASKS))
+    ap.add_argument("--task", default="arith_var", choices=list(benchlib.TASKS))
     ap.add_argument("--limit", type=int, default=32)
     ap.add_argument("--gen-length", type=int, default=256)
     ap.add_argument("--block-length", type=int, default=32)
@@ -89,9 +85,9 @@ def main(argv=None) -> None:
         s = tok.decode([i])
         structural.append(i not in model.eos_ids and not any(c.isdigit() for c in s))
     structural = torch.tensor(structural)
-    docs = arith_bench.held_out(args.limit, task=args.task)
-    prompts = arith_bench.prompt_ids(tok, docs)
-    extract = arith_bench.extract_answer(args.task)
+    docs = benchlib.held_out(args.limit, task=args.task)
+    prompts = benchlib.prompt_ids(tok, docs)
+    extract = benchlib.extract_answer(args.task)
     tot = {"calls": 0, "events": 0, "band_positions": 0, "structural_band_positions": 0, "correct": 0}
     for d, p in zip(docs, prompts):
         ids, calls, events, bp, sp = decode_one(model, p, args.gen_length, args.block_length, 0.9,

@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import decode_batch, make_params
+from pvf_lmeval.decoding.rules import SWITCHES, rules_for
+from pvf_lmeval.models import load_model
+from pvf_lmeval.planning.vocab import capitalised_ids, resolve_vocab_for
 
-from pvf_lmeval.decoding import decode_batch, make_params  # noqa: E402
-from pvf_lmeval.decoding.rules import SWITCHES, rules_for  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.planning.vocab import capitalised_ids, resolve_vocab_for  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
+import benchlib
 
 PVF_SWITCHES = [s for s in SWITCHES if s != "factor_last_rank_commits_all"]
 
@@ -75,7 +70,7 @@ def run(model, prompts, targets, extract, decoder, rules, extra, args, caps):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, limit_default=300)
+    benchlib.add_arguments(ap, limit_default=300)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--early-stop", choices=("on", "off"), default="off")
     ap.add_argument("--threads", type=int, default=1)
@@ -84,8 +79,8 @@ def main() -> None:
     ap.add_argument("--no-header", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    docs = arith_bench.held_out(args.limit)
-    extract = arith_bench.extract_answer()
+    docs = benchlib.held_out(args.limit)
+    extract = benchlib.extract_answer()
     targets = [d["target"] for d in docs]
     if not args.no_header:
         print(f"held-out arith items: {len(docs)}, gen_length {args.gen_length}, block "
@@ -95,7 +90,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for fixture in args.fixtures:
         model = load_model(fixture, device="cpu")
-        prompts = arith_bench.prompt_ids(model.tokenizer, docs)
+        prompts = benchlib.prompt_ids(model.tokenizer, docs)
         caps = capitalised_ids(model.tokenizer)
         base = {}
         for decoder, rules, extra in configs(not args.no_switches):

@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from pvf_lmeval.decoding.cache import BatchKV, KVCall
 
+from benchlib import sync
+
 CLOCK = time.perf_counter
-
-
-def sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class ShadowModel:

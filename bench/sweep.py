@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoder_names import PLANNING_DECODERS  # torch-free (no benchlib here)
 
-from pvf_lmeval.decoder_names import PLANNING_DECODERS  # noqa: E402  (torch-free)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_name(decoder: str, threshold: float | None) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import resource
 import statistics
 import sys
 import time
@@ -39,54 +38,18 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params
+from pvf_lmeval.models import load_model
+from pvf_lmeval.models.kv import cache_segments, is_cached_call
+from pvf_lmeval.models.loader import FIXTURES_DIR
 
-from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params  # noqa: E402
-from pvf_lmeval.decoding.cache import KVCache  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.models.diffusion_lm import DiffusionLM  # noqa: E402
-from pvf_lmeval.models.kv import CacheDriftProbe, cache_segments, is_cached_call  # noqa: E402
-from pvf_lmeval.models.loader import FIXTURES_DIR  # noqa: E402
-from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
+import benchlib
+from benchlib import (PAPER_CALLS_PER_512, SHAPES, CacheDriftProbe, KVCache, call_view, peak_mib,
+                      random_model, reset_peak, sync)
 
 DECODERS = ("static", "threshold", "freedave", "pvf")
 CACHES = ("none", "prefix", "dual")
 WIDTHS = (1, 2, 4, 8)
-#: real shapes (SPEC/references.md): config, logit shift
-SHAPES = {
-    "llada-8b": (TransformerConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32,
-                                   n_kv_heads=32, ffn_hidden=12288, norm_eps=1e-5,
-                                   rope_theta=500000.0, max_seq_len=4096), 0),
-    "dream-7b": (TransformerConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28,
-                                   n_kv_heads=4, ffn_hidden=18944, norm_eps=1e-6,
-                                   rope_theta=1e6, qkv_bias=True, max_seq_len=4096), 1),
-    # a small random model to smoke-test the replay path on a CPU
-    "tiny-random": (TransformerConfig(vocab_size=640, d_model=128, n_layers=4, n_heads=4,
-                                      n_kv_heads=2, ffn_hidden=384, qkv_bias=True), 1),
-}
-#: the paper's Table 1 (LLaDA-8B-Instruct, GSM8K, L=512, B=64): calls per 512 tokens
-PAPER_CALLS_PER_512 = {"static": 512, "threshold": 89.77, "freedave": 135.65, "pvf": 31.34}
-
-
-def sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def reset_peak(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_mib(device) -> float:
-    """Peak memory: CUDA peak allocated since the last reset, else the process's max RSS
-    (monotone over the run on a CPU)."""
-    if torch.device(device).type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class ScheduleRecorder:
@@ -113,7 +76,7 @@ class ScheduleRecorder:
 
 def run_tiny(name, args, extract, docs):
     model = maybe_compile(load_model(name, device=args.device), args)
-    prompts = arith_bench.prompt_ids(model.tokenizer, docs)
+    prompts = benchlib.prompt_ids(model.tokenizer, docs)
     out, schedules = {}, {}
     vocab = None
     for dec in args.decoders:
@@ -226,7 +189,7 @@ def time_call(model, prompt_len: int, L: int, B: int, width: int, cache: str, re
                     mask_id=model.mask_id, reveal_next=0, device=device)
         c.start_full(y[prompt_len:].unsqueeze(0))
         model.logits(y.unsqueeze(0), torch.arange(prompt_len, prompt_len + 2 * B, device=device),
-                     cache=c)
+                     cache=call_view(c, 1))
         c.commit(y[prompt_len:])
         c.span = (prompt_len, prompt_len + B)
         positions = torch.arange(prompt_len, prompt_len + B, device=device)
@@ -236,7 +199,7 @@ def time_call(model, prompt_len: int, L: int, B: int, width: int, cache: str, re
     for _ in range(reps + 1):
         sync(device)
         t0 = time.perf_counter()
-        model.logits(rows, positions, cache=c)
+        model.logits(rows, positions, cache=call_view(c, rows.shape[0]))
         sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
@@ -258,33 +221,6 @@ def width_table(model, prompt_len: int, L: int, B: int, reps: int, device, label
 
 
 # ---------------------------------------------------------------- real shapes (replay)
-
-
-def random_model(shape: str, device, dtype) -> DiffusionLM:
-    cfg, shift = SHAPES[shape]
-    return random_weights_model(cfg, device, dtype, shift=shift, family=shape.split("-")[0],
-                                name=f"random {shape}")
-
-
-def random_weights_model(cfg, device, dtype, *, shift: int, family: str, name: str
-                         ) -> DiffusionLM:
-    """A DiffusionLM of config ``cfg`` with seeded random weights (norms 1, biases 0), allocated
-    directly on ``device`` in ``dtype``; the last three ids serve as mask, pad and end of text."""
-    with torch.device("meta"):
-        net = BidirectionalTransformer(cfg)
-    net = net.to(dtype).to_empty(device=device)      # allocate in the target dtype directly
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for pname, p in net.named_parameters():
-            if pname.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif pname.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    V = cfg.vocab_size
-    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=shift,
-                       decodable=V, family=family, name=name)
 
 
 def replay_schedule(sched: dict, dec: str, mode: str, L: int, B: int) -> list[list[int]]:
@@ -332,7 +268,7 @@ def replay(model, blocks: list[list[int]], cache: str, prompt_len: int, L: int, 
                     c.span = (s0, prompt_len + L if cache == "prefix" else s0 + B)
                     hi = s0 + 2 * B if cache == "prefix" else s0 + B
                     hi = min(hi, prompt_len + L)
-            model.logits(rows, torch.arange(s0, hi, device=device), cache=c)
+            model.logits(rows, torch.arange(s0, hi, device=device), cache=call_view(c, rows.shape[0]))
             if c is not None and full:
                 c.commit(y[prompt_len:])
             # commit a share of the block so that later canvases differ
@@ -390,7 +326,7 @@ def run_shape(args, schedules: dict, schedule_label: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, fixtures_default=None, limit_default=32,
+    benchlib.add_arguments(ap, fixtures_default=None, limit_default=32,
                               fixtures_help="default: tiny-llada and tiny-dream (those with weights)",
                               limit_help="held-out arith items")
     ap.add_argument("--batch-size", type=int, default=1)
@@ -429,10 +365,10 @@ def main(argv=None) -> None:
         schedules = json.loads(args.schedule_file.read_text())
         label = f"{args.schedule} (recorded tiny-fixture schedules from {args.schedule_file})"
     else:
-        fixtures = args.fixtures or [f for f in arith_bench.FIXTURES
+        fixtures = args.fixtures or [f for f in benchlib.FIXTURES
                                      if (FIXTURES_DIR / f / "model.safetensors").exists()]
-        docs = arith_bench.held_out(args.limit)
-        extract = arith_bench.extract_answer()
+        docs = benchlib.held_out(args.limit)
+        extract = benchlib.extract_answer()
         tiny_device = "cpu" if args.shape else args.device
         saved, args.device = args.device, tiny_device
         print(f"arith held-out items: {len(docs)}; gen_length {args.gen_length}, block "

@@ -33,16 +33,13 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pvf_lmeval.decoding import decode, decode_batch, make_params
+from pvf_lmeval.planning.online import OnlineVocab
+from pvf_lmeval.models import load_model
+from pvf_lmeval.files.paths import vocab_artifacts_dir
+from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_artifact
 
-from pvf_lmeval.decoding import decode, decode_batch, make_params  # noqa: E402
-from pvf_lmeval.planning.online import OnlineVocab  # noqa: E402
-from pvf_lmeval.models import load_model  # noqa: E402
-from pvf_lmeval.paths import vocab_artifacts_dir  # noqa: E402
-from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_artifact  # noqa: E402
-
-import arith_bench  # noqa: E402  (bench/, beside this script)
+import benchlib
 
 HEURISTIC = {"llada": "llada-8b-instruct", "dream": "dream-v0-instruct-7b"}
 
@@ -123,7 +120,7 @@ def save_online(args, online, tok, model, name, label) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arith_bench.add_arguments(ap, task_option=True)
+    benchlib.add_arguments(ap, task_option=True)
     ap.add_argument("--batch", type=int, default=1, help="online: requests between updates")
     ap.add_argument("--batch-size", type=int, default=1,
                     help="rows without online statistics: requests decoded together")
@@ -138,10 +135,10 @@ def main(argv=None) -> None:
     ap.add_argument("--save-online", type=Path, default=None,
                     help="folder: write the learned online statistics as artifacts (for audit)")
     args = ap.parse_args(argv)
-    arith_bench.task_gen_length(args)
+    benchlib.task_gen_length(args)
     torch.set_num_threads(args.threads)
-    extract = arith_bench.extract_answer(args.task)
-    docs = arith_bench.held_out(args.limit, task=args.task)
+    extract = benchlib.extract_answer(args.task)
+    docs = benchlib.held_out(args.limit, task=args.task)
     print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; online: batch {args.batch}, level {args.level}, explore "
           f"{args.explore}, explore_max {args.explore_max}; torch threads "
@@ -154,7 +151,7 @@ def main(argv=None) -> None:
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         tok = model.tokenizer
-        prompts = arith_bench.prompt_ids(tok, docs)
+        prompts = benchlib.prompt_ids(tok, docs)
         targets = [d["target"] for d in docs]
         base = make_params("pvf", preset="arith", gen_length=args.gen_length,
                            block_length=args.block_length)

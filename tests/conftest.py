@@ -1,9 +1,18 @@
-"""Fixtures shared by the test files that run the bundled tiny models."""
+"""Fixtures shared by the test files that run the bundled tiny models.
+
+``tests/`` is on ``sys.path`` (pytest's rootdir-relative imports), so the test files import their
+helpers as ``from helpers.x import ...``; ``bench/`` is put there too, for the tests of the
+benchmark scripts and of ``bench/benchlib.py``'s one-request cache."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from pvf_lmeval.models import load_model
 

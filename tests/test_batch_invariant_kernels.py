@@ -41,7 +41,7 @@ def _interpreted_kernels():
         full = f"pvf_lmeval.models.batch_invariant.{n}"
         mod = sys.modules.get(full)
         mods.append(importlib.reload(mod) if mod is not None else importlib.import_module(full))
-    return (*mods, importlib.import_module("pvf_lmeval.models.batch_invariant.ops"))
+    return (*mods, importlib.import_module("pvf_lmeval.models.batch_invariant.custom_ops"))
 
 
 mm, norm, attn, bi_ops = _interpreted_kernels()

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from cache_models import dream_like, random_prompts
+from helpers.cache_models import dream_like, random_prompts
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import Batch

@@ -11,8 +11,8 @@ different choice: that is pinned as a strict xfail."""
 from __future__ import annotations
 
 import pytest
-from cache_models import arith_prompts
-from result_fields import trace_floats
+from helpers.cache_models import arith_prompts
+from helpers.result_fields import trace_floats
 
 from pvf_lmeval.decoding import decode, decode_batch
 

@@ -6,8 +6,8 @@ fixtures; padding really masked."""
 from __future__ import annotations
 
 import pytest
-from cache_models import arith_prompts, dream_like, random_prompts
-from result_fields import assert_same_outcomes, outcome, trace_floats
+from helpers.cache_models import arith_prompts, dream_like, random_prompts
+from helpers.result_fields import assert_same_outcomes, outcome, trace_floats
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import pad_id_of

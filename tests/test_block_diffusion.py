@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from block_tables import BlockModel, filled_from, random_table
+from helpers.block_tables import BlockModel, filled_from, random_table
 from pvf_lmeval.decoding import decode, decode_batch, make_params
 
 B = 4
@@ -262,7 +262,7 @@ def llada2(tmp_path_factory):
     """A tiny random LLaDA 2 network with blocks of 4, weights scaled up so that its
     distributions are peaked (threshold commits several tokens, PVF plans)."""
     import torch
-    from moe_folders import make_llada2_folder
+    from helpers.moe_folders import make_llada2_folder
 
     from pvf_lmeval.models import load_model
 

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from decoding_tables import BAND_BASE as BASE
-from decoding_tables import BAND_PLAN30 as PLAN30
-from decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_entropy,
+from helpers.decoding_tables import BAND_BASE as BASE
+from helpers.decoding_tables import BAND_PLAN30 as PLAN30
+from helpers.decoding_tables import (MASK, PROMPT, RandomModel, TableModel, band_pair_table, dist_entropy,
                              dist_logits, filled)
 from pvf_lmeval.cli.calibrate import main
 from pvf_lmeval.planning.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
@@ -285,7 +285,7 @@ def test_vig_on_a_block_diffusion_model_averages_over_what_the_candidate_can_inf
     """Block-causal model (block 4; prompt = position ids 0-3, the answer 4-11), reveal_next 4:
     W_t is blocks 1 and 2. The in-band candidate (token 30) sits at 8, in block 2: it can
     influence block 2 only, so its VIG averages over the masked positions 9-11, not 5-7."""
-    from block_tables import BlockModel, filled_from
+    from helpers.block_tables import BlockModel, filled_from
     base = {5: (11, .5), 6: (12, .5), 7: (13, .5), 8: (30, .5), 9: (19, .95), 10: (20, .5),
             11: (21, .5)}
     plan = {9: (19, .97), 10: (20, .7), 11: (21, .5)}

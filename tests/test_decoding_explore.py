@@ -1,6 +1,6 @@
 """explore: threshold set + exactly one seeded in-band extra per step, single-row calls."""
 
-from decoding_tables import filled, run
+from helpers.decoding_tables import filled, run
 
 BAND8 = {i: (10 + i, .3) for i in range(8)}
 

@@ -3,7 +3,7 @@
 import itertools
 
 import torch
-from decoding_tables import EOS, filled, run
+from helpers.decoding_tables import EOS, filled, run
 
 from pvf_lmeval.decoding.freedave import accept_chain_batched
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from decoding_tables import EOS, MASK, PROMPT, RandomModel, TableModel, filled, run
+from helpers.decoding_tables import EOS, MASK, PROMPT, RandomModel, TableModel, filled, run
 
 from pvf_lmeval.decoding import STAT_KEYS, DecodeResult, decode, make_params
 from pvf_lmeval.decoding.blocks import block_size_of

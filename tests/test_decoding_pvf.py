@@ -1,6 +1,6 @@
 """pvf: base set, planning route with impact-set verification, AR fallback, routes, N_s."""
 
-from decoding_tables import EOS, filled, run
+from helpers.decoding_tables import EOS, filled, run
 
 VOCAB = {30, 31, 32, 33}
 KW = dict(plan_vocab=VOCAB, gen_length=8)
@@ -143,7 +143,7 @@ def test_plan_self_check_passes_at_plan_lo_exactly():
     # under the plan row the candidate's own token 30 keeps p = .2, equal (in float32) to
     # plan_lo: the check is inclusive
     import torch
-    from decoding_tables import MASK, dist_logits
+    from helpers.decoding_tables import MASK, dist_logits
     from pvf_lmeval.decoding.common import stats_from_logits
     own = {31: .6, 30: .2}
     lo = float(stats_from_logits(dist_logits(own)[None, None], torch.tensor([[30]]), MASK)[3])

@@ -12,7 +12,7 @@ hand from those rules on the table of the test.
 
 from __future__ import annotations
 
-from decoding_tables import PROMPT, TableModel, failed_fill_table, filled, run
+from helpers.decoding_tables import PROMPT, TableModel, failed_fill_table, filled, run
 from test_decoding_threshold import exact_conf
 
 from pvf_lmeval.decoding import decode, decode_batch

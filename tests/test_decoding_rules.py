@@ -8,7 +8,7 @@ run ``rules=reference`` as a whole through ``decode``.
 import pytest
 import torch
 
-from decoding_tables import failed_fill_table, filled, run
+from helpers.decoding_tables import failed_fill_table, filled, run
 
 from pvf_lmeval.decoding import common
 from pvf_lmeval.decoding.common import threshold_select
@@ -296,7 +296,7 @@ def test_rule_sets():
 
 def test_rules_argument_of_decode():
     from pvf_lmeval.decoding import decode
-    from decoding_tables import PROMPT, TableModel
+    from helpers.decoding_tables import PROMPT, TableModel
 
     with pytest.raises(ValueError, match="rules"):
         decode(TableModel(lambda g: {}), PROMPT, "pvf", gen_length=8, rules="authors")
@@ -314,8 +314,8 @@ def test_rules_argument_of_decode():
 @pytest.mark.parametrize("cache", ["none", "dual"])
 def test_reference_batch_sizes_identical(llada, one_thread, cache):
     """The modes carried between rounds are per request: batches of 1, 3 and 8 agree."""
-    from cache_models import arith_prompts
-    from result_fields import assert_same_outcomes
+    from helpers.cache_models import arith_prompts
+    from helpers.result_fields import assert_same_outcomes
     from pvf_lmeval.decoding import decode, decode_batch
 
     prompts, _ = arith_prompts(llada.tokenizer, 8)
@@ -412,7 +412,7 @@ def test_unmade_call_counted_after_a_failed_plan_with_nothing_to_fill():
         if f == {0, 1}:
             return {3: (14, .95)}        # the plan fails
         return {}
-    from decoding_tables import PROMPT, TableModel
+    from helpers.decoding_tables import PROMPT, TableModel
     from pvf_lmeval.decoding import decode
 
     base, m0 = pvf(table, rules="ar_after_failed_plan")

@@ -1,7 +1,7 @@
 """static: one most-confident position per step, the LLaDA schedule with steps < L."""
 
 import torch
-from decoding_tables import filled, run
+from helpers.decoding_tables import filled, run
 
 from pvf_lmeval.decoding.common import llada_count_tensor
 

@@ -1,7 +1,7 @@
 """threshold (Fast-dLLM): p >= tau in the active block, forced top-1, factor rule."""
 
 import torch
-from decoding_tables import MASK, dist_logits, filled, run
+from helpers.decoding_tables import MASK, dist_logits, filled, run
 
 from pvf_lmeval.decoding.common import stats_from_logits
 

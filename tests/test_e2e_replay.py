@@ -10,17 +10,12 @@ timed on 16 others would compile inside the timed pass.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 @pytest.fixture()
-def e2e(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
+def e2e():
     import e2e as module
 
     return module
@@ -51,7 +46,6 @@ def test_every_batch_size_replays_the_same_requests_warm_then_timed(e2e, monkeyp
 
 
 def test_decoders_skip_threshold_without_only_is_an_error(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
     import decoders
 
     with pytest.raises(SystemExit) as exc:
@@ -61,7 +55,6 @@ def test_decoders_skip_threshold_without_only_is_an_error(monkeypatch, capsys):
 
 
 def test_decoders_unknown_only_row_is_an_error(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
     import decoders
 
     with pytest.raises(SystemExit) as exc:
@@ -74,7 +67,6 @@ def test_decoders_unknown_only_row_is_an_error(monkeypatch, capsys):
 
 def test_decoders_opt_in_row_runs_only_when_named(monkeypatch):
     """The impact-rule row is not part of the default table; named, it decodes with that rule."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
     import decoders
 
     seen = []

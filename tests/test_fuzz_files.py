@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from bounds import bounded
+from helpers.bounds import bounded
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402

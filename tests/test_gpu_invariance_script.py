@@ -5,14 +5,9 @@ on: the CPU's plain-torch implementation), and times model calls with the option
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import gpu_invariance
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-
-import gpu_invariance  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

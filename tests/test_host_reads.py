@@ -12,7 +12,7 @@ too (the KV cache's cached calls run there).
 A blocking upload is a host list copied to the device by ``torch.tensor``/``torch.as_tensor``
 with a ``device``: from pageable memory, CUDA synchronises the stream before the copy, so it
 waits like a read. The loop makes none: its index tensors go through
-``pvf_lmeval.uploads.upload`` (page-locked, asynchronous). :class:`HostReads` records the
+``pvf_lmeval.tensors.uploads.upload`` (page-locked, asynchronous). :class:`HostReads` records the
 others, with the line that made them, in ``uploads``.
 
 Rounds are told apart by ``Batch.call``, which the loop calls once per round after the initial
@@ -27,11 +27,11 @@ import sys
 
 import pytest
 import torch
-from cache_models import arith_prompts
+from helpers.cache_models import arith_prompts
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pvf_lmeval.decoding.batch as batch_mod
-import pvf_lmeval.uploads as uploads
+import pvf_lmeval.tensors.uploads as uploads
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 from pvf_lmeval.planning.online import OnlineVocab

@@ -9,10 +9,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from bounds import bounded
+from helpers.bounds import bounded
 import torch
 
-from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint
+from pvf_lmeval.models.formats import UnsupportedCheckpoint
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_model, weights_fingerprint
 from pvf_lmeval.models.validation import read_header
 
@@ -364,7 +364,7 @@ def test_an_owner_name_without_a_local_owner_folder_is_a_hub_id(tmp_path, monkey
 def test_an_expert_count_the_weights_do_not_hold_fails_fast_in_one_line(tmp_path, experts, says):
     """LLaDA 2.x with 8 experts per routed layer in its weights: a config.json that claims 10**9
     (or 12) is refused before the experts are enumerated or anything is allocated."""
-    from moe_folders import make_llada2_folder
+    from helpers.moe_folders import make_llada2_folder
 
     folder = make_llada2_folder(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())

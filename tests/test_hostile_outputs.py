@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pvf_lmeval import atomic
+from pvf_lmeval.files import atomic
 from pvf_lmeval.planning import calibrate, vocab
 
 ART = {"format_version": 1, "kind": "hand-written", "model_family": "llada",
@@ -255,7 +255,7 @@ def _tree(folder: Path) -> dict:
 def test_calibrate_without_out_writes_to_the_user_folder_not_the_package(tmp_path, monkeypatch,
                                                                          capsys):
     from pvf_lmeval.cli import calibrate as cli
-    from pvf_lmeval.paths import vocab_artifacts_dir
+    from pvf_lmeval.files.paths import vocab_artifacts_dir
 
     monkeypatch.setenv("PVF_LMEVAL_HOME", str(tmp_path / "home"))
     shipped = _tree(vocab_artifacts_dir())
@@ -270,7 +270,7 @@ def test_calibrate_without_out_writes_to_the_user_folder_not_the_package(tmp_pat
 
 def test_the_default_output_folder_is_stated_in_help(monkeypatch):
     from pvf_lmeval.cli import calibrate as cli
-    from pvf_lmeval.paths import user_vocab_dir
+    from pvf_lmeval.files.paths import user_vocab_dir
 
     help_text = " ".join(cli.parser().format_help().split())
     assert ("default: <model>.<family>.calibrated.json in $PVF_LMEVAL_HOME/vocab, else "

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pvf_lmeval import data, hub_cache
+from pvf_lmeval.data import hub_cache
+from pvf_lmeval.data import testsets as data
 from pvf_lmeval.cli import data as data_cli
 
 GSM_TRAIN = [{"question": f"Train question {i}: what is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}",

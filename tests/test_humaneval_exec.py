@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pvf_lmeval.code_exec import pass_at_k
+from pvf_lmeval.humaneval import pass_at_k
 from pvf_lmeval.sandbox import (IsolationUnavailable, SandboxError, check_candidate,
                                 check_candidates)
 from pvf_lmeval.sandbox import literals

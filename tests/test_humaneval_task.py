@@ -21,7 +21,7 @@ from pvf_lmeval import data
 from pvf_lmeval.cli import data as data_cli
 from pvf_lmeval.sandbox import check_candidates
 from pvf_lmeval.lmeval.generation import GenerationText
-from pvf_lmeval.paths import tasks_dir
+from pvf_lmeval.files.paths import tasks_dir
 from pvf_lmeval.lmeval.task_metrics import SummedRate, ratio_of_sums
 
 TASK_DIR = tasks_dir() / "humaneval_pvf"

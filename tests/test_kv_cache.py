@@ -8,12 +8,11 @@ import math
 
 import pytest
 import torch
-from cache_models import ARITH, arith_prompts, dream_like
-from result_fields import assert_same_outcomes
+from benchlib import CacheDriftProbe, KVCache, call_view
+from helpers.cache_models import ARITH, arith_prompts, dream_like
+from helpers.result_fields import assert_same_outcomes
 
 from pvf_lmeval.decoding import decode, decode_batch, make_params
-from pvf_lmeval.decoding.cache import KVCache
-from pvf_lmeval.models.kv import CacheDriftProbe
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -38,7 +37,8 @@ def test_cache_param_validated():
 
 def _refresh(m, cache, rows, committed, positions, attention_mask=None):
     cache.start_full(rows[:, cache.P0:])
-    out = m.logits(rows, positions, attention_mask=attention_mask, cache=cache)
+    out = m.logits(rows, positions, attention_mask=attention_mask,
+                   cache=call_view(cache, rows.shape[0]))
     cache.commit(committed[cache.P0:])
     return out
 
@@ -67,7 +67,7 @@ def test_cached_equals_uncached_right_after_refresh(request, name, mode):
     assert torch.equal(full, ref)                                     # the refresh call is exact
     c.span = (P0 + 8, P0 + (L if mode == "prefix" else 16))
     pos2 = torch.arange(P0 + 8, P0 + 16)
-    cached = m.logits(rows[1:2], pos2, cache=c)
+    cached = m.logits(rows[1:2], pos2, cache=call_view(c, 1))
     ref2 = m.logits(rows[1:2], pos2)
     scale = ref2[..., :dec].abs().max()
     assert (cached - ref2)[..., :dec].abs().max() <= 1e-4 * scale    # float tolerance
@@ -77,7 +77,7 @@ def test_cached_equals_uncached_right_after_refresh(request, name, mode):
     br = rows[1].unsqueeze(0).repeat(3, 1)
     br[1, P0 + 12] = 9
     br[2, P0 + 13] = 9
-    out = m.logits(br, pos2, cache=c)
+    out = m.logits(br, pos2, cache=call_view(c, 3))
     assert (out[0] - ref2[0])[..., :dec].abs().max() <= 1e-4 * scale
     assert torch.isfinite(out[..., :dec]).all()
 
@@ -95,7 +95,7 @@ def test_cached_first_block_of_an_empty_prompt(request, name):
     pos = torch.arange(0, B)
     _refresh(m, c, rows, rows[0], pos)
     c.span = (0, B)
-    cached, ref = m.logits(rows, pos, cache=c), m.logits(rows, pos)
+    cached, ref = m.logits(rows, pos, cache=call_view(c, 1)), m.logits(rows, pos)
     dec = m.decodable
     assert (cached - ref)[..., :dec].abs().max() <= 1e-4 * ref[..., :dec].abs().max()
     assert torch.equal(cached.argmax(-1), ref.argmax(-1))
@@ -117,7 +117,7 @@ def test_cached_call_with_left_padding_and_two_requests(request, name):
     ca.span = cb.span = None
     ca._rows, cb._rows = a[None, P0:], b[None, P0:]
     m.logits(torch.stack([a, b]), torch.arange(P0, P0 + L), attention_mask=am,
-             cache=[(ca, 1), (cb, 1)])
+             cache=call_view([(ca, 1), (cb, 1)], 2))
     ca.commit(a[P0:])
     cb.commit(b[P0:])
     # padded row == the same request unpadded (the attention mask is really applied)
@@ -129,7 +129,7 @@ def test_cached_call_with_left_padding_and_two_requests(request, name):
     rows[1, P0 + 2] = 6
     pos = torch.stack([torch.arange(P0, P0 + 8)] * 2 + [torch.arange(P0 + 8, P0 + 16)])
     amr = am[[0, 0, 1]]
-    out = m.logits(rows, pos, attention_mask=amr, cache=[(ca, 2), (cb, 1)])
+    out = m.logits(rows, pos, attention_mask=amr, cache=call_view([(ca, 2), (cb, 1)], 3))
     ref = m.logits(rows, pos, attention_mask=amr)
     scale = ref[..., :dec].abs().max()
     for r in (0, 2):                                                  # the cached canvases
@@ -350,7 +350,7 @@ def test_full_call_frees_the_old_cache_and_commit_keeps_one_row(llada):
     assert old.shape[0] == 1 and old.untyped_storage().nbytes() == old.numel() * old.element_size()
     c.start_full(rows[:, P0:])
     assert c.kv is None and c.span is None                             # freed before the call
-    m.logits(rows, torch.arange(P0, P0 + B), cache=c)
+    m.logits(rows, torch.arange(P0, P0 + B), cache=call_view(c, 4))
     assert c.pending[0][0].shape[0] == 4
     c.commit(rows[3, P0:])
     assert c.pending is None and all(k.shape[0] == 1 and v.shape[0] == 1 for k, v in c.kv)

@@ -1,5 +1,5 @@
-"""One request's cache state (``KVCache``, the layout of the model-level API and the call-cost
-benchmarks): which calls are full, the span a cached call recomputes, which row a full call's
+"""One request's cache state (``bench/benchlib.py``'s ``KVCache``, the model-level API of the
+call-cost benchmarks): which calls are full, the span a cached call recomputes, which row a full call's
 commit keeps, and the call counts, on hand-built canvases (no model: the keys and values a full
 call hands over are stand-ins whose values name their row).
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from pvf_lmeval.decoding.cache import KVCache
+from benchlib import KVCache
 
 P0, L, B, M = 2, 8, 4, 9
 

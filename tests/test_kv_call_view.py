@@ -1,6 +1,7 @@
 """The model side of the KV cache without a model: the call view of the ``cache`` argument
-(``cache_segments``: segments, rows, spans, the keys a full call hands over), its one-line
-errors, and ``CacheDriftProbe``'s figures on hand-made logits.
+(``cache_segments``; one-request caches through ``benchlib.call_view``: segments, rows, spans,
+the keys a full call hands over), its one-line errors, and ``benchlib.CacheDriftProbe``'s
+figures on hand-made logits.
 
 The exactness of cached calls against full ones is pinned on the fixtures in
 ``test_kv_cache.py`` and on a block-causal network in ``test_block_diffusion.py``.
@@ -13,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pvf_lmeval.decoding.cache import KVCache
-from pvf_lmeval.models.kv import CacheDriftProbe, cache_segments, cached_rows, is_cached_call, keep_pending
+from benchlib import CacheDriftProbe, KVCache, call_view
+
+from pvf_lmeval.models.kv import cache_segments, cached_rows, is_cached_call, keep_pending
 
 INF = float("inf")
 
@@ -34,24 +36,24 @@ def _kv(tag: float, rows: int = 1, layers: int = 2) -> list:
 
 def test_no_cache_is_a_full_call_without_a_view():
     assert cache_segments(None, 3) is None
-    assert cache_segments([(None, 1), (None, 2)], 3) is None
+    assert call_view([(None, 1), (None, 2)], 3) is None
     assert not is_cached_call(None)
 
 
 def test_one_request_cache_covers_every_row():
     c = _cache()
-    view = cache_segments(c, 3)
+    view = call_view(c, 3)
     assert view.rows == [3] and view.spans is None and view.span is None
     assert not is_cached_call(view)
     c.span = (4, 8)
-    view = cache_segments(c, 3)
+    view = call_view(c, 3)
     assert view.rows == [3] and view.spans == [(4, 8)] and view.span == (4, 8)
     assert is_cached_call(view)
 
 
 def test_segments_concatenate_their_caches_per_layer():
     a, b = _cache((2, 6), _kv(10.0)), _cache((6, 10), _kv(20.0))
-    view = cache_segments([(a, 2), (b, 3)], 5)
+    view = call_view([(a, 2), (b, 3)], 5)
     assert view.rows == [2, 3] and view.spans == [(2, 6), (6, 10)] and view.span == (2, 6)
     kv = view.layer_kv()
     assert len(kv) == 2
@@ -60,12 +62,12 @@ def test_segments_concatenate_their_caches_per_layer():
         assert k[:, 0, 0, 0].tolist() == [10.0 + layer, 20.0 + layer]
         assert v[:, 0, 0, 0].tolist() == [-10.0 - layer, -20.0 - layer]
     # one segment: its own list, not a copy
-    assert cache_segments([(a, 2)], 2).layer_kv() is a.kv
+    assert call_view([(a, 2)], 2).layer_kv() is a.kv
 
 
 def test_a_full_call_hands_each_cache_its_own_rows():
     a, b = _cache(), _cache()
-    view = cache_segments([(a, 2), (None, 1), (b, 2)], 5)
+    view = call_view([(a, 2), (None, 1), (b, 2)], 5)
     assert view.spans is None
     rows = torch.arange(5.0)[:, None, None, None]
     keep_pending(view, [(rows, -rows), (rows + 100, -rows - 100)])
@@ -94,7 +96,7 @@ def test_a_view_object_is_used_as_it_is():
 ])
 def test_segments_that_do_not_describe_the_call_are_refused(segments, n_rows, message):
     with pytest.raises(ValueError) as err:
-        cache_segments(segments(), n_rows)
+        call_view(segments(), n_rows)
     assert str(err.value) == message
 
 
@@ -145,9 +147,9 @@ def test_drift_probe_measures_cached_calls_against_full_ones():
     assert probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(2)) is full
     mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1]])
     assert probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.tensor([4, 5]),
-                        attention_mask=mask, cache=_cache((4, 6))) is out1
+                        attention_mask=mask, cache=call_view(_cache((4, 6)), 1)) is out1
     assert probe.logits(torch.zeros(2, 8, dtype=torch.long), torch.arange(3),
-                        cache=[(_cache((4, 7)), 1), (_cache((4, 7)), 1)]) is out2
+                        cache=call_view([(_cache((4, 7)), 1), (_cache((4, 7)), 1)], 2)) is out2
     assert model.calls == ["full", "cached", "full", "cached", "full"]
     # the uncached reference call sees the cached call's positions and attention mask
     assert model.args[1:3] == [([4, 5], mask.tolist())] * 2
@@ -167,10 +169,12 @@ def test_drift_probe_mean_over_a_single_finite_entry():
     out = torch.tensor([[[0.5, -INF, -INF]]])
     ref = torch.tensor([[[0.0, 1.0, -INF]]])
     probe = CacheDriftProbe(_Logits(cached=[out], full=[ref]))
-    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1), cache=_cache((4, 5)))
+    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1),
+                 cache=call_view(_cache((4, 5)), 1))
     assert probe.records == [{"max_abs": 0.5, "mean_abs": 0.5, "agree": 0.0, "positions": 1}]
     # no entry finite in both: a mean of 0, not NaN
     probe = CacheDriftProbe(_Logits(cached=[torch.tensor([[[-INF, 1.0]]])],
                                     full=[torch.tensor([[[0.0, -INF]]])]))
-    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1), cache=_cache((4, 5)))
+    probe.logits(torch.zeros(1, 8, dtype=torch.long), torch.arange(1),
+                 cache=call_view(_cache((4, 5)), 1))
     assert probe.records == [{"max_abs": 0.0, "mean_abs": 0.0, "agree": 0.0, "positions": 1}]

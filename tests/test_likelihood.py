@@ -181,7 +181,7 @@ def _requests(items, kind="loglikelihood"):
 
 
 def _fixture_lm(name: str, **kw):
-    from prerequisites import require_bundled_weights
+    from helpers.prerequisites import require_bundled_weights
 
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 

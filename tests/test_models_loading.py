@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from pvf_lmeval.models import DiffusionLM, load_model
-from pvf_lmeval.models.checkpoints import DREAM, FORMATS, LLADA
+from pvf_lmeval.models.formats import DREAM, FORMATS, LLADA
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
-from prerequisites import require_bundled_weights
+from helpers.prerequisites import require_bundled_weights
 from test_models_oracle import make_temp_checkpoint
 
 EXPECTED = {

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from prerequisites import require_bundled_weights
+from helpers.prerequisites import require_bundled_weights
 
 from pvf_lmeval.models import load_model
-from pvf_lmeval.models.checkpoints import DREAM, LLADA, format_for
+from pvf_lmeval.models.formats import DREAM, LLADA, format_for
 from pvf_lmeval.models.loader import FIXTURES_DIR, _weight_files, save_checkpoint
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
 

@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-from moe_folders import make_llada2_folder, make_lladamoe_folder
+from helpers.moe_folders import make_llada2_folder, make_lladamoe_folder
 from safetensors import safe_open
 
 from pvf_lmeval.models import load_model
-from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint, format_for
+from pvf_lmeval.models.formats import UnsupportedCheckpoint, format_for
 from pvf_lmeval.models.loader import load_native_state
 from pvf_lmeval.models.moe import MoEConfig, RoutedExperts, route
 from pvf_lmeval.models.transformer import MLP
@@ -115,7 +115,7 @@ def test_lladamoe_mask_comes_from_the_tokenizer_when_config_has_none(tmp_path):
 
 def test_llada2_ids_fall_back_to_the_reference_generate_defaults():
     from pvf_lmeval.models.loader import _special_ids
-    from pvf_lmeval.models.moe_formats import LLADA2
+    from pvf_lmeval.models.formats import LLADA2
     defaults = dict(LLADA2.generate_defaults)
     # neither config.json nor a tokenizer names them: the reference generate's mask and end ids
     assert _special_ids({}, None, defaults) == (156895, (156892,), 156892)

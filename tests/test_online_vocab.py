@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.special import betaincinv
 
-from decoding_tables import PROMPT, V, RandomModel, TableModel, filled
+from helpers.decoding_tables import PROMPT, V, RandomModel, TableModel, filled
 from pvf_lmeval.decoding import decode
 from pvf_lmeval.planning.online import OnlineVocab
 
@@ -153,7 +153,7 @@ def test_save_and_seed_round_trip(tmp_path):
 
 def test_seeding_needs_statistics(tmp_path):
     from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
-    from pvf_lmeval.paths import vocab_artifacts_dir
+    from pvf_lmeval.files.paths import vocab_artifacts_dir
     from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact
 
     tok = load_tokenizer(checkpoint_folder("tiny-llada"))
@@ -220,7 +220,7 @@ def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
     from lm_eval.api.instance import Instance
 
     import pvf_lmeval.lmeval.lm as lm_mod
-    from prerequisites import require_bundled_weights
+    from helpers.prerequisites import require_bundled_weights
     from pvf_lmeval.planning.vocab import load_artifact
 
     require_bundled_weights("tiny-llada")
@@ -253,7 +253,7 @@ def test_exploration_in_a_batch_is_each_requests_own():
     included) as it does alone with a vocabulary in the same state, exploration slots counted
     per request."""
     from pvf_lmeval.decoding import decode_batch
-    from result_fields import assert_same_outcomes
+    from helpers.result_fields import assert_same_outcomes
     model = RandomModel(5, jitter=0.3, eos_bias=-50.0)
     kw = dict(gen_length=8, block_length=4, plan_lo=0.05, plan_hi=0.9, threshold=0.9,
               trace=True)

@@ -198,7 +198,7 @@ def test_pvf_tasks_path(tmp_path):
 
 
 def test_paths_in_process():
-    from pvf_lmeval import paths
+    from pvf_lmeval.files import paths
 
     if (REPO / "tasks").is_dir():
         assert paths.tasks_dir().is_dir()

@@ -12,7 +12,7 @@ import sys
 from tqdm import tqdm
 
 from pvf_lmeval.lmeval import launch, task_loading
-from pvf_lmeval.paths import tasks_dir as tasks_path
+from pvf_lmeval.files.paths import tasks_dir as tasks_path
 
 CUSTOM_KWARGS = ": Custom kwargs can be passed to `--metadata` in console (as json string) or to the TaskManager."
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import hub_folders
+from helpers import hub_folders
 from pvf_lmeval.models import load_model
-from pvf_lmeval.models.checkpoints import UnsupportedCheckpoint
+from pvf_lmeval.models.formats import UnsupportedCheckpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

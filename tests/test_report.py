@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from prerequisites import require_bundled_weights, require_module
+from helpers.prerequisites import require_bundled_weights, require_module
 
 from pvf_lmeval.cli import report
 from pvf_lmeval.cli.report import gate

@@ -32,7 +32,7 @@ ROOT = os.geteuid() == 0
 PLAIN_UID = 43210
 NOBODY = 65534
 REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO / "tests" / "sandbox_driver.py"
+DRIVER = REPO / "tests" / "helpers" / "sandbox_driver.py"
 MODES = ["self"] + (["plain-user"] if ROOT else [])
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'

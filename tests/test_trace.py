@@ -2,7 +2,7 @@
 headless browser (Debian's ``chromium`` + ``chromium-driver`` through selenium).
 
 A missing chromium, chromedriver or selenium fails the browser test (``.ci/run`` installs them);
-``PVF_ALLOW_MISSING=browser`` skips it on purpose (see tests/prerequisites.py).
+``PVF_ALLOW_MISSING=browser`` skips it on purpose (see tests/helpers/prerequisites.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from decoding_tables import RandomModel
-from prerequisites import missing as missing_piece
+from helpers.decoding_tables import RandomModel
+from helpers.prerequisites import missing as missing_piece
 from pvf_lmeval.cli import trace as tr
 from pvf_lmeval.lmeval import trace_records
 from pvf_lmeval.decoding import decode

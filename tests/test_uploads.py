@@ -1,11 +1,11 @@
-"""``pvf_lmeval.uploads.upload``: host values onto the device, without a stream
+"""``pvf_lmeval.tensors.uploads.upload``: host values onto the device, without a stream
 synchronisation on CUDA (``tests/test_host_reads.py`` checks that the loop uses it)."""
 
 from __future__ import annotations
 
 import torch
 
-from pvf_lmeval.uploads import upload
+from pvf_lmeval.tensors.uploads import upload
 
 
 def test_values_dtype_device():

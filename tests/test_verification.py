@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding_tables import PROMPT, TableModel, band_pair_table
+from helpers.decoding_tables import PROMPT, TableModel, band_pair_table
 from pvf_lmeval.planning.calibrate import CalibConfig, calibrate_prompt
 from pvf_lmeval.decoding import decode
 from pvf_lmeval.decoding.common import Stats

@@ -43,7 +43,7 @@ def test_auto_picks_the_fixture_artifact(llada_tok):
                                 model_name="tiny-llada", task_family="math-word")
     # the calibrated artifact (pvf-calibrate, `make vocab`) wins over the hand-written one,
     # unless the calibration kept no token
-    from pvf_lmeval.paths import vocab_artifacts_dir
+    from pvf_lmeval.files.paths import vocab_artifacts_dir
 
     cal = load_artifact(vocab_artifacts_dir() / "tiny-llada.math-word.calibrated.json")
     assert cal["tokenizer"]["vocab_hash"] == tokenizer_hash(llada_tok)
@@ -117,7 +117,7 @@ def test_auto_skips_an_artifact_calibrated_on_other_weights(llada_tok, tmp_path,
 
 
 def test_shipped_heuristic_artifacts_resolve_by_string(llada_tok, dream_tok, caplog):
-    from pvf_lmeval.paths import vocab_artifacts_dir
+    from pvf_lmeval.files.paths import vocab_artifacts_dir
 
     for fam, stem, tok in (("llada", "llada-8b-instruct", llada_tok),
                            ("dream", "dream-v0-instruct-7b", dream_tok)):

@@ -5,7 +5,7 @@ puts ``pvf_lmeval_hook.pth`` / ``pvf_lmeval_hook.py`` at the top of site-package
 copies ``tasks/`` and ``vocab_artifacts/`` into the package. Hatchling applies that same
 table to editable wheels, which would leave stale copies of tasks/ in site-packages; this
 hook narrows the editable wheel's forced files to the two hook files (the editable
-install reads tasks/ and vocab_artifacts/ from the checkout, see pvf_lmeval/paths.py).
+install reads tasks/ and vocab_artifacts/ from the checkout, see pvf_lmeval/files/paths.py).
 """
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface

@@ -31,7 +31,7 @@ def _band(text: str) -> tuple[float, float]:
 def default_out(model: str, family: str) -> Path:
     """``<user folder>/<model>.<family>.calibrated.json``: never inside the installed package,
     whose artifacts are read-only data."""
-    from ..paths import user_vocab_dir
+    from ..files.paths import user_vocab_dir
 
     stem = Path(model.rstrip("/")).name.lower()
     return user_vocab_dir() / f"{stem}.{family}.calibrated.json"

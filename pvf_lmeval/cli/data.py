@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..data import _ALL, DATASETS, ENV_DIR, DataError, data_dir, fetch, sha256_file
-from ..hub_cache import HUB_DATASETS, datasets_cache, write_hub_cache
+from ..data.testsets import _ALL, DATASETS, ENV_DIR, DataError, data_dir, fetch, sha256_file
+from ..data.hub_cache import HUB_DATASETS, datasets_cache, write_hub_cache
 
 
 def main(argv: list[str] | None = None) -> int:

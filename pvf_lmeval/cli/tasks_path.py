@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..paths import tasks_dir
+from ..files.paths import tasks_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .. import atomic
+from ..files import atomic
 from ..lmeval.trace_records import shown_length, token_pieces
 
 #: route -> (label, CSS background, ANSI SGR background). None = early-stop fill.

@@ -1,4 +1,4 @@
-"""Decoders for diffusion LMs: static, threshold, freedave, pvf, explore (see SPEC.md).
+"""Decoders for diffusion LMs: static, threshold, freedave, pvf, explore (rules: docs/decoding.md).
 
 Pure torch and device-agnostic; sees only the model protocol described in :mod:`.api`.
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..uploads import upload
+from ..tensors.uploads import upload
 from .blocks import block_size_of, check_block_length, reach, region_layout
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits, step_options

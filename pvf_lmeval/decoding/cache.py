@@ -5,11 +5,11 @@ canvas; it (re)builds the cache) or *cached* (only a span of positions is recomp
 other key/value comes from the cache), and after every step which row of a full call was
 committed. The model fills ``pending`` (per-layer keys/values of every row of a full call, rows
 along dim 0) and reads ``kv`` (the committed row's, [1, ...]) and ``span``; see
-``pvf_lmeval.models.kv``. Two layouts of the same state: :class:`KVCache`, one request's (the
-model-level API, used by tests and the call-cost benchmarks), and :class:`BatchKV`, the decode
-loop's: every request of a batch in one tensor per layer, indexed by request, so that deciding,
-planning and committing a round costs the same few tensor operations whatever the number of
-requests. Nothing is shared between requests' caches (each has its own row) or between ranks.
+``pvf_lmeval.models.kv``. :class:`BatchKV` holds every request of a batch in one tensor per
+layer, indexed by request, so that deciding, planning and committing a round costs the same few
+tensor operations whatever the number of requests (one request's cache outside the loop, for
+the call-cost benchmarks and tests, is ``bench/benchlib.py``'s ``KVCache``). Nothing is shared
+between requests' caches (each has its own row) or between ranks.
 
 Rules (with bidirectional attention every cached key depends on the whole canvas, so caching
 is an approximation that is exact only right after a refresh):
@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..uploads import upload
+from ..tensors.uploads import upload
 from .common import first_true
 
 
@@ -64,91 +64,6 @@ def full_call_flags(ref: Tensor, ok: Tensor, a: Tensor, valid: Tensor, rev: Tens
     outside = (a < a_ref[:, None]) | (hi_row > (a_ref + rev_ref.long())[:, None])
     need = (valid & (a < nb) & outside).any(-1) | ~ok
     return torch.stack([need.long(), a_ref, rev_ref.long()], dim=-1)
-
-
-class KVCache:
-    """Cache state of one request (see the module docstring)."""
-
-    def __init__(self, mode: str, *, prompt_len: int, gen_length: int, block_length: int,
-                 mask_id: int, reveal_next: int, device):
-        if mode not in ("prefix", "dual"):
-            raise ValueError(f"cache={mode!r} must be one of prefix, dual")
-        self.mode = mode
-        self.P0, self.L, self.B = prompt_len, gen_length, block_length
-        self.nb = gen_length // block_length
-        self.mask_id = mask_id
-        self.reveal = reveal_next
-        self.blk = torch.arange(gen_length, device=device) // block_length
-        self.kv: list | None = None        # model-owned: committed canvas's keys/values per layer
-        self.pending: list | None = None   # model-owned: every row's, after a full call
-        self.span: tuple[int, int] | None = None   # this call: None = full, else canvas [s0, s1)
-        self._rows: Tensor | None = None   # generation regions of the last full call's rows
-        self._ref: Tensor | None = None    # generation region of the cached canvas
-        self._ok: Tensor | None = None     # the committed canvas matched a row of the full call
-        self.full_calls = 0
-        self.cached_calls = 0
-
-    @property
-    def ref(self) -> Tensor | None:
-        """The cached canvas's generation region [L] (None before the first full call)."""
-        return self._ref
-
-    def flags(self, rg: Tensor, a: Tensor) -> list[Tensor]:
-        """0-d long tensors (need_full, cached active block, cached reveal) for rows ``rg`` [N, L] with
-        active blocks ``a`` [N]; the caller reads them back with its own scalars (one sync)."""
-        if self.kv is None:
-            one = torch.ones((), dtype=torch.long, device=rg.device)
-            return [one, 0 * one, 0 * one]
-        out = full_call_flags(self._ref[None], self._ok.reshape(1), a[None],
-                              torch.ones_like(a, dtype=torch.bool)[None],
-                              self._revealed(rg, a)[None], B=self.B, nb=self.nb,
-                              reveal=self.reveal, mask_id=self.mask_id)
-        return list(out[0])
-
-    def _revealed(self, zg: Tensor, a: Tensor) -> Tensor:
-        return revealed(zg, a, self.blk, reveal=self.reveal, nb=self.nb, mask_id=self.mask_id)
-
-    def plan(self, flags: list[int], rg: Tensor, lo: int, hi: int) -> tuple[int, int]:
-        """Set ``span`` for this call from the read-back ``flags``; returns the generation
-        positions [lo, hi) the call's logits cover."""
-        need, a_ref, rev = flags
-        if need:
-            self.start_full(rg)
-            return lo, hi
-        s0 = a_ref * self.B
-        s1 = self.L if self.mode == "prefix" else min(self.L, (a_ref + 1 + rev) * self.B)
-        self.span = (self.P0 + s0, self.P0 + s1)
-        self.cached_calls += 1
-        return lo, min(hi, s1)
-
-    def start_full(self, rg: Tensor) -> None:
-        """Make the next call a full one over rows whose generation regions are ``rg`` [N, L]."""
-        self.span = None
-        self._rows = rg
-        # A full call reads no cache and its commit replaces it: free the old one now, so that
-        # it does not sit beside the full call's activations and pending rows.
-        self.kv = None
-        self.full_calls += 1
-
-    def commit(self, yg: Tensor) -> None:
-        """After a step committed generation region ``yg`` [L]: if the step's call was full, the
-        cache keeps the committed row's keys/values (no host read-back)."""
-        if self.pending is None:
-            return
-        match = (self._rows == yg).all(-1)
-        idx = first_true(match).clamp(max=self._rows.shape[0] - 1).reshape(1)
-        self._ok = match.any()
-        # Layer by layer, dropping each layer's pending rows once its committed row is copied:
-        # the peak is the pending rows plus one layer, not plus a whole second cache.
-        pending, self.pending, kv = self.pending, None, []
-        for i in range(len(pending)):
-            k, v = pending[i]
-            pending[i] = None
-            kv.append((k.index_select(0, idx), v.index_select(0, idx)))
-            del k, v
-        self.kv = kv
-        self._ref = yg.clone()
-        self._rows = None
 
 
 class BatchKV:

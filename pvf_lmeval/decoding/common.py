@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..fixed_order import fixed_sum
+from ..tensors.fixed_order import fixed_sum
 from .rules import rules_for
 
 # Route codes (int8 in tensors); index into ROUTE_NAMES for the public label.

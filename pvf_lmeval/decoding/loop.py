@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..uploads import upload
+from ..tensors.uploads import upload
 from .batch import Batch
 from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
 from .compiled import round_programs

@@ -82,7 +82,7 @@ def preset_defaults(preset: str | None = None, threshold: float | None = None) -
 
 @dataclass(frozen=True)
 class DecodeParams:
-    """Validated decoding parameters (see SPEC.md). Probabilities are in [0, 1]."""
+    """Validated decoding parameters (rules: docs/decoding.md). Probabilities are in [0, 1]."""
 
     decoder: str = "threshold"
     gen_length: int = 256

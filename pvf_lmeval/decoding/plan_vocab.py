@@ -16,7 +16,7 @@ import weakref
 import torch
 from torch import Tensor
 
-from ..uploads import upload
+from ..tensors.uploads import upload
 
 _CAPITALISED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

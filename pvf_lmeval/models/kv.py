@@ -1,15 +1,14 @@
 """KV-cached model calls (SPEC "Cache modes"): the model side of ``cache=prefix|dual``.
 
 The decoding side owns the caches (``pvf_lmeval.decoding.cache``) and says, before each call,
-what the call is. ``cache`` as passed to ``DiffusionLM.logits`` is either
+what the call is. ``cache`` as passed to ``DiffusionLM.logits`` is
 
 - a *call view* (the decode loop's ``KVCall``): ``rows`` (rows per request segment; segments
   contiguous, in order), ``spans`` (canvas positions [s0, s1) each segment recomputes, or None
   for a full call), ``layer_kv()`` (per layer, the segments' cached keys and values
   [S, Hkv, T, D]) and ``keep(kv_out)`` (a full call hands over every row's per-layer keys and
-  values [N, Hkv, T, D]); or
-- one request's ``KVCache`` (all rows belong to it), or a list of ``(KVCache_or_None, n_rows)``
-  segments, which :func:`cache_segments` wraps into the same view.
+  values [N, Hkv, T, D]). One request's caches outside the loop (the call-cost benchmarks and
+  tests) offer the same view: ``bench/benchlib.py``'s ``call_view``.
 
 A *full* call runs the whole canvas and hands its keys (after rotary, so cached keys carry their
 positions) and values over. A *cached* call recomputes only each segment's span (one position
@@ -26,56 +25,17 @@ from __future__ import annotations
 
 import torch
 
-from ..uploads import upload
-
-
-class _Segments:
-    """The call view of ``[(KVCache_or_None, n_rows), ...]`` (one-request caches)."""
-
-    def __init__(self, segs: list):
-        self.segs = segs
-        self.rows = [int(n) for _, n in segs]
-        spans = [c is not None and c.span is not None for c, _ in segs]
-        if any(spans) and not all(spans):
-            raise ValueError("a model call mixes cached and full rows; split it into two calls")
-        self.spans = [c.span for c, _ in segs] if all(spans) else None
-
-    @property
-    def span(self):
-        return None if self.spans is None else self.spans[0]
-
-    def layer_kv(self) -> list:
-        if len(self.segs) == 1:
-            return self.segs[0][0].kv
-        return [(torch.cat([c.kv[layer][0] for c, _ in self.segs]),
-                 torch.cat([c.kv[layer][1] for c, _ in self.segs]))
-                for layer in range(len(self.segs[0][0].kv))]
-
-    def keep(self, kv_out: list) -> None:
-        a = 0
-        for c, n in self.segs:
-            if c is not None:
-                c.pending = [(k[a:a + n], v[a:a + n]) for k, v in kv_out]
-            a += n
+from ..tensors.uploads import upload
 
 
 def cache_segments(cache, n_rows: int):
-    """The call view of the ``cache`` argument (see the module docstring), or None (no cache)."""
+    """The call view ``cache`` (see the module docstring) checked against the call's ``n_rows``
+    rows, or None (no cache)."""
     if cache is None:
         return None
-    if hasattr(cache, "layer_kv"):
-        view = cache
-    else:
-        segs = list(cache) if isinstance(cache, (list, tuple)) else [(cache, n_rows)]
-        if all(c is None for c, _ in segs):
-            total = sum(int(n) for _, n in segs)
-            if total != n_rows:
-                raise ValueError(f"cache segments cover {total} rows, the call has {n_rows}")
-            return None
-        view = _Segments(segs)
-    if sum(view.rows) != n_rows:
-        raise ValueError(f"cache segments cover {sum(view.rows)} rows, the call has {n_rows}")
-    return view
+    if sum(cache.rows) != n_rows:
+        raise ValueError(f"cache segments cover {sum(cache.rows)} rows, the call has {n_rows}")
+    return cache
 
 
 def is_cached_call(view) -> bool:
@@ -143,45 +103,3 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
     row_i = torch.arange(N, device=dev) - starts[row_req]
     jj = (src - s0[row_req][:, None]).clamp(0, S - 1)                       # [N, P]
     return h[row_req[:, None], row_i[:, None], jj]
-
-
-class CacheDriftProbe:
-    """A model wrapper that measures the cache's approximation error (SPEC "Cache modes").
-
-    Every cached call is also run without the cache on the same rows; per call it records the
-    max and mean absolute logit difference (over the decodable ids) and the fraction of
-    requested positions whose argmax agrees. The cached logits are what the decoder gets.
-    Attributes other than ``logits`` come from the wrapped model.
-    """
-
-    def __init__(self, model):
-        self.model = model
-        self.records: list[dict] = []
-        self.full_calls = 0
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
-
-    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
-        out = self.model.logits(tokens, positions, attention_mask=attention_mask, cache=cache)
-        if not is_cached_call(cache_segments(cache, tokens.shape[0])):
-            self.full_calls += 1
-            return out
-        ref = self.model.logits(tokens, positions, attention_mask=attention_mask)
-        ok = torch.isfinite(ref) & torch.isfinite(out)
-        diff = torch.where(ok, (out - ref).abs(), torch.zeros_like(out))
-        self.records.append({
-            "max_abs": float(diff.max()), "mean_abs": float(diff.sum() / ok.sum().clamp(min=1)),
-            "agree": float((out.argmax(-1) == ref.argmax(-1)).float().mean()),
-            "positions": int(out.shape[0] * out.shape[1])})
-        return out
-
-    def summary(self) -> dict:
-        """Drift over every cached call so far: max/mean absolute difference, argmax agreement
-        (position-weighted), and the numbers of cached and full calls."""
-        r = self.records
-        n = sum(x["positions"] for x in r)
-        return {"cached_calls": len(r), "full_calls": self.full_calls,
-                "max_abs": max((x["max_abs"] for x in r), default=0.0),
-                "mean_abs": sum(x["mean_abs"] * x["positions"] for x in r) / n if n else 0.0,
-                "argmax_agree": sum(x["agree"] * x["positions"] for x in r) / n if n else 1.0}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .. import atomic
-from .checkpoints import CheckpointFormat, UnsupportedCheckpoint, format_for
+from ..files import atomic
+from .formats import CheckpointFormat, UnsupportedCheckpoint, format_for
 from .diffusion_lm import DiffusionLM
 from .transformer import BidirectionalTransformer, TransformerConfig
 from .validation import (check_checkpoint, check_token_ids, read_config_file,

@@ -4,7 +4,7 @@ RMSNorm, rotary position embeddings (rotate-half convention, as LLaMA/Qwen2/LLaD
 the first ``rotary_dim`` dimensions of a head only), SwiGLU MLP or routed experts (``moe.py``),
 optional q/k/v bias, per-head query/key RMSNorm and grouped-query attention. Attention is never
 causal: a diffusion LM sees the whole canvas, or, with ``block_size`` set (block diffusion), every
-position of its own block and of the blocks before it. Checkpoint adapters (``checkpoints.py``) map
+position of its own block and of the blocks before it. Checkpoint formats (``formats/``) map
 each family's weight names onto the parameter names used here.
 """
 

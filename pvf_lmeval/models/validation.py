@@ -17,7 +17,7 @@ JSON header, never the tensors), then :func:`check_checkpoint` compares them:
   unexpected and misshapen weights. This needs no per-family table: a new checkpoint format is
   checked by its own name map.
 
-Each failure is a :class:`~.checkpoints.UnsupportedCheckpoint` with a one-line message naming
+Each failure is a :class:`~.formats.UnsupportedCheckpoint` with a one-line message naming
 the file and the key (or weight) at fault.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import CheckpointFormat, UnsupportedCheckpoint
+from .formats import CheckpointFormat, UnsupportedCheckpoint
 from .transformer import BidirectionalTransformer, TransformerConfig
 
 #: largest config.json / index file read, in bytes (real ones are a few KiB / a few hundred KiB)

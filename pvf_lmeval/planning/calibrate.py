@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import write_json
+from ..files.atomic import write_json
 from .vocab import FORMAT_VERSION, tokenizer_hash
 
 DEFAULT_TEMPLATE = "Question: {question}\nAnswer:"
@@ -247,7 +247,7 @@ def load_prompts(data: str, *, template: str | None = None, prompt_field: str | 
                                          prompt_field=prompt_field)
         return prompts, {"source": "file", "path": str(path), "sha256": _sha256(path),
                          "prompt": how}
-    from ..paths import tasks_dir
+    from ..files.paths import tasks_dir
 
     folder = tasks_dir() / data
     cal = folder / "data" / "calibration.jsonl"
@@ -359,7 +359,7 @@ def fingerprint(model_desc: dict, data_desc: dict, n_prompts: int, cfg: CalibCon
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """``data`` as JSON, written atomically (:mod:`pvf_lmeval.atomic`)."""
+    """``data`` as JSON, written atomically (:mod:`pvf_lmeval.files.atomic`)."""
     write_json(path, data)
 
 

@@ -26,9 +26,9 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..atomic import write_json
+from ..files.atomic import write_json
 from ..decoding.plan_vocab import capitalised_ids  # noqa: F401  (rules=reference, switch 2)
-from ..paths import user_vocab_dir, vocab_artifacts_dir
+from ..files.paths import user_vocab_dir, vocab_artifacts_dir
 
 log = logging.getLogger("pvf_lmeval")
 
@@ -86,7 +86,7 @@ def load_artifact(path: str | Path) -> dict:
 
 def artifact_dirs() -> list[Path]:
     """Where artifacts are looked for, in order: the user's folder (``pvf-calibrate``'s
-    default output, :func:`~pvf_lmeval.paths.user_vocab_dir`), then the bundled ones."""
+    default output, :func:`~pvf_lmeval.files.paths.user_vocab_dir`), then the bundled ones."""
     return [user_vocab_dir(), vocab_artifacts_dir()]
 
 

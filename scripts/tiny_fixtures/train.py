@@ -44,7 +44,7 @@ import arith_var_data  # noqa: E402
 from arith_data import SPLITS, make_split  # noqa: E402
 from tokenizers_build import DREAM_SPECIALS, LLADA_SPECIALS, fixture_corpus, train_bpe, write_tokenizer  # noqa: E402
 
-from pvf_lmeval.models.checkpoints import DREAM, LLADA  # noqa: E402
+from pvf_lmeval.models.formats import DREAM, LLADA  # noqa: E402
 from pvf_lmeval.models.loader import save_checkpoint  # noqa: E402
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig  # noqa: E402
 

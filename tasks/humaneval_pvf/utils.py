@@ -153,7 +153,7 @@ _warned: set[int] = set()
 
 def pass_at_k_values(n: int, c: int, ks) -> dict:
     """``{"pass@k": unbiased estimate}`` for each k; NaN (and a warning once) when k > n."""
-    from pvf_lmeval.code_exec import pass_at_k
+    from pvf_lmeval.humaneval import pass_at_k
 
     out = {}
     for k in _k_list(ks):

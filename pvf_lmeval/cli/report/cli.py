@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from ... import atomic
+from ...files import atomic
 from ...decoder_names import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table

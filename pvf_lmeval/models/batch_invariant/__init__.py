@@ -40,5 +40,5 @@ def batch_invariant_ops(device="cuda"):
     if torch.device(device).type == "cpu":
         from .cpu import CPU_INVARIANT
         return CPU_INVARIANT
-    from .ops import BATCH_INVARIANT
+    from .custom_ops import BATCH_INVARIANT
     return BATCH_INVARIANT

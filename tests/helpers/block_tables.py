@@ -19,7 +19,7 @@ import hashlib
 
 import torch
 
-from decoding_tables import EOS, MASK, V, dist_logits
+from .decoding_tables import EOS, MASK, V, dist_logits
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 
 PAD = 1

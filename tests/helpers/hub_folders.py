@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-FIXTURES = Path(__file__).resolve().parent.parent / "pvf_lmeval" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "pvf_lmeval" / "fixtures"
 
 # --- Dream tokenizer ------------------------------------------------------------------------------
 

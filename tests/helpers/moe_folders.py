@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from hub_folders import FIXTURES, _random, write_shards, write_trap_modules
+from .hub_folders import FIXTURES, _random, write_shards, write_trap_modules
 
 
 def _tokenizer(folder: Path) -> dict:

@@ -1,0 +1,81 @@
+"""Dream (Qwen2 names, ``model_type`` "Dream"): Qwen2 with bidirectional attention and logits
+shifted by one (the output at ``i-1`` predicts ``i``)."""
+
+from __future__ import annotations
+
+from ..transformer import TransformerConfig
+from .base import QWEN_LAYER, CheckpointFormat, check_flags, need
+
+DREAM_NAMES = (
+    (r"model\.embed_tokens\.weight", "embed.weight"),
+    (QWEN_LAYER + r"input_layernorm\.weight", "blocks.{i}.attn_norm.weight"),
+    (QWEN_LAYER + r"self_attn\.q_proj\.weight", "blocks.{i}.attn.q_proj.weight"),
+    (QWEN_LAYER + r"self_attn\.k_proj\.weight", "blocks.{i}.attn.k_proj.weight"),
+    (QWEN_LAYER + r"self_attn\.v_proj\.weight", "blocks.{i}.attn.v_proj.weight"),
+    (QWEN_LAYER + r"self_attn\.q_proj\.bias", "blocks.{i}.attn.q_proj.bias"),
+    (QWEN_LAYER + r"self_attn\.k_proj\.bias", "blocks.{i}.attn.k_proj.bias"),
+    (QWEN_LAYER + r"self_attn\.v_proj\.bias", "blocks.{i}.attn.v_proj.bias"),
+    (QWEN_LAYER + r"self_attn\.o_proj\.weight", "blocks.{i}.attn.o_proj.weight"),
+    (QWEN_LAYER + r"post_attention_layernorm\.weight", "blocks.{i}.mlp_norm.weight"),
+    (QWEN_LAYER + r"mlp\.gate_proj\.weight", "blocks.{i}.mlp.gate_proj.weight"),
+    (QWEN_LAYER + r"mlp\.up_proj\.weight", "blocks.{i}.mlp.up_proj.weight"),
+    (QWEN_LAYER + r"mlp\.down_proj\.weight", "blocks.{i}.mlp.down_proj.weight"),
+    (r"model\.norm\.weight", "norm.weight"),
+    (r"lm_head\.weight", "lm_head.weight"),
+)
+
+
+#: (key, Dream's default when absent, values the native network implements). Dream is Qwen2
+#: with bidirectional attention: q/k/v always carry a bias, o_proj and the MLP never do.
+DREAM_FLAGS = (
+    ("hidden_act", "silu", ("silu",)),
+    ("rope_scaling", None, (None,)),
+    ("use_sliding_window", False, (False,)),
+    ("tie_word_embeddings", False, (False, True)),
+)
+
+
+def _dream_read(cfg: dict) -> TransformerConfig:
+    check_flags(cfg, DREAM_FLAGS, "Dream")
+    n_heads = need(cfg, "num_attention_heads", "Dream")
+    return TransformerConfig(
+        vocab_size=need(cfg, "vocab_size", "Dream"),
+        d_model=need(cfg, "hidden_size", "Dream"),
+        n_layers=need(cfg, "num_hidden_layers", "Dream"),
+        n_heads=n_heads,
+        n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
+        ffn_hidden=need(cfg, "intermediate_size", "Dream"),
+        norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        rope_theta=cfg.get("rope_theta", 10000.0),
+        qkv_bias=True,
+        max_seq_len=cfg.get("max_position_embeddings", 32768),
+    )
+
+
+def _dream_write(c: TransformerConfig, special: dict) -> dict:
+    return {
+        "architectures": ["DreamModel"],
+        "model_type": "Dream",
+        "hidden_size": c.d_model,
+        "num_hidden_layers": c.n_layers,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads,
+        "intermediate_size": c.ffn_hidden,
+        "vocab_size": c.vocab_size,
+        "rms_norm_eps": c.norm_eps,
+        "rope_theta": c.rope_theta,
+        "hidden_act": "silu",
+        "max_position_embeddings": c.max_seq_len,
+        "tie_word_embeddings": False,
+        "use_cache": False,
+        "torch_dtype": "float32",
+        **special,
+    }
+
+
+DREAM = CheckpointFormat(
+    model_type="Dream", family="dream", logit_shift=1, name_map=DREAM_NAMES,
+    read_config=_dream_read, write_config=_dream_write,
+    tied_names=("lm_head.weight", "model.embed_tokens.weight"),
+    tie_flag="tie_word_embeddings", tie_default=False, tokenizer_class="Qwen2Tokenizer",
+)

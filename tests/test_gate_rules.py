@@ -12,7 +12,7 @@ import pytest
 
 from pvf_lmeval.cli.report import gate
 from pvf_lmeval.cli.report.compare import build_table
-from pvf_lmeval.cli.report.runs import Entry, ReportError
+from pvf_lmeval.cli.report.runs import Entry, ReportError, UsageError
 
 PVF = "m pvf / t [gen_length=64 model_type=pvf-dlm num_fewshot=0 task_version=1 threshold=0.9]"
 THRESHOLD = ("m threshold / t [gen_length=64 model_type=pvf-dlm num_fewshot=0 task_version=1 "
@@ -20,13 +20,13 @@ THRESHOLD = ("m threshold / t [gen_length=64 model_type=pvf-dlm num_fewshot=0 ta
 
 
 def _entry(decoder: str, *, acc=60.0, se=1.0, nfe=10.0, rows=30.0, tps=100.0, threshold=0.9,
-           model="m", batch_size=None) -> Entry:
+           model="m", batch_size=None, metric="exact_match,none", n=100) -> Entry:
     ident = {"model": model, "model_type": "pvf-dlm", "decoder": decoder, "gen_length": 64,
              "task": "t", "task_version": 1, "num_fewshot": 0}
     if decoder != "static":
         ident["threshold"] = threshold
-    return Entry(Path(f"{decoder}.json"), 1.0, ident, acc=acc, acc_se=se, acc_metric="exact_match,none",
-                 n=100, nfe=nfe, branch_rows=rows, tpf=1.0, tps=tps, batch_size=batch_size)
+    return Entry(Path(f"{decoder}.json"), 1.0, ident, acc=acc, acc_se=se, acc_metric=metric,
+                 n=n, nfe=nfe, branch_rows=rows, tpf=1.0, tps=tps, batch_size=batch_size)
 
 
 def _check(entries_then, entries_now, **kw):
@@ -63,28 +63,47 @@ def test_identical_results_pass():
     assert _check(THEN, copy.deepcopy(THEN), check_speed=True) == ([], [], [])
 
 
-def test_accuracy_fails_only_beyond_both_the_tolerance_and_z_standard_errors():
-    # se of the difference: hypot(1, 1) = 1.41, so 2 se = 2.83 points
-    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.0)]) == [
+def test_accuracy_fails_beyond_the_tolerance_and_z_standard_errors_of_the_baselines_noise():
+    # exact_match scores each item 0 or 1: one run's se is sqrt(p (1 - p) / (n - 1)) at the
+    # baseline's p = 0.5 and n = 51, 7.07 points; of the difference of two such runs, 10 points;
+    # z = 2: a drop of 20 points passes, more fails, whatever se the current result states
+    half = [THEN[0], _entry("pvf", acc=50.0, n=51, se=0.0)]
+    assert _bad(half, [THEN[0], _entry("pvf", acc=30.0, n=51)]) == []
+    assert _bad(half, [THEN[0], _entry("pvf", acc=29.9, n=51, se=0.0)]) == [
+        [PVF, "acc", "50.00", "29.90", "-20.10 pts", "-1 pts and -2 se (20.00 pts)"]]
+    assert _bad(half, [THEN[0], _entry("pvf", acc=29.9, n=51, se=50.0)]) == [
+        [PVF, "acc", "50.00", "29.90", "-20.10 pts", "-1 pts and -2 se (20.00 pts)"]]
+    assert _bad(half, [THEN[0], _entry("pvf", acc=39.0, n=51)], z=1.0) == [
+        [PVF, "acc", "50.00", "39.00", "-11.00 pts", "-1 pts and -1 se (10.00 pts)"]]
+    assert _bad(half, [THEN[0], _entry("pvf", acc=39.0, n=51)], acc_tol=12.0, z=1.0) == []
+    assert _bad(half, [THEN[0], _entry("pvf", acc=70.0, n=51)]) == []          # a rise
+    # another metric: the standard error the baseline recorded (1 point): 2 x sqrt(2) = 2.83
+    f1 = [THEN[0], _entry("pvf", metric="f1,none")]
+    assert _bad(f1, [THEN[0], _entry("pvf", metric="f1,none", acc=57.0, se=40.0)]) == [
         [PVF, "acc", "60.00", "57.00", "-3.00 pts", "-1 pts and -2 se (2.83 pts)"]]
-    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.5)]) == []
-    assert _bad(THEN, [THEN[0], _entry("pvf", acc=57.5)], z=1.0) == [
-        [PVF, "acc", "60.00", "57.50", "-2.50 pts", "-1 pts and -1 se (1.41 pts)"]]
-    # without standard errors the tolerance decides; a drop equal to it passes
-    exact = [THEN[0], _entry("pvf", se=0.0)]
-    assert _bad(exact, [THEN[0], _entry("pvf", acc=59.0, se=0.0)]) == []
-    assert _bad(exact, [THEN[0], _entry("pvf", acc=58.5, se=0.0)]) == [
+    assert _bad(f1, [THEN[0], _entry("pvf", metric="f1,none", acc=57.5, se=0.0)]) == []
+    # none recorded: the tolerance decides; a drop equal to it passes
+    exact = [THEN[0], _entry("pvf", metric="f1,none", se=None)]
+    assert _bad(exact, [THEN[0], _entry("pvf", metric="f1,none", acc=59.0)]) == []
+    assert _bad(exact, [THEN[0], _entry("pvf", metric="f1,none", acc=58.5)]) == [
         [PVF, "acc", "60.00", "58.50", "-1.50 pts", "-1 pts and -2 se (0.00 pts)"]]
-    assert _bad(exact, [THEN[0], _entry("pvf", acc=58.5, se=0.0)], acc_tol=1.5) == []
-    # a drop equal to z se passes (se: the baseline's 0 and the current run's 1.5)
-    assert _bad(exact, [THEN[0], _entry("pvf", acc=57.0, se=1.5)]) == []
-    assert _bad(exact, [THEN[0], _entry("pvf", acc=56.5, se=1.5)]) == [
-        [PVF, "acc", "60.00", "56.50", "-3.50 pts", "-1 pts and -2 se (3.00 pts)"]]
-    assert _bad(THEN, [THEN[0], _entry("pvf", acc=70.0)]) == []            # a rise
-    assert _bad(THEN, [THEN[0], _entry("pvf", acc=None)]) == [
-        [PVF, "acc", "60.00", "missing", "", ""]]
-    # a baseline without accuracy checks none
-    assert _bad([THEN[0], _entry("pvf", acc=None)], [THEN[0], _entry("pvf", acc=0.0)]) == []
+    assert _bad(exact, [THEN[0], _entry("pvf", metric="f1,none", acc=58.5)], acc_tol=1.5) == []
+    # another metric or filter, or none, is a failure of its own (no accuracy is compared)
+    assert _bad(THEN, [THEN[0], _entry("pvf", acc=None, metric=None)]) == [
+        [PVF, "acc_metric", "exact_match,none", "missing", "", "the same"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", metric="exact_match,flexible-extract")]) == [
+        [PVF, "acc_metric", "exact_match,none", "exact_match,flexible-extract", "", "the same"]]
+    # another number of items (the noise bound assumes the baseline's)
+    assert _bad(THEN, [THEN[0], _entry("pvf", n=99)]) == [[PVF, "n", "100", "99", "", "the same"]]
+    assert _bad(THEN, [THEN[0], _entry("pvf", n=None)]) == [
+        [PVF, "n", "100", "missing", "", "the same"]]
+
+
+def test_a_result_without_accuracy_is_refused_as_a_baseline():
+    with pytest.raises(UsageError) as err:
+        gate.baseline_dict(build_table([THEN[0], _entry("pvf", acc=None, metric=None)]))
+    assert str(err.value) == (f"--save-baseline: {PVF} has no accuracy metric pvf-report knows "
+                              "(its metrics: none); name one with --metric t=METRIC,FILTER")
 
 
 def test_costs_fail_on_any_rise_beyond_the_relative_tolerance():
@@ -100,16 +119,6 @@ def test_costs_fail_on_any_rise_beyond_the_relative_tolerance():
     assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.0 + 5e-9)]) == []
     assert _bad(THEN, [THEN[0], _entry("pvf", nfe=10.0 + 2e-8)]) == [
         [PVF, "nfe", "10.00", "10.00", "+0.0%", "+0%"]]
-    # the slack is absolute below 1
-    zero = [THEN[0], _entry("pvf", rows=0.0)]
-    assert _bad(zero, [THEN[0], _entry("pvf", rows=5e-10)]) == []
-    assert _bad([THEN[0], _entry("pvf", rows=0.5)], [THEN[0], _entry("pvf", rows=0.5 + 8e-10)]) == []
-    assert _bad(zero, [THEN[0], _entry("pvf", rows=1e-9)]) == []            # at the slack: passes
-    assert _bad(zero, [THEN[0], _entry("pvf", rows=1.5e-9)]) == [
-        [PVF, "branch_rows", "0.00", "0.00", "+0.00", "+0%"]]
-    # from zero, the change is absolute
-    assert _bad(zero, [THEN[0], _entry("pvf", rows=1.0)]) == [
-        [PVF, "branch_rows", "0.00", "1.00", "+1.00", "+0%"]]
     assert _bad(THEN, [THEN[0], _entry("pvf", nfe=None)]) == [
         [PVF, "nfe", "10.00", "missing", "", ""]]
     assert _bad([THEN[0], _entry("pvf", nfe=None)], [THEN[0], _entry("pvf", nfe=99.0)]) == []
@@ -119,9 +128,9 @@ def test_costs_fail_on_any_rise_beyond_the_relative_tolerance():
 
 
 def test_every_regression_of_every_result_is_listed_in_baseline_order():
-    now = [_entry("threshold", acc=50.0, nfe=12.0, tps=100.0), _entry("pvf", nfe=11.0, tps=90.0)]
+    now = [_entry("threshold", acc=40.0, nfe=12.0, tps=100.0), _entry("pvf", nfe=11.0, tps=90.0)]
     assert _bad(THEN, now, check_speed=True) == [
-        [THRESHOLD, "acc", "60.00", "50.00", "-10.00 pts", "-1 pts and -2 se (2.83 pts)"],
+        [THRESHOLD, "acc", "60.00", "40.00", "-20.00 pts", "-1 pts and -2 se (13.93 pts)"],
         [THRESHOLD, "nfe", "10.00", "12.00", "+20.0%", "+0%"],
         [PVF, "nfe", "10.00", "11.00", "+10.0%", "+0%"],
         [PVF, "tps/threshold", "1.50x", "0.90x", "-40.0%", "-10%"]]

@@ -362,7 +362,7 @@ def test_a_field_of_an_unexpected_shape_is_one_line(tmp_path, capsys):
 
     path = tmp_path / "results_a.json"
     path.write_text(json.dumps(_results(group_subtasks=[["t"]])))
-    assert report.main([str(tmp_path)]) == 2
+    assert report.main([str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert err == (f"pvf-report: {path}: malformed lm-eval results file (TypeError: unhashable "
                    f"type: 'list')\n")

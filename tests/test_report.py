@@ -235,7 +235,7 @@ def test_gate_passes_identical_reruns_and_fails_on_a_missing_baseline_row(runs, 
                         "--allow-missing"]) == 0
     # an old baseline (rows matched by a settings string) is refused, not half-used
     (tmp_path / "v1.json").write_text(json.dumps({"pvf_report_baseline": 1, "rows": []}))
-    assert report.main([str(runs / "first"), "--check", str(tmp_path / "v1.json")]) == 2
+    assert report.main([str(runs / "first"), "--check", str(tmp_path / "v1.json")]) == 3
     assert "write it again with --save-baseline" in capsys.readouterr().err
 
 
@@ -407,6 +407,6 @@ def test_bad_input_is_a_clean_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no results_*.json" in capsys.readouterr().err
     (tmp_path / "results_bad.json").write_text("{not json")
-    assert report.main([str(tmp_path / "results_bad.json")]) == 2
+    assert report.main([str(tmp_path / "results_bad.json")]) == 3
     assert report.main([str(tmp_path), "--z", "-1"]) == 2
-    assert capsys.readouterr().err.strip().endswith("--z=-1.0 must be >= 0")
+    assert capsys.readouterr().err.strip().endswith("--z=-1.0 must be a finite number >= 0")

@@ -8,13 +8,20 @@ Input: lm-eval ``--output_path`` folders (searched recursively for ``results_*.j
 files. One row per run identity (model, decoder, every decoding parameter the decoder read, run
 settings), one column group per task variant (task, version, few-shot count, generation length);
 runs of the same row on different tasks share the row. Two runs of the same identity: the newest
-is kept, and a note says so.
+is kept, and a note says so (``--save-baseline`` and ``--check`` refuse them instead).
+
+Exit status: 0 done (the check passed), 1 the check failed (a regression, a baseline result
+without a counterpart, another accuracy metric or sample count), 2 a usage error (an option out
+of range, a path that is not there, two runs of one identity given to the gate, a baseline
+result without an accuracy), 3 invalid input (a results file or baseline that cannot be read
+or holds an impossible value).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -23,7 +30,10 @@ from ...decoder_names import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table
 from .render import render
-from .runs import ReportError, load
+from .runs import ReportError, UsageError, load
+
+#: exit statuses (module docstring)
+PASSED, REGRESSION, USAGE, INVALID_INPUT = 0, 1, 2, 3
 
 
 def build(paths, metric_choice: dict | None = None, only_tasks=None) -> Table:
@@ -60,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"write a plot (matplotlib): KIND in {', '.join(plotting.PLOTS)}")
     p.add_argument("--log-x", action="store_true", help="--plot: logarithmic cost axis")
     p.add_argument("--save-baseline", metavar="FILE", help="write these results as a --check baseline")
-    g = p.add_argument_group("regression gate (--check; exit 1 on a regression)")
+    g = p.add_argument_group("regression gate (--check; exit 1 on a regression, 2 on a usage "
+                             "error, 3 on an unreadable or impossible file)")
     g.add_argument("--check", metavar="BASELINE.json", help="compare with this baseline")
     g.add_argument("--allow-missing", action="store_true",
                    help="pass although baseline results have no counterpart in these runs")
@@ -84,41 +95,57 @@ def _note(msg: str) -> None:
     print(f"pvf-report: {msg}", file=sys.stderr)
 
 
+def _read_baseline(path: str):
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--check {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ReportError(f"--check {path}: not a JSON baseline ({why})") from None
+
+
+def _write(what: str, path: str, text: str) -> None:
+    try:
+        atomic.write_text(path, text)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         for name in ("acc_tol", "z", "cost_tol", "speed_tol"):
-            if getattr(args, name) < 0:
-                raise ReportError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 0")
+            value = getattr(args, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"--{name.replace('_', '-')}={value} must be a finite number >= 0")
         if args.plot:
             plotting.check_kind(args.plot[0])
-        baseline = None
-        if args.check:
-            try:
-                baseline = json.loads(Path(args.check).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ReportError(f"--check {args.check}: {exc}") from None
+        baseline = _read_baseline(args.check) if args.check else None
         only = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
         table = build(args.paths, _metric_choice(args.metric), only)
         for n in table.notes:
             _note(f"note: {n}")
+        base_text = None
+        if args.save_baseline:      # refused before anything is written
+            base_text = json.dumps(gate.baseline_dict(table), indent=1, ensure_ascii=True) + "\n"
         text = render(table, args.format)
         if args.output:
-            atomic.write_text(args.output, text)
+            _write("--output", args.output, text)
         else:
             sys.stdout.write(text)
         if args.plot:
             info = plotting.plot(table, args.plot[0], args.plot[1], log_x=args.log_x)
             _note(f"wrote {info.path}")
-        if args.save_baseline:
-            atomic.write_json(args.save_baseline, gate.baseline_dict(table), ensure_ascii=True)
+        if base_text is not None:
+            _write("--save-baseline", args.save_baseline, base_text)
             _note(f"wrote baseline {args.save_baseline}")
         if baseline is not None:
             return _check(table, baseline, args)
     except ReportError as exc:
         _note(str(exc))
-        return 2
-    return 0
+        return exc.exit_code
+    return PASSED
 
 
 def _check(table: Table, baseline: dict, args) -> int:
@@ -139,6 +166,6 @@ def _check(table: Table, baseline: dict, args) -> int:
         print(gate.table_text(["result", "metric", "baseline", "now", "change", "allowed"], bad))
         failed = True
     if failed:
-        return 1
+        return REGRESSION
     _note(f"check passed against {args.check}")
-    return 0
+    return PASSED

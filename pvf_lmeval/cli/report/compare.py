@@ -64,10 +64,14 @@ class Table:
     notes: list[str]              # duplicates dropped, said out loud
     common: str = "-"             # settings every row shares
     per_decoder: dict = field(default_factory=dict)   # decoder -> settings all its rows share
+    #: the results of each identity that more than one results file holds (the gate refuses them)
+    duplicates: list = field(default_factory=list)
 
 
-def drop_duplicates(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
-    """One entry per identity: the newest (by the run's date); a note for each dropped one."""
+def drop_duplicates(entries: list[Entry]) -> tuple[list[Entry], list[str], list[list[Entry]]]:
+    """One entry per identity: the newest (by the date the run's file states, so a leaderboard
+    only; the gate refuses duplicates); a note for each dropped one, and every group of
+    entries of one identity (the kept one last)."""
     newest: dict[str, Entry] = {}
     dropped: dict[str, list[Entry]] = {}
     for e in sorted(entries, key=lambda e: (e.date, str(e.path))):
@@ -80,7 +84,7 @@ def drop_duplicates(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
         e = newest[k]
         notes.append(f"{len(old) + 1} runs of {describe(e.identity)}: kept the newest ({e.path}), "
                      f"ignored {', '.join(str(o.path) for o in old)}")
-    return list(newest.values()), notes
+    return list(newest.values()), notes, [old + [newest[k]] for k, old in dropped.items()]
 
 
 def describe(identity: dict) -> str:
@@ -117,14 +121,14 @@ def _shared(idents: list[dict], skip) -> dict:
 
 def build_table(entries: list[Entry], only_tasks: list[str] | None = None) -> Table:
     """Rows and columns of ``entries`` (duplicates dropped), with the derived cells."""
-    from .runs import ReportError
+    from .runs import UsageError
 
-    entries, notes = drop_duplicates(entries)
+    entries, notes, duplicates = drop_duplicates(entries)
     tasks_seen = sorted({e.task for e in entries})
     if only_tasks:
         missing = [t for t in only_tasks if t not in tasks_seen]
         if missing:
-            raise ReportError(f"--tasks: no results for {', '.join(missing)} "
+            raise UsageError(f"--tasks: no results for {', '.join(missing)} "
                               f"(have: {', '.join(tasks_seen) or 'none'})")
         entries = [e for e in entries if e.task in only_tasks]
     rows: dict[str, Row] = {}
@@ -159,7 +163,7 @@ def build_table(entries: list[Entry], only_tasks: list[str] | None = None) -> Ta
         extra = {k: v for k, v in mine.items() if k not in common and k not in differ}
         if extra:
             per_decoder[dec] = ident.label(extra, extra)
-    table = Table(row_list, cols, notes, ident.label(common, common), per_decoder)
+    table = Table(row_list, cols, notes, ident.label(common, common), per_decoder, duplicates)
     compute_cells(table)
     return table
 

@@ -1,13 +1,21 @@
 """The regression gate: ``--save-baseline`` and ``--check``.
 
-A baseline holds, per result, its full identity and what it measured. ``--check`` matches every
-baseline result with the current result of the same identity and fails (exit 1) when
+A baseline holds, per result, its full identity and what it measured; it is the trusted side:
+what the checked runs may move, it fixes. ``--save-baseline`` refuses a result without an
+accuracy (name the metric with ``--metric``) and two results of one identity. ``--check``
+refuses a baseline that is empty or holds an impossible value (:func:`baseline_entries`) and
+checked runs with two results of one identity (a file's own date cannot choose between
+them), then matches every baseline result with the current result of the same identity and
+fails when
 
 * a baseline result has no counterpart (unless ``--allow-missing``): a changed setting must not
   make the gate pass by matching nothing;
-* accuracy dropped by more than ``acc_tol`` points *and* by more than ``z`` standard errors of the
-  difference (two independent means: ``sqrt(se_base² + se_now²)``), so that identical reruns pass
-  and a drop inside the noise of a small sample does not fail;
+* the current result's accuracy is another metric or filter than the baseline's, or is
+  missing, or its sample count differs from the baseline's;
+* accuracy dropped by more than ``acc_tol`` points *and* by more than ``z`` standard errors of
+  the difference of two runs of the baseline's size (:func:`noise_se`: from the baseline's
+  accuracy and sample count, never from the checked file's own standard error), so that
+  identical reruns pass and a drop inside the noise of a small sample does not fail;
 * NFE or branch rows per request rose by more than ``cost_tol`` (relative; 0 = any rise, which
   suits deterministic decoding);
 * with ``check_speed``: tokens per second *relative to a reference decoder measured in the same
@@ -21,20 +29,38 @@ import math
 from ...decoder_names import REFERENCE_DECODERS
 from . import identity as ident
 from .compare import Table, describe
-from .runs import ReportError, num
+from .runs import BINARY_METRICS, ReportError, UsageError, num
 
 FORMAT = 3
 #: relative slack for comparing means of integers that were summed in another order
 EPS = 1e-9
 
 
+def refuse_duplicates(table: Table, option: str) -> None:
+    """A :class:`UsageError` when the runs hold two results of one identity: which of them
+    counts must not rest on anything a results file states about itself (its date)."""
+    if table.duplicates:
+        group = table.duplicates[0]
+        raise UsageError(f"{option}: {len(group)} results of {describe(group[-1].identity)} "
+                         f"({', '.join(str(e.path) for e in group)}); the gate takes one result "
+                         f"per run: pass only the run to compare")
+
+
 def baseline_dict(table: Table) -> dict:
+    """The baseline of ``table``'s results; a :class:`UsageError` for a result without an
+    accuracy (it would check nothing) or two results of one identity."""
+    refuse_duplicates(table, "--save-baseline")
     out = []
     for row in table.rows:
         for col in table.columns:
             e = row.entries.get(col.key)
             if e is None:
                 continue
+            if e.acc is None:
+                have = ", ".join(e.metrics) or "none"
+                raise UsageError(f"--save-baseline: {describe(e.identity)} has no accuracy metric "
+                                 f"pvf-report knows (its metrics: {have}); name one with --metric "
+                                 f"{e.task}=METRIC,FILTER")
             speed = {}
             for base in REFERENCE_DECODERS:
                 ratio = row.cells[col.key].get(f"tps_speedup_{base}")
@@ -45,6 +71,81 @@ def baseline_dict(table: Table) -> dict:
                         "tpf": e.tpf, "tps": e.tps, "tps_ratio": speed,
                         "batch_size": e.batch_size})
     return {"pvf_report_baseline": FORMAT, "entries": out}
+
+
+def _show(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _entry_problem(b) -> str | None:
+    """What makes baseline entry ``b`` unusable (None: nothing)."""
+    if not isinstance(b, dict):
+        return f"{_show(b)} is not an object"
+    identity = b.get("identity")
+    if not isinstance(identity, dict) or not all(isinstance(identity.get(k), str)
+                                                 for k in ("model", "decoder", "task")):
+        return "identity must be an object naming the model, decoder and task"
+    metric = b.get("acc_metric")
+    if not isinstance(metric, str) or metric.count(",") < 1:
+        return f"acc_metric={_show(metric)} must be METRIC,FILTER"
+    binary = metric.split(",")[0] in BINARY_METRICS
+    acc = b.get("acc")
+    if not _finite(acc) or (binary and not 0 <= acc <= 100):
+        return f"acc={_show(acc)} must be a finite number" + (" in [0, 100]" if binary else "")
+    n = b.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        return f"n={_show(n)} must be a positive integer or null"
+    for k, low in (("acc_se", 0), ("nfe", 1), ("branch_rows", 1)):
+        v = b.get(k)
+        if v is not None and not (_finite(v) and v >= low):
+            return f"{k}={_show(v)} must be a finite number >= {low} or null"
+    ratios = b.get("tps_ratio") or {}
+    if not isinstance(ratios, dict) or not all(_finite(v) and v > 0 for v in ratios.values()):
+        return f"tps_ratio={_show(ratios)} must map reference decoders to positive numbers"
+    return None
+
+
+def baseline_entries(baseline) -> list[dict]:
+    """The entries of a ``--check`` baseline, each usable; a one-line :class:`ReportError`
+    (invalid input) naming the first problem: not a baseline, another format, no entries (it
+    would pass any run), an entry with an impossible value, two entries of one identity."""
+    if not isinstance(baseline, dict) or "pvf_report_baseline" not in baseline:
+        raise ReportError("--check: not a pvf-report baseline (write one with --save-baseline)")
+    if baseline["pvf_report_baseline"] != FORMAT or not isinstance(baseline.get("entries"), list):
+        raise ReportError(f"--check: baseline format {baseline['pvf_report_baseline']!r} is not "
+                          f"{FORMAT} (identities with device kind and batch size); write it again with "
+                          "--save-baseline")
+    entries = baseline["entries"]
+    if not entries:
+        raise ReportError("--check: the baseline holds no results (it would pass any run); write "
+                          "it again with --save-baseline")
+    seen = set()
+    for i, b in enumerate(entries, 1):
+        problem = _entry_problem(b)
+        if problem is None:
+            key = ident.key_of(b["identity"])
+            problem = "a second result of the same identity" if key in seen else None
+            seen.add(key)
+        if problem is not None:
+            raise ReportError(f"--check: baseline entry {i}: {problem}; write the baseline again "
+                              f"with --save-baseline")
+    return entries
+
+
+def noise_se(b: dict) -> float:
+    """One run's standard error of baseline entry ``b``'s accuracy, in points: for a metric
+    scored 0 or 1 per item, that of the baseline's mean over its ``n`` items (lm-eval's mean
+    standard error, ``sqrt(p (1 - p) / (n - 1))``); for another metric, or without ``n``, the
+    standard error the baseline recorded (0 without one)."""
+    p, n = b["acc"] / 100.0, b.get("n")
+    if b["acc_metric"].split(",")[0] in BINARY_METRICS and n:
+        return 100.0 * math.sqrt(p * (1.0 - p) / max(n - 1, 1))
+    return b.get("acc_se") or 0.0
 
 
 def _nearest(identity: dict, current: list[dict]) -> str:
@@ -60,13 +161,10 @@ def _nearest(identity: dict, current: list[dict]) -> str:
 def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
           cost_tol: float = 0.0, check_speed: bool = False, speed_ref: str = "threshold",
           speed_tol: float = 0.10) -> tuple[list[list[str]], list[str], list[str]]:
-    """(regressions as table rows, baseline results without a counterpart, notes)."""
-    if not isinstance(baseline, dict) or "pvf_report_baseline" not in baseline:
-        raise ReportError("--check: not a pvf-report baseline (write one with --save-baseline)")
-    if baseline["pvf_report_baseline"] != FORMAT or not isinstance(baseline.get("entries"), list):
-        raise ReportError(f"--check: baseline format {baseline['pvf_report_baseline']!r} is not "
-                          f"{FORMAT} (identities with device kind and batch size); write it again with "
-                          "--save-baseline")
+    """(regressions as table rows, baseline results without a counterpart, notes). A baseline
+    that :func:`baseline_entries` refuses, or runs with two results of one identity, raise."""
+    entries = baseline_entries(baseline)
+    refuse_duplicates(table, "--check")
     current = {}
     for row in table.rows:
         for col in table.columns:
@@ -76,8 +174,8 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
     bad: list[list[str]] = []
     missing: list[str] = []
     matched = set()
-    for b in baseline["entries"]:
-        bid = b.get("identity") or {}
+    for b in entries:
+        bid = b["identity"]
         key = ident.key_of(bid)
         name = describe(bid)
         if key not in current:
@@ -88,13 +186,13 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
         row, col, e = current[key]
         bad += _acc(name, b, e, acc_tol, z)
         for m in ("nfe", "branch_rows"):
-            old, new = num(b.get(m)), getattr(e, m)
+            old, new = b.get(m), getattr(e, m)
             if old is None:
                 continue
             if new is None:
                 bad.append([name, m, f"{old:.2f}", "missing", "", ""])
-            elif new > old * (1 + cost_tol) + EPS * max(1.0, abs(old)):
-                change = f"{(new / old - 1) * 100:+.1f}%" if old else f"{new:+.2f}"   # from 0: absolute
+            elif new > old * (1 + cost_tol + EPS):     # a baseline's costs are >= 1
+                change = f"{(new / old - 1) * 100:+.1f}%"
                 bad.append([name, m, f"{old:.2f}", f"{new:.2f}", change, f"+{cost_tol * 100:g}%"])
         if check_speed:
             bad += _speed(name, b, row, col, speed_ref, speed_tol)
@@ -104,18 +202,19 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
 
 
 def _acc(name: str, b: dict, e, acc_tol: float, z: float) -> list[list[str]]:
-    old = num(b.get("acc"))
-    if old is None:
-        return []
-    if e.acc is None:
-        return [[name, "acc", f"{old:.2f}", "missing", "", ""]]
+    old, metric = b["acc"], b["acc_metric"]
+    if e.acc_metric != metric:      # another metric, filter, or none (missing, NaN)
+        return [[name, "acc_metric", metric, e.acc_metric or "missing", "", "the same"]]
+    bad = []
+    if b.get("n") is not None and e.n != b["n"]:
+        bad.append([name, "n", str(b["n"]), "missing" if e.n is None else str(e.n), "",
+                    "the same"])
     drop = old - e.acc
-    se_old, se_new = num(b.get("acc_se")), e.acc_se
-    se = math.hypot(se_old or 0.0, se_new or 0.0)
+    se = math.sqrt(2.0) * noise_se(b)       # the difference of two runs like the baseline's
     if drop > acc_tol and drop > z * se:
         allowed = f"-{acc_tol:g} pts and -{z:g} se ({z * se:.2f} pts)"
-        return [[name, "acc", f"{old:.2f}", f"{e.acc:.2f}", f"{-drop:+.2f} pts", allowed]]
-    return []
+        bad.append([name, "acc", f"{old:.2f}", f"{e.acc:.2f}", f"{-drop:+.2f} pts", allowed])
+    return bad
 
 
 def _speed(name: str, b: dict, row, col, ref_decoder: str, tol: float) -> list[list[str]]:

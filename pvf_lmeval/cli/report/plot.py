@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import identity as ident
 from .compare import Table
-from .runs import ReportError
+from .runs import UsageError
 
 #: KIND -> (cell key, axis label, higher is better)
 PLOTS = {"accuracy-nfe": ("nfe", "NFE (mean model calls per request)", False),
@@ -66,7 +66,7 @@ def pareto(points, higher_x_better: bool):
 
 def check_kind(kind: str) -> None:
     if kind not in PLOTS:
-        raise ReportError(f"--plot {kind!r}: KIND must be one of {', '.join(PLOTS)}")
+        raise UsageError(f"--plot {kind!r}: KIND must be one of {', '.join(PLOTS)}")
 
 
 def _place_labels(fig, ax, labels, points) -> list:
@@ -112,7 +112,7 @@ def plot(table: Table, kind: str, out: str, log_x: bool = False) -> PlotInfo:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
-        raise ReportError("--plot needs matplotlib: pip install 'pvf-lmeval[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install 'pvf-lmeval[plot]'") from None
     xkey, xlabel, higher = PLOTS[kind]
     rows, cols = table.rows, table.columns
     models = sorted({r.model for r in rows})

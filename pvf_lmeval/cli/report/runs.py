@@ -24,10 +24,23 @@ FILTER_ORDER = ["none", "strict-match", "custom-extract", "create_test", "flexib
 BINARY_METRICS = {"exact_match", "pass@1", "pass_at_1", "acc", "acc_norm", "math_verify"}
 #: per-request statistics summed over requests (means are sums / requests, rates ratios of sums)
 SUMMED = ("nfe", "branch_rows", "gen_tokens", "wall_s", "gen_length")
+#: decoding statistics the pvf task YAMLs report as metrics (besides ``tokens_<route>``): costs,
+#: never an accuracy
+STAT_METRICS = frozenset(SUMMED + ("tpf", "tps", "committed"))
 
 
 class ReportError(Exception):
-    """A user-facing error (bad input); printed as one line without a traceback."""
+    """A file holds what it must not (invalid input): printed as one line without a traceback,
+    exit status :attr:`exit_code`."""
+
+    exit_code = 3
+
+
+class UsageError(ReportError):
+    """The command line asks for something that cannot be done as asked (an option out of
+    range, a path that is not there, several runs where the gate takes one)."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -52,6 +65,9 @@ class Entry:
     #: the run's batch size (lm-eval's --batch_size), identity or not: a speed ratio between
     #: runs of different batch sizes says so
     batch_size: int | None = None
+    #: every accuracy-like metric the task reported (``"metric,filter"`` with a number; costs
+    #: and standard errors left out): what ``--metric`` may name
+    metrics: tuple = ()
 
     @property
     def task(self) -> str:
@@ -77,10 +93,10 @@ def find_result_files(paths) -> list[Path]:
         elif p.is_dir():
             found = sorted(p.rglob("results_*.json"))
             if not found:
-                raise ReportError(f"{p}: no results_*.json below this folder (an lm_eval --output_path?)")
+                raise UsageError(f"{p}: no results_*.json below this folder (an lm_eval --output_path?)")
             files.extend(found)
         else:
-            raise ReportError(f"{p}: no such file or folder")
+            raise UsageError(f"{p}: no such file or folder")
     return files
 
 
@@ -127,6 +143,31 @@ def _accuracy(entries: dict, task: str, metric_choice: dict) -> tuple:
     return None, None, None
 
 
+def _metric_names(entries: dict) -> tuple:
+    """``"metric,filter"`` of every metric with a number, but standard errors and the decoding
+    statistics (``nfe``, ``tps``, ``tokens_plan``, ...)."""
+    return tuple(f"{m},{f}" for m, by_filter in entries.items()
+                 if not m.endswith("_stderr") and m not in STAT_METRICS
+                 and not m.startswith("tokens_")
+                 for f, v in by_filter.items() if num(v) is not None)
+
+
+def _impossible(path: Path, task: str, acc, acc_metric, cost: dict) -> None:
+    """A one-line :class:`ReportError` for a value no run can produce: a share of items outside
+    [0, 1], a mean NFE or branch-row count below 1 (every request makes at least one model call
+    of at least one row), a negative rate."""
+    if acc is not None and acc_metric.split(",")[0] in BINARY_METRICS and not 0.0 <= acc <= 1.0:
+        raise ReportError(f"{path}: {task}: {acc_metric} = {acc!r} is not a share of items in "
+                          f"[0, 1]")
+    for k in ("nfe", "branch_rows"):
+        if cost.get(k) is not None and cost[k] < 1.0:
+            raise ReportError(f"{path}: {task}: {k} = {cost[k]!r} is below 1 (every request "
+                              f"makes at least one model call of at least one row)")
+    for k in ("tpf", "tps"):
+        if cost.get(k) is not None and cost[k] < 0:
+            raise ReportError(f"{path}: {task}: {k} = {cost[k]!r} is negative")
+
+
 def _cost_from_metrics(entries: dict) -> dict | None:
     nfe, _ = _pick(entries, "nfe")
     if nfe is None:
@@ -137,11 +178,26 @@ def _cost_from_metrics(entries: dict) -> dict | None:
 
 
 def _cost_from_sums(sums: dict) -> dict:
+    """Means and rates from sums over requests; a statistic some request lacked (None) is
+    unknown, not zero."""
     n = sums["requests"]
-    return {"nfe": sums["nfe"] / n, "branch_rows": sums["branch_rows"] / n,
-            "tpf": sums["gen_tokens"] / sums["nfe"] if sums["nfe"] else None,
-            "tps": sums["gen_tokens"] / sums["wall_s"] if sums["wall_s"] else None,
-            "gen_length": sums["gen_length"] / n}
+
+    def mean(k):
+        return None if sums[k] is None else sums[k] / n
+
+    nfe, tokens, wall = sums["nfe"], sums["gen_tokens"], sums["wall_s"]
+    return {"nfe": mean("nfe"), "branch_rows": mean("branch_rows"),
+            "tpf": tokens / nfe if tokens is not None and nfe else None,
+            "tps": tokens / wall if tokens is not None and wall else None,
+            "gen_length": mean("gen_length")}
+
+
+def _add(sums: dict, row: dict, weight: float) -> None:
+    """Add ``weight`` times each statistic of ``row`` to ``sums`` (a missing one: None)."""
+    sums["requests"] += weight
+    for k in SUMMED:
+        v = num(row.get(k))
+        sums[k] = None if v is None or sums[k] is None else sums[k] + v * weight
 
 
 def _cost_from_totals(totals: dict, names: list[str]) -> dict | None:
@@ -151,10 +207,7 @@ def _cost_from_totals(totals: dict, names: list[str]) -> dict | None:
         row = totals.get(name)
         if not isinstance(row, dict) or not num(row.get("requests")) or num(row.get("nfe")) is None:
             continue
-        n = num(row["requests"])
-        sums["requests"] += n
-        for k in SUMMED:
-            sums[k] += (num(row.get(k)) or 0.0) * n
+        _add(sums, row, num(row["requests"]))
     return _cost_from_sums(sums) if sums["requests"] else None
 
 
@@ -165,13 +218,11 @@ def _cost_from_samples(files: list[Path]) -> dict | None:
         for line in f.read_text().splitlines():
             try:
                 s = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if not isinstance(s, dict) or num(s.get("nfe")) is None:
                 continue
-            sums["requests"] += 1
-            for k in SUMMED:
-                sums[k] += num(s.get(k)) or 0.0
+            _add(sums, s, 1.0)
     return _cost_from_sums(sums) if sums["requests"] else None
 
 
@@ -201,7 +252,7 @@ def load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
     one-line :class:`ReportError` naming the file, never a traceback."""
     try:
         return _load_entries(path, metric_choice)
-    except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as exc:
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError) as exc:
         raise ReportError(f"{path}: malformed lm-eval results file ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc).strip() else ''})") from None
 
@@ -241,6 +292,7 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
             files = [f for t in leaves for f in Path(path).parent.glob(f"samples_{t}_{stamp}.jsonl")]
             cost, source = _cost_from_samples(files), "samples"
         cost = cost or {}
+        _impossible(path, task, acc, acc_metric, cost)
         if se is None and acc is not None and n and acc_metric.split(",")[0] in BINARY_METRICS:
             se = math.sqrt(acc * (1 - acc) / max(n - 1, 1))   # lm-eval's mean stderr of 0/1 scores
         run_part = {k: v for k, v in run.items() if k != "gen_length"}
@@ -250,7 +302,7 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
                   acc_se=None if se is None or acc is None else 100.0 * se,
                   nfe=cost.get("nfe"), branch_rows=cost.get("branch_rows"), tpf=cost.get("tpf"),
                   tps=cost.get("tps"), cost_source=source if cost else None,
-                  batch_size=_batch_size(r))
+                  batch_size=_batch_size(r), metrics=_metric_names(entries))
         out.append(e)
     return out
 

@@ -26,7 +26,7 @@ from typing import Iterable
 
 import torch
 
-from .blocks import block_size_of, check_block_length
+from .blocks import check_block_length, default_block_length
 from .common import invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
@@ -97,9 +97,8 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     decoding side sums in a fixed order. A model or device without those kernels is a one-line
     ValueError naming the argument (no fallback).
     """
-    bs = block_size_of(model)
-    if bs is not None and params is None and overrides.get("block_length") is None:
-        overrides["block_length"] = bs          # a block-diffusion model's own block
+    if params is None and overrides.get("block_length") is None:
+        overrides["block_length"] = default_block_length(model, DecodeParams.block_length)
     params = params_for_call(decoder, params, preset, **overrides)
     check_block_length(model, params.block_length)
     mode = invariant_mode(model, bool(batch_invariant))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..tensors.uploads import upload
-from .blocks import block_size_of, check_block_length, reach, region_layout
+from .blocks import block_size_of, reach, region_layout
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits, step_options
 from .common import (Stats, entropy_from_logits, first_true, fixed_sum, gumbel_like, mix_seed,
@@ -68,8 +68,7 @@ class Batch:
         self.block_size = block_size_of(model)
         self.start: list[int] = [0] * self.n
         self._start_live: Tensor | None = None
-        if self.block_size is not None:
-            check_block_length(model, self.B)
+        if self.block_size is not None:        # block_length == block_size: checked by the caller
             filler = pad_id_of(model) if any(int(p.shape[0]) == 0 for p in prompts) else 0
             prompts, self.region0, self.start = region_layout(
                 prompts, self.B, self.L, int(model.mask_id), filler)

@@ -47,6 +47,13 @@ def check_block_length(model, block_length: int) -> None:
                          "(a block-diffusion model decodes one attention block at a time)")
 
 
+def default_block_length(model, default: int) -> int:
+    """The block length when none is given: a block-diffusion model's block size, else
+    ``default``."""
+    bs = block_size_of(model)
+    return default if bs is None else bs
+
+
 def region_start(prompt_len: int, block: int) -> int:
     """Region positions before the first generated one: the prompt's tokens in the region's
     first block (see the module docstring)."""

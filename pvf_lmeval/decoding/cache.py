@@ -39,6 +39,13 @@ from ..tensors.uploads import upload
 from .common import first_true
 
 
+def cache_exact(cache: str, block_size: int | None) -> bool:
+    """Whether decoding with ``cache`` gives exactly the logits of uncached calls: no cache, or
+    any cache on a block-diffusion model (``block_size`` set: a finished block never sees a
+    later one, so its cached keys are final)."""
+    return cache == "none" or block_size is not None
+
+
 def revealed(zg: Tensor, a: Tensor, blk: Tensor, *, reveal: int, nb: int, mask_id: int) -> Tensor:
     """Whether the working set of state(s) ``zg`` [..., L] (active block ``a`` [...]) holds the
     next block (``blk`` [L]: block of each generation position)."""

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..tensors.uploads import upload
 from .batch import Batch
+from .cache import cache_exact
 from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
 from .compiled import round_programs
 from .round import next_round
@@ -185,7 +186,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE], decoder=step.name,
             steps=records[i] if records is not None else None, plan_tried=tried,
             plan_passed=passed, block_size=b.block_size,
-            cache_exact=params.cache == "none" or b.block_size is not None))
+            cache_exact=cache_exact(params.cache, b.block_size)))
     return results
 
 

@@ -82,7 +82,10 @@ def preset_defaults(preset: str | None = None, threshold: float | None = None) -
 
 @dataclass(frozen=True)
 class DecodeParams:
-    """Validated decoding parameters (rules: docs/decoding.md). Probabilities are in [0, 1]."""
+    """Validated decoding parameters (rules: docs/decoding.md). Probabilities are in [0, 1].
+
+    Every instance is valid: construction (``dataclasses.replace`` included) runs
+    :func:`validate_params`, so code that receives one never validates it again."""
 
     decoder: str = "threshold"
     gen_length: int = 256
@@ -116,6 +119,9 @@ class DecodeParams:
     @property
     def num_blocks(self) -> int:
         return self.gen_length // self.block_length
+
+    def __post_init__(self) -> None:
+        validate_params(self)
 
 
 PARAM_NAMES = tuple(f.name for f in dataclasses.fields(DecodeParams))
@@ -329,13 +335,14 @@ def make_params(decoder: str | None = "threshold", *, preset: str | None = None,
     d = preset_defaults(preset, kw.get("threshold"))
     for name in ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next"):
         kw.setdefault(name, d[name])
-    return validate_params(DecodeParams(decoder=dec, preset=preset, **kw))
+    return DecodeParams(decoder=dec, preset=preset, **kw)
 
 
 def override(params: DecodeParams, **kwargs: Any) -> DecodeParams:
-    """``params`` with some fields replaced (loose values, None = keep), re-validated."""
+    """``params`` with some fields replaced (loose values, None = keep), validated; ``params``
+    itself when nothing replaces a field."""
     kw = {k: coerce(k, v) for k, v in kwargs.items() if v is not None}
-    return validate_params(dataclasses.replace(params, **kw))
+    return dataclasses.replace(params, **kw) if kw else params
 
 
 def params_for_call(decoder: str | None, params: DecodeParams | None, preset: str | None,

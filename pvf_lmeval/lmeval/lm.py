@@ -26,7 +26,8 @@ from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
-from ..decoding.blocks import block_size_of, check_block_length
+from ..decoding.blocks import block_size_of, check_block_length, default_block_length
+from ..decoding.cache import cache_exact
 from ..decoding.common import ROUND_NOT_INVARIANT
 from ..decoding.params import DecodeParams, _bool, override
 from ..models.diffusion_lm import compile_seconds
@@ -171,9 +172,10 @@ class PVFDiffusionLM(LM):
         self.model = load_model(pretrained, device=dev, dtype=dtype)
         if one_block:
             # the model's own block (block-diffusion), else the default; task presets build on it
-            self._explicit["block_length"] = block_size_of(self.model) or DecodeParams.block_length
+            self._explicit["block_length"] = default_block_length(self.model,
+                                                                  DecodeParams.block_length)
             self.params = override(self.params, block_length=self._explicit["block_length"])
-        check_block_length(self.model, self.params.block_length)
+        check_block_length(self.model, self.params.block_length)   # before any request
         self._compile_s0 = None
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
@@ -308,7 +310,7 @@ class PVFDiffusionLM(LM):
             "task_presets": dict(self.task_presets),
             # a block-diffusion model's cache is exact (docs/decoding.md, "Block-diffusion models")
             "block_size": block_size_of(self.model),
-            "cache_exact": self.params.cache == "none" or block_size_of(self.model) is not None,
+            "cache_exact": cache_exact(self.params.cache, block_size_of(self.model)),
             **self.vocab.info(),
             "batch_size": self.batch_size,
             "batch_invariant": self.batch_invariant,
@@ -479,8 +481,6 @@ class PVFDiffusionLM(LM):
         return params, until, ignored
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        import torch
-
         results: list = [None] * len(requests)
         seen: dict[int, list[int]] = defaultdict(list)
         trace_file = None
@@ -494,40 +494,7 @@ class PVFDiffusionLM(LM):
         bar = None                  # started after the notices of preparing the requests
         nfe_sum = 0
         done = 0
-        chunk: list[dict] = []      # one batch: requests with identical decoding parameters
         copies: list[tuple[int, int]] = []
-
-        def flush() -> None:
-            """Decode the chunk as one batch (``batch_size``) and finish its requests."""
-            nonlocal nfe_sum, done
-            if not chunk:
-                return
-            if self.online is not None and done:
-                self._online_update()   # between batches of requests, never inside one
-            params = chunk[0]["params"]
-            rows = DECODERS[params.decoder].rows_per_call(params)
-            longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
-            with self._oom_guard("decoding", rows * len(chunk), longest):
-                outs = decode_batch(
-                    self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
-                    request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
-                    repeat_indices=[c["repeat_index"] for c in chunk],
-                    trace=trace_file is not None, online=self.online,
-                    batch_invariant=self.batch_invariant)
-            for c, out in zip(chunk, outs):
-                text, stats = self._finish(out, c["until"])
-                results[c["i"]] = GenerationText(text, meta=stats)
-                self.local_totals.add(c["task"], stats)
-                if trace_file is not None:
-                    trace_file.write(json.dumps(trace_record(
-                        out, request=c["key"], prompt_ids=c["prompt_ids"], tokenizer=self.tokenizer,
-                        model=self.pretrained, block_length=params.block_length)) + "\n")
-                nfe_sum += out.nfe
-                done += 1
-            bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
-            bar.update(len(chunk))
-            chunk.clear()
-
         try:
             # Every request is prepared (parameters, prompt fitted to the context) before any is
             # decoded: bad generation kwargs or truncation=error stop the run before any work.
@@ -566,8 +533,24 @@ class PVFDiffusionLM(LM):
                        disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
             for members in batches([c["params"] for c in prepared],
                                    [len(c["prompt_ids"]) for c in prepared], batch_size):
-                chunk.extend(prepared[k] for k in members)
-                flush()
+                # one batch: requests with identical decoding parameters
+                chunk = [prepared[k] for k in members]
+                if self.online is not None and done:
+                    self._online_update()   # between batches of requests, never inside one
+                outs = self._decode(chunk, trace=trace_file is not None)
+                for c, out in zip(chunk, outs):
+                    text, stats = self._finish(out, c["until"])
+                    results[c["i"]] = GenerationText(text, meta=stats)
+                    self.local_totals.add(c["task"], stats)
+                    if trace_file is not None:
+                        trace_file.write(json.dumps(trace_record(
+                            out, request=c["key"], prompt_ids=c["prompt_ids"],
+                            tokenizer=self.tokenizer, model=self.pretrained,
+                            block_length=c["params"].block_length)) + "\n")
+                    nfe_sum += out.nfe
+                    done += 1
+                bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
+                bar.update(len(chunk))
             for i, src in copies:
                 results[i] = results[src]
         finally:
@@ -583,6 +566,21 @@ class PVFDiffusionLM(LM):
         if self.world_size > 1:
             self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results
+
+    def _decode(self, chunk: list[dict], *, trace: bool) -> list:
+        """The decode results of ``chunk``, prepared requests with identical parameters, decoded
+        as one batch (an out-of-memory error says what to lower)."""
+        import torch
+
+        params = chunk[0]["params"]
+        rows = DECODERS[params.decoder].rows_per_call(params)
+        longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
+        with self._oom_guard("decoding", rows * len(chunk), longest):
+            return decode_batch(
+                self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
+                request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
+                repeat_indices=[c["repeat_index"] for c in chunk], trace=trace,
+                online=self.online, batch_invariant=self.batch_invariant)
 
     @property
     def batch_sizes(self) -> dict:

@@ -10,6 +10,7 @@ else the SPEC default), so callers can forward unset options untouched.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -52,6 +53,13 @@ FAMILY_DEFAULTS = {
 SWEEP_BAND = (0.4, 0.6)
 #: the paper's generation budget (L, B); callers pass gen_length/block_length explicitly.
 PAPER_BUDGET = (512, 64)
+#: caps on the counts a user or a task file sets, so that a typo fails here in one line and not
+#: in the allocator: rows one request sends in one model call grow with ``width`` and
+#: ``draft_steps``; positions (``gen_length``, ``block_length``, ``steps``, ``reveal_next``)
+#: are held to the longest context a checkpoint may declare; ``seed`` to a signed 64-bit integer
+MAX_ROWS_PARAM = 64
+MAX_POSITIONS = 1 << 24
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 def task_family(preset: str | None) -> str | None:
@@ -132,7 +140,7 @@ PARAM_NAMES = tuple(f.name for f in dataclasses.fields(DecodeParams))
 
 def _int(name: str, v: Any) -> int:
     if isinstance(v, bool):
-        raise ValueError(f"{name}={v!r} must be an integer")
+        raise ValueError(f"{name}={v!r:.60} must be an integer")
     if isinstance(v, int):
         return v
     if hasattr(v, "item") and callable(v.item):  # 0-d tensors / numpy scalars
@@ -146,12 +154,12 @@ def _int(name: str, v: Any) -> int:
             return int(v.strip())
         except ValueError:
             pass
-    raise ValueError(f"{name}={v!r} must be an integer")
+    raise ValueError(f"{name}={v!r:.60} must be an integer")
 
 
 def _float(name: str, v: Any) -> float:
     if isinstance(v, bool):
-        raise ValueError(f"{name}={v!r} must be a number")
+        raise ValueError(f"{name}={v!r:.60} must be a number")
     if isinstance(v, (int, float)):
         return float(v)
     if hasattr(v, "item") and callable(v.item):
@@ -161,7 +169,7 @@ def _float(name: str, v: Any) -> float:
             return float(v.strip())
         except ValueError:
             pass
-    raise ValueError(f"{name}={v!r} must be a number")
+    raise ValueError(f"{name}={v!r:.60} must be a number")
 
 
 def _bool(name: str, v: Any) -> bool:
@@ -171,12 +179,12 @@ def _bool(name: str, v: Any) -> bool:
         return bool(v)
     if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
         return v.strip().lower() in ("true", "1", "yes")
-    raise ValueError(f"{name}={v!r} must be true or false")
+    raise ValueError(f"{name}={v!r:.60} must be true or false")
 
 
 def _choice(name: str, v: Any, allowed: tuple[str, ...], phrase: str = "must be one of") -> str:
     if not isinstance(v, str) or v not in allowed:
-        raise ValueError(f"{name}={v!r} {phrase} {', '.join(allowed)}")
+        raise ValueError(f"{name}={v!r:.60} {phrase} {', '.join(allowed)}")
     return v
 
 
@@ -231,6 +239,7 @@ def validate_params(p: DecodeParams) -> DecodeParams:
     Raises ``ValueError`` with a one-line message naming the offending argument.
     """
     _choice("decoder", p.decoder, DECODER_NAMES, "is not one of")
+    _caps(p)
     if p.gen_length < 1:
         raise ValueError(f"gen_length={p.gen_length} must be >= 1")
     if p.block_length < 1:
@@ -244,6 +253,8 @@ def validate_params(p: DecodeParams) -> DecodeParams:
     if p.factor is not None:
         if not p.factor > 0:
             raise ValueError(f"factor={p.factor} must be > 0")
+        if not math.isfinite(p.factor):
+            raise ValueError(f"factor={p.factor} must be a finite number")
         uses_rule = p.decoder == "freedave" and p.base_rule == "threshold"
         if not (p.decoder == "threshold" or uses_rule):
             raise ValueError(
@@ -261,6 +272,8 @@ def validate_params(p: DecodeParams) -> DecodeParams:
             )
     if not p.temperature >= 0:
         raise ValueError(f"temperature={p.temperature} must be >= 0")
+    if not math.isfinite(p.temperature):     # inf/inf is NaN: every position would sample the mask
+        raise ValueError(f"temperature={p.temperature} must be a finite number")
     if p.draft_steps < 1:
         raise ValueError(f"draft_steps={p.draft_steps} must be >= 1")
     _choice("base_rule", p.base_rule, BASE_RULES)
@@ -286,6 +299,21 @@ def validate_params(p: DecodeParams) -> DecodeParams:
         raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
     task_family(p.preset)
     return p
+
+
+def _caps(p: DecodeParams) -> None:
+    """The upper bounds of :data:`MAX_ROWS_PARAM`, :data:`MAX_POSITIONS`, :data:`SEED_RANGE`."""
+    for name in ("width", "draft_steps"):
+        if getattr(p, name) > MAX_ROWS_PARAM:
+            raise ValueError(f"{name}={getattr(p, name)} must be at most {MAX_ROWS_PARAM} (rows "
+                             f"one request sends in one model call grow with it)")
+    for name in ("gen_length", "block_length", "steps", "reveal_next"):
+        v = getattr(p, name)
+        if v is not None and v > MAX_POSITIONS:
+            raise ValueError(f"{name}={v} must be at most {MAX_POSITIONS} positions")
+    lo, hi = SEED_RANGE
+    if not lo <= p.seed <= hi:
+        raise ValueError(f"seed={p.seed} must be a 64-bit integer in [{lo}, {hi}]")
 
 
 _INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", "reveal_next")

@@ -169,6 +169,7 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
                     raise UnsupportedCheckpoint(f"{file}: tensor {name!r} cannot be read "
                                                 f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
                 tensor = tensor.to(device=device, dtype=dtype)
+                _check_finite(file, name, tensor)
                 if expert is None:
                     state[native] = tensor
                 else:
@@ -178,6 +179,20 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
     if tied and "embed.weight" in state:
         state["lm_head.weight"] = state["embed.weight"]
     return state
+
+
+def _check_finite(file: Path, name: str, tensor: torch.Tensor) -> None:
+    """A one-line error for a weight holding NaN or infinity, which would decode garbage
+    without a word. One min/max pass (NaN propagates through both; float32 on the CPU: about
+    0.2 s per 134M elements on two cores, a fifth of the cast itself)."""
+    if tensor.numel() == 0:
+        return
+    lo, hi = torch.aminmax(tensor)
+    if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+        bad = (~torch.isfinite(tensor)).nonzero()[0].tolist()
+        raise UnsupportedCheckpoint(f"{file}: weight {name!r} holds a non-finite value "
+                                    f"({tensor[tuple(bad)].item()} at {bad}); the checkpoint is "
+                                    f"damaged")
 
 
 def _stack_experts(native: str, parts: dict, fmt: CheckpointFormat) -> torch.Tensor:
@@ -274,6 +289,11 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
                      "pad_token_id": pad_id}, cfg.vocab_size,
                     f"{folder} (config.json and tokenizer)")
     check_mask_not_an_end(mask_id, eos_ids, tokenizer, f"{folder} (config.json and tokenizer)")
+    ids = max(tokenizer.get_vocab().values(), default=-1) + 1
+    if ids > cfg.vocab_size:
+        raise UnsupportedCheckpoint(f"{folder}: the tokenizer's ids run to {ids - 1} but the "
+                                    f"embeddings have {cfg.vocab_size} rows: ids from "
+                                    f"{cfg.vocab_size} on could not be embedded")
 
     with torch.device("meta"):
         net = BidirectionalTransformer(cfg)

@@ -10,6 +10,11 @@ its ``tokenizer_class`` replaced by a built-in class when it names one transform
 have; only that folder, which holds no ``config.json`` and no code, is handed to the class's
 ``from_pretrained``.
 
+Every file is read as a regular file of at most :data:`MAX_FILE_BYTES` inside the checkpoint
+folder, as shards are (``validation.resolves_inside``): a link that leads out of the folder (a
+``chat_template.jinja`` pointing at a file elsewhere), a FIFO or a link to ``/dev/zero`` is a
+one-line error, never read.
+
 Which class: the folder's ``tokenizer_class`` when transformers has it; else
 ``PreTrainedTokenizerFast`` when there is a ``tokenizer.json`` (it describes the whole
 tokenizer); else the checkpoint format's fallback (Dream: ``Qwen2Tokenizer``, the byte-level BPE
@@ -19,9 +24,11 @@ that DreamTokenizer is); else a one-line error.
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import tempfile
 from pathlib import Path
+
+from ..files.reads import UnreadableFile, read_bytes
 
 #: tokenizer files that hold data only (copied); anything else in a folder is never read
 DATA_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -30,6 +37,10 @@ DATA_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 GENERIC_FAST = "PreTrainedTokenizerFast"
 #: what a hub download fetches when only the tokenizer is needed (``pvf-trace``): no weights
 HUB_PATTERNS = DATA_FILES
+#: the largest tokenizer file read (the largest vocabularies' tokenizer.json are tens of MiB)
+MAX_FILE_BYTES = 256 << 20
+#: the largest tokenizer_config.json read (chat templates included, they are a few KiB)
+MAX_CONFIG_BYTES = 16 << 20
 
 
 class TokenizerFilesError(ValueError):
@@ -38,7 +49,7 @@ class TokenizerFilesError(ValueError):
 
 def tokenizer_layout(folder: Path) -> str:
     """``"tokenizer.json"`` or ``"vocab.json+merges.txt"``; a one-line error naming what is missing."""
-    has = {name: (folder / name).is_file() for name in ("tokenizer.json", "vocab.json", "merges.txt")}
+    has = {name: os.path.lexists(folder / name) for name in ("tokenizer.json", "vocab.json", "merges.txt")}
     if has["tokenizer.json"]:
         return "tokenizer.json"
     if has["vocab.json"] and has["merges.txt"]:
@@ -66,11 +77,30 @@ def _builtin(name) -> bool:
     return isinstance(obj, type) and issubclass(obj, PreTrainedTokenizerBase)
 
 
-def _read_json(path: Path) -> dict:
+def _read(folder: Path, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of tokenizer file ``name``: inside the checkpoint folder, a regular file of at
+    most ``limit`` bytes (module docstring)."""
+    from .validation import resolves_inside
+
+    path = folder / name
+    if not resolves_inside(folder, path):
+        raise TokenizerFilesError(f"{path}: resolves to {path.resolve()}, outside the checkpoint "
+                                  f"folder {folder.resolve()} (a symbolic link); tokenizer files "
+                                  f"must be files of the folder")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TokenizerFilesError(f"{path}: not readable JSON ({exc})") from None
+        return read_bytes(path, limit, "tokenizer file")
+    except UnreadableFile as exc:
+        raise TokenizerFilesError(str(exc)) from None
+
+
+def _read_json(folder: Path, name: str) -> dict:
+    path = folder / name
+    raw = _read(folder, name, MAX_CONFIG_BYTES)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:     # JSON and UTF-8 errors, nesting too deep
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TokenizerFilesError(f"{path}: not readable JSON ({why})") from None
     if not isinstance(data, dict):
         raise TokenizerFilesError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
@@ -97,8 +127,8 @@ def load_tokenizer(folder: Path, fallback: str | None = None):
 
     folder = Path(folder)
     tokenizer_layout(folder)
-    cfg_path = folder / "tokenizer_config.json"
-    tok_config = _read_json(cfg_path) if cfg_path.is_file() else {}
+    present = [name for name in DATA_FILES if os.path.lexists(folder / name)]
+    tok_config = _read_json(folder, "tokenizer_config.json") if "tokenizer_config.json" in present else {}
     cls_name = tokenizer_class_for(folder, tok_config, fallback)
     tok_config.pop("auto_map", None)
     tok_config["tokenizer_class"] = cls_name
@@ -106,9 +136,9 @@ def load_tokenizer(folder: Path, fallback: str | None = None):
     hf_logging.set_verbosity_error()       # transformers' notices about unknown model types
     try:
         with tempfile.TemporaryDirectory(prefix="pvf_tokenizer_") as stage:
-            for name in DATA_FILES:
-                if (folder / name).is_file() and name != "tokenizer_config.json":
-                    shutil.copyfile(folder / name, Path(stage) / name)
+            for name in present:
+                if name != "tokenizer_config.json":
+                    (Path(stage) / name).write_bytes(_read(folder, name))
             (Path(stage) / "tokenizer_config.json").write_text(json.dumps(tok_config))
             cls = getattr(transformers, cls_name)
             try:

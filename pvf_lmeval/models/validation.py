@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..files.reads import UnreadableFile, read_json
 from .formats import CheckpointFormat, UnsupportedCheckpoint
 from .transformer import BidirectionalTransformer, TransformerConfig
 
@@ -48,6 +49,9 @@ LIST_ID_KEYS = ("eos_token_id",)
 #: bytes per element of the safetensors dtypes
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
                "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+#: the dtypes the network's weights may be stored in (cast to the run's dtype when loaded); an
+#: integer tensor would be quantized weights without their scales, which the network cannot use
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 _LAYER = re.compile(r"blocks\.(\d+)\.")
 
 
@@ -66,17 +70,10 @@ def _show(v) -> str:
 
 def read_json_object(path: Path, what: str) -> dict:
     """A JSON object from ``path`` (at most :data:`MAX_JSON_BYTES`), or a one-line error."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise UnsupportedCheckpoint(f"{path}: {size} bytes is too large for a {what} "
-                                        f"(at most {MAX_JSON_BYTES})")
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnsupportedCheckpoint:
-        raise
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UnsupportedCheckpoint(f"{path}: not a readable JSON {what} ({why})") from None
+    try:        # a regular file: a FIFO or a link to /dev/zero is refused, never read
+        data = read_json(path, MAX_JSON_BYTES, what)
+    except UnreadableFile as exc:
+        raise UnsupportedCheckpoint(str(exc)) from None
     if not isinstance(data, dict):
         raise UnsupportedCheckpoint(f"{path}: a {what} must be a JSON object, found "
                                     f"{type(data).__name__}")
@@ -92,8 +89,26 @@ def read_config_file(path: Path) -> dict:
     return config
 
 
+def checkpoint_root(folder: Path) -> Path:
+    """The folder a checkpoint's files may resolve into: ``folder`` itself, or for a snapshot
+    of the Hugging Face cache (``models--owner--name/snapshots/REVISION``, whose files link to
+    ``../../blobs/``) the cached repository's folder."""
+    root = folder.resolve()
+    repo = root.parent.parent
+    if root.parent.name == "snapshots" and repo.name.startswith("models--") and (repo / "blobs").is_dir():
+        return repo
+    return root
+
+
+def resolves_inside(folder: Path, path: Path) -> bool:
+    """Whether ``path`` (symbolic links resolved) lies in :func:`checkpoint_root` of ``folder``."""
+    root, target = checkpoint_root(folder), path.resolve()
+    return target == root or root in target.parents
+
+
 def _inside(folder: Path, name, index: Path) -> Path:
-    """``folder / name`` when that stays inside ``folder`` (symbolic links resolved)."""
+    """``folder / name`` when that stays inside ``folder`` (symbolic links resolved; see
+    :func:`checkpoint_root` for the hub cache's layout)."""
     if not isinstance(name, str) or not name or "\0" in name:
         raise UnsupportedCheckpoint(f"{index}: weight_map names shard {_show(name)}, not a file "
                                     f"name")
@@ -102,11 +117,10 @@ def _inside(folder: Path, name, index: Path) -> Path:
         raise UnsupportedCheckpoint(f"{index}: weight_map names shard {name!r} outside the "
                                     f"checkpoint folder (absolute or '..'); shards must be "
                                     f"files of {folder}")
-    root = folder.resolve()
-    target = (folder / rel).resolve()
-    if target != root and root not in target.parents:
-        raise UnsupportedCheckpoint(f"{index}: shard {name!r} resolves to {target}, outside "
-                                    f"the checkpoint folder {root} (a symbolic link)")
+    if not resolves_inside(folder, folder / rel):
+        raise UnsupportedCheckpoint(f"{index}: shard {name!r} resolves to {(folder / rel).resolve()}, "
+                                    f"outside the checkpoint folder {folder.resolve()} (a symbolic "
+                                    f"link)")
     return folder / rel
 
 
@@ -289,13 +303,17 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
     found: dict[tuple[str, int | None], tuple[Path, str, tuple[int, ...]]] = {}
     tied = fmt.ties_head(config)
     for file in files:
-        for name, (_, shape) in read_header(file).items():
+        for name, (dtype, shape) in read_header(file).items():
             slot = fmt.slot(name)
             if slot is None:
                 if name.endswith("rotary_emb.inv_freq"):
                     continue
                 raise UnsupportedCheckpoint(f"{file}: unexpected weight {name!r} for "
                                             f"model_type={fmt.model_type}")
+            if dtype not in FLOAT_DTYPES:
+                raise UnsupportedCheckpoint(f"{file}: weight {name!r} is stored as {dtype}; the "
+                                            f"network takes floating-point weights "
+                                            f"({', '.join(FLOAT_DTYPES)}), not quantized ones")
             if slot[0] == "lm_head.weight" and tied:
                 raise UnsupportedCheckpoint(
                     f"{file}: has a separate head weight {name!r} but config.json says "

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..files.atomic import write_json
+from ..files.reads import UnreadableFile, read_json
 from ..decoding.plan_vocab import capitalised_ids  # noqa: F401  (rules=reference, switch 2)
 from ..files.paths import user_vocab_dir, vocab_artifacts_dir
 
@@ -40,6 +41,10 @@ MODEL_FAMILIES = ("llada", "dream")
 KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
 
+#: the largest artifact read (the bundled ones are a few KiB; a calibration's tens of KiB)
+MAX_ARTIFACT_BYTES = 16 << 20
+
+
 def tokenizer_hash(tokenizer) -> str:
     """sha256 over the tokenizer's (token, id) pairs, independent of file layout."""
     items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
@@ -49,11 +54,10 @@ def tokenizer_hash(tokenizer) -> str:
 def load_artifact(path: str | Path) -> dict:
     """Read and check an artifact; one-line errors name the file and the problem."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:   # ValueError: JSON and UTF-8 errors
-        why = str(exc).splitlines()[0] if str(exc).strip() else ""
-        raise ValueError(f"vocab artifact {path}: unreadable ({type(exc).__name__}: {why})") from None
+    try:      # a regular file of bounded size: a FIFO or a link to /dev/zero is refused at once
+        data = read_json(path, MAX_ARTIFACT_BYTES, "artifact")
+    except UnreadableFile as exc:
+        raise ValueError(f"vocab artifact {path}: unreadable ({exc.reason})") from None
     if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
         got = data.get("format_version") if isinstance(data, dict) else None
         raise ValueError(f"vocab artifact {path}: format_version={got!r}, expected {FORMAT_VERSION}")

@@ -224,3 +224,32 @@ def test_an_integer_weight_is_refused_before_loading(tmp_path, dtype, name):
     assert msg == (f"{folder / 'model.safetensors'}: weight {weight!r} is stored as {name}; the "
                    f"network takes floating-point weights (F64, F32, F16, BF16, F8_E4M3, F8_E5M2), "
                    f"not quantized ones")
+
+
+def test_the_bounds_hold_for_model_args_and_generation_kwargs():
+    """``--model_args`` fail before the model loads; ``--gen_kwargs`` and a task's
+    ``generation_kwargs`` (one path: the request's generation kwargs) before any decoding."""
+    from lm_eval.api.instance import Instance
+
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    with pytest.raises(ValueError) as err:
+        PVFDiffusionLM(pretrained="no-such-model", device="cpu", decoder="pvf", width=10 ** 6)
+    assert str(err.value) == ("width=1000000 must be at most 64 (rows one request sends in one "
+                              "model call grow with it)")
+    lm = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="pvf", gen_length=32,
+                        block_length=32, vocab="none")
+
+    def request(kwargs, doc):
+        return Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", doc, 1),
+                        arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"], **kwargs}))
+
+    for kwargs, message in [
+            ({"temperature": float("inf"), "do_sample": True}, "temperature=inf must be a finite number"),
+            ({"temperature": "inf", "do_sample": True}, "temperature=inf must be a finite number"),
+            ({"width": 1000000}, "width=1000000 must be at most 64 (rows one request sends in one "
+                                 "model call grow with it)")]:
+        with pytest.raises(ValueError) as err:
+            lm.generate_until([request({}, 0), request(kwargs, 1)], disable_tqdm=True)
+        assert str(err.value) == message
+    assert lm.get_model_info()["pvf"]["totals"] == {}             # nothing was decoded

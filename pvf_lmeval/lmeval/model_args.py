@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass, fields
 
 from ..decoder_names import DECODER_NAMES
-from ..decoding.params import (BASE_RULES, CACHES, PICKS, PRESETS, ROUTES, SPEC_DEFAULTS,
-                               DecodeParams)
+from ..decoding.params import (BASE_RULES, CACHES, MAX_ROWS_PARAM, PICKS, PRESETS, ROUTES,
+                               SPEC_DEFAULTS, DecodeParams)
 from ..decoding.rules import RULES
 from ..planning.vocab import VOCAB_ARGS
 from .request_checks import TRUNCATION_MODES
@@ -108,15 +108,15 @@ DECODER_ARGS = (
             "threshold, freedave: Fast-dLLM's factor rule (freedave with base_rule=threshold)"),
     ArgSpec("steps", "gen_length", "a multiple of the number of blocks",
             "static only: denoising steps"),
-    ArgSpec("temperature", "0", "a number >= 0", "> 0: Gumbel-max sampling, seeded"),
-    ArgSpec("seed", _field_default("seed"), "an integer", "seed of every random draw"),
+    ArgSpec("temperature", "0", "a finite number >= 0", "> 0: Gumbel-max sampling, seeded"),
+    ArgSpec("seed", _field_default("seed"), "a 64-bit integer", "seed of every random draw"),
     ArgSpec("early_stop", _field_default("early_stop"), "true, false",
             "stop once end-of-text is committed with everything before it unmasked"),
     ArgSpec("cache", _field_default("cache"), _one_of(CACHES),
             "KV cache mode; none recomputes the whole canvas every call"),
     ArgSpec("rules", _field_default("rules"), _one_of(RULES) + ", paper+<switch>+...",
             "the paper's rules or the published code's (reference)"),
-    ArgSpec("draft_steps", _field_default("draft_steps"), "a positive integer",
+    ArgSpec("draft_steps", _field_default("draft_steps"), f"1 to {MAX_ROWS_PARAM}",
             "freedave: drafts per step"),
     ArgSpec("base_rule", _field_default("base_rule"), _one_of(BASE_RULES),
             "freedave: the rule its drafts are checked against"),
@@ -124,7 +124,7 @@ DECODER_ARGS = (
     ArgSpec("plan_hi", _preset_default("plan_hi"), "[0, 1], at most threshold",
             "pvf: high end of the planning band"),
     ArgSpec("ar_lo", _preset_default("ar_lo"), "[0, 1]", "pvf: AR-fallback confidence floor"),
-    ArgSpec("width", _preset_default("width"), "a positive integer", "pvf: branch width K"),
+    ArgSpec("width", _preset_default("width"), f"1 to {MAX_ROWS_PARAM}", "pvf: branch width K"),
     ArgSpec("reveal_next", _preset_default("reveal_next"), "an integer >= 0",
             "pvf, explore: early cross-block revelation N_s"),
     ArgSpec("routes", _field_default("routes"), _one_of(ROUTES), "pvf: which routes run"),

@@ -10,7 +10,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 STAMP  := $(VENV)/.pvf-lmeval-installed
 INSTALL_INPUTS := pyproject.toml pvf_lmeval/__init__.py $(addprefix pvf_lmeval/_site_hook/,pvf_lmeval_hook.py pvf_lmeval_hook.pth hatch_build.py)
 
-.PHONY: venv demo test clean distclean
+.PHONY: venv demo test browser clean distclean
 
 venv: $(STAMP)
 
@@ -32,8 +32,18 @@ demo: venv
 
 # Random test order (pytest-randomly) and a per-test timeout (pytest-timeout, pyproject.toml);
 # PYTEST_ARGS="--randomly-seed=N" reruns an order, "-p no:randomly" the file order.
+# Without chromium and chromedriver the browser test skips, saying so in one line first (`make
+# browser` installs them; under CI=true it fails instead, tests/helpers/prerequisites.py).
+comma       := ,
+HAS_BROWSER := $(shell { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && echo yes)
+NO_BROWSER  := PVF_ALLOW_MISSING=$(if $(PVF_ALLOW_MISSING),$(PVF_ALLOW_MISSING)$(comma))browser
 test: venv
-	$(OFFLINE) $(PY) -m pytest -q tests $(PYTEST_ARGS)
+	@$(if $(HAS_BROWSER),:,echo "pvf-lmeval: no chromium/chromedriver, so the browser test (tests/test_trace.py) is skipped; make browser installs them")
+	$(OFFLINE) $(if $(HAS_BROWSER),,$(NO_BROWSER)) $(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# chromium and chromedriver for the browser test (apt-get, as root or through sudo)
+browser:
+	scripts/install_browser.sh
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info

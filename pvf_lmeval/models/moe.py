@@ -56,6 +56,11 @@ class MoEConfig:
     def routed(self, layer: int) -> bool:
         return self.layers is None or bool(self.layers[layer])
 
+    @property
+    def all_routed(self) -> bool:
+        """Whether every layer is routed (no dense MLP anywhere)."""
+        return self.layers is None or all(self.layers)
+
     def __post_init__(self):
         if self.score not in SCORE_FUNCTIONS:
             raise ValueError(f"score={self.score!r} must be one of {', '.join(SCORE_FUNCTIONS)}")

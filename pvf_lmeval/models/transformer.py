@@ -30,6 +30,7 @@ class TransformerConfig:
     n_layers: int
     n_heads: int
     n_kv_heads: int
+    #: width of the dense SwiGLU MLP; 0 when every layer is routed (``moe.all_routed``)
     ffn_hidden: int
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
@@ -54,6 +55,11 @@ class TransformerConfig:
     #: block diffusion: attention sees the own block and earlier ones (blocks of ``block_size``
     #: positions, aligned to position id 0); None = fully bidirectional
     block_size: int | None = None
+
+    @property
+    def has_dense_layer(self) -> bool:
+        """Whether some layer has the dense MLP of ``ffn_hidden``."""
+        return self.moe is None or not self.moe.all_routed
 
     @property
     def head_dim(self) -> int:

@@ -243,10 +243,13 @@ def check_config_values(config: dict, where: str) -> None:
 
 
 def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:
-    """The network shape read from the config: positive integer sizes, finite positive
-    floats, heads dividing the width, key/value heads dividing the heads."""
+    """The network shape read from the config: positive integer sizes (``ffn_hidden`` may be 0
+    when every layer is routed), finite positive floats, heads dividing the width, key/value heads
+    dividing the heads."""
     for f in fields(cfg):
         value = getattr(cfg, f.name)
+        if f.name == "ffn_hidden" and value == 0 and not cfg.has_dense_layer:
+            continue                        # every layer routed: no dense MLP to size
         key = _keys_of(config, value, f.name)
         if f.type in ("int", int):
             if not _is_int(value) or value < 1:

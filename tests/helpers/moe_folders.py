@@ -68,7 +68,8 @@ def lladamoe_weights(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
     hd = d // h
     kv = cfg["num_key_value_heads"] * hd
     t = {"model.embed_tokens.weight": _random((v, d), gen, "w")}
-    for i, routed in enumerate(cfg["moe_layer_freq"]):
+    for i in range(cfg["num_hidden_layers"]):      # moe_layer_freq may list more entries
+        routed = cfg["moe_layer_freq"][i] != 0
         p = f"model.layers.{i}."
         t.update({
             p + "input_layernorm.weight": _random((d,), gen, "norm"),

@@ -59,6 +59,21 @@ LLADA_MOE_FLAGS = (
 )
 
 
+def _routed_layers(freq, n_layers: int, mt: str) -> tuple[bool, ...]:
+    """``moe_layer_freq`` as the reference reads it: layer ``i`` is dense when entry ``i`` equals
+    0 (``0``, ``0.0``, ``false``) and routed otherwise; a list of at least ``num_hidden_layers``
+    numbers, entries past the last layer never read (the released 7B-A1B: 16 ones, every layer
+    routed)."""
+    if (not isinstance(freq, list) or len(freq) < n_layers
+            or not all(isinstance(v, (int, float)) for v in freq[:n_layers])):
+        shown = json.dumps(freq)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise UnsupportedCheckpoint(f"config.json: moe_layer_freq={shown}; a {mt} checkpoint "
+                                    f"needs a list of at least {n_layers} numbers, one per layer "
+                                    f"(0 = dense, else routed)")
+    return tuple(v != 0 for v in freq[:n_layers])
+
+
 def _lladamoe_read(cfg: dict) -> TransformerConfig:
     mt = "LLaDA-MoE"
     check_flags(cfg, LLADA_MOE_FLAGS, mt)
@@ -71,11 +86,7 @@ def _lladamoe_read(cfg: dict) -> TransformerConfig:
     if cfg.get("head_dim") not in (None, head_dim):
         raise UnsupportedCheckpoint(f"config.json: head_dim={cfg['head_dim']} differs from "
                                     f"hidden_size/num_attention_heads={head_dim}, which {mt} attention uses")
-    freq = cfg.get("moe_layer_freq")
-    if not isinstance(freq, list) or len(freq) != n_layers:
-        raise UnsupportedCheckpoint(f"config.json: moe_layer_freq={json.dumps(freq)}; a {mt} "
-                                    f"checkpoint needs a list of {n_layers} entries (0 = dense layer)")
-    routed = tuple(v != 0 for v in freq)
+    routed = _routed_layers(cfg.get("moe_layer_freq"), n_layers, mt)
     shared = cfg.get("shared_expert_intermediate_size")
     moe = MoEConfig(
         n_experts=need(cfg, "num_experts", mt), top_k=need(cfg, "num_experts_per_tok", mt),
@@ -87,7 +98,7 @@ def _lladamoe_read(cfg: dict) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=need(cfg, "vocab_size", mt), d_model=d_model, n_layers=n_layers,
         n_heads=n_heads, n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
-        ffn_hidden=need(cfg, "dense_intermediate_size", mt) if not all(routed) else 0,
+        ffn_hidden=0 if all(routed) else need(cfg, "dense_intermediate_size", mt),
         norm_eps=cfg.get("rms_norm_eps", 1e-5),
         rope_theta=positive(cfg, "rope_theta", -1, mt),
         qkv_bias=bias, o_bias=bias, max_seq_len=cfg.get("max_position_embeddings", 4096),

@@ -1,9 +1,11 @@
 """Hostile inputs beyond checkpoint folders (those are in test_hostile_checkpoints.py): numbers
-that would hang a decode or exhaust memory, planning-vocabulary files that block or never end.
-Each fails before any decoding, in one line naming the argument or file."""
+that would hang a decode or exhaust memory, planning-vocabulary files that block or never end or
+claim this tokenizer with ids that contradict it. Each fails before any decoding, in one line
+naming the argument or file."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -113,3 +115,54 @@ def test_the_bounds_hold_for_model_args_and_generation_kwargs():
             lm.generate_until([request({}, 0), request(kwargs, 1)], disable_tqdm=True)
         assert str(err.value) == message
     assert lm.get_model_info()["pvf"]["totals"] == {}             # nothing was decoded
+
+
+# --- planning-vocabulary artifacts that claim this tokenizer -------------------------------------
+
+@pytest.fixture(scope="module")
+def llada_tok():
+    from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
+
+    return load_tokenizer(checkpoint_folder("tiny-llada"))
+
+
+def _claiming(tok, records, kind="hand-written") -> dict:
+    """An artifact that claims ``tok``'s vocab_hash, holding ``records`` (id, string, stats)."""
+    from pvf_lmeval.planning.vocab import tokenizer_hash
+
+    return {"format_version": 1, "kind": kind, "model_family": "llada",
+            "task_family": "math-word", "model": "x",
+            "tokenizer": {"name": "x", "vocab_hash": tokenizer_hash(tok)}, "tokens": records}
+
+
+def test_an_artifact_whose_ids_contradict_its_strings_is_refused(tmp_path, llada_tok):
+    from pvf_lmeval.planning.vocab import resolve_vocab
+
+    vocab = llada_tok.get_vocab()
+    art = _claiming(llada_tok, [{"id": vocab["ĠStep"], "string": "ĠStep"},
+                                {"id": vocab["Ġ="], "string": "####"}])
+    path = tmp_path / "liar.json"
+    path.write_text(json.dumps(art))
+    with pytest.raises(ValueError) as err:
+        resolve_vocab(str(path), tokenizer=llada_tok, model_family="llada")
+    assert str(err.value) == (f"vocab artifact {path}: id {vocab['Ġ=']} is 'Ġ=' in this tokenizer, "
+                              f"not '####' as the artifact says, although its vocab_hash matches")
+
+
+@pytest.mark.parametrize("kind", ["calibrated", "online"])
+def test_online_seed_ids_outside_the_tokenizer_are_an_error_as_for_vocab(tmp_path, llada_tok, kind):
+    from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_vocab
+
+    stats = {"n": 10, "ver": 8, "gain": 0.5}
+    art = _claiming(llada_tok, [{"id": 5, "string": llada_tok.convert_ids_to_tokens(5), **stats},
+                                {"id": 10 ** 6, "string": "Ġzzz", **stats}], kind=kind)
+    path = tmp_path / "seed.json"
+    path.write_text(json.dumps(art))
+    message = (f"vocab artifact {path}: id 1000000 is outside this tokenizer (size "
+               f"{len(llada_tok)}) although its vocab_hash matches")
+    with pytest.raises(ValueError) as err:
+        artifact_statistics(load_artifact(path), llada_tok, "llada")
+    assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        resolve_vocab(str(path), tokenizer=llada_tok, model_family="llada")
+    assert str(err.value) == message

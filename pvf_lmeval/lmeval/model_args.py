@@ -209,7 +209,7 @@ def markdown_table() -> str:
 
 def _one_line(message: str) -> str:
     text = " ".join(str(message).split())
-    return text if text.startswith("pvf-dlm:") else f"pvf-dlm: {text}"
+    return text if text.startswith(("pvf-dlm:", "pvf_lmeval:")) else f"pvf-dlm: {text}"
 
 
 def exit_in_one_line(error: BaseException) -> None:

@@ -498,3 +498,16 @@ def test_an_integer_weight_is_refused_before_loading(tmp_path, dtype, name):
     assert msg == (f"{folder / 'model.safetensors'}: weight {weight!r} is stored as {name}; the "
                    f"network takes floating-point weights (F64, F32, F16, BF16, F8_E4M3, F8_E5M2), "
                    f"not quantized ones")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("a" * 100_000, f"pretrained={'a' * 60!r}... (100000 characters) is not a checkpoint folder, hub "
+                    f"id or bundled model name (at most 4096 characters, no NUL)"),
+    ("x" * 300, f"pretrained={'x' * 300!r}: not a usable path (File name too long)"),
+    ("a\0b", "pretrained='a\\x00b'... (3 characters) is not a checkpoint folder, hub id or bundled "
+             "model name (at most 4096 characters, no NUL)"),
+])
+def test_a_pretrained_no_path_can_be_is_one_line(name, message, no_hub):
+    with pytest.raises(ValueError) as exc:
+        load_model(name, device="cpu")
+    assert str(exc.value) == message

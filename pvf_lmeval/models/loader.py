@@ -69,17 +69,30 @@ def looks_local(name: str) -> bool:
     return len(parts) > 1 and Path(parts[0]).is_dir()
 
 
+#: the longest ``pretrained`` accepted (PATH_MAX of Linux; hub ids are far shorter)
+MAX_NAME = 4096
+
+
 def checkpoint_folder(name_or_path: str, patterns=HUB_PATTERNS) -> Path:
     """The local folder for a bundled name, a path, or a hub id (downloaded when the hub allows;
     ``patterns``: the files a download fetches). A name written as a local path (see
     :func:`looks_local`) that does not exist is an error naming it, never a download."""
     if name_or_path in BUNDLED:
         return FIXTURES_DIR / name_or_path
+    if len(name_or_path) > MAX_NAME or "\0" in name_or_path:
+        raise ValueError(f"pretrained={name_or_path[:60]!r}... ({len(name_or_path)} characters) is "
+                         f"not a checkpoint folder, hub id or bundled model name (at most "
+                         f"{MAX_NAME} characters, no NUL)")
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except OSError as exc:        # a component longer than the file system allows, ...
+        raise ValueError(f"pretrained={name_or_path!r}: not a usable path "
+                         f"({exc.strerror or exc})") from None
+    if is_dir:
         return path
     bundled = f"bundled models: {', '.join(BUNDLED)}"
-    if path.exists():
+    if exists:
         raise ValueError(f"pretrained={name_or_path!r} is a file, not a checkpoint folder "
                          f"({bundled})")
     if looks_local(name_or_path):

@@ -210,10 +210,10 @@ def test_a_baseline_that_would_check_nothing_is_invalid_input(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[" * 100_000 + "]" * 100_000, "not a JSON baseline (maximum recursion depth exceeded"),
-    ("{", "not a JSON baseline (Expecting property name enclosed in double quotes"),
+    ("[" * 100_000 + "]" * 100_000, "not a readable JSON baseline (maximum recursion depth exceeded"),
+    ("{", "not a readable JSON baseline (Expecting property name enclosed in double quotes"),
     ('{"pvf_report_baseline": 3, "entries": [1]}', "--check: baseline entry 1: 1 is not an object"),
-    ("\xff", "not a JSON baseline ("),
+    ("\xff", "not a readable JSON baseline ("),
 ])
 def test_a_malformed_baseline_is_one_line_and_not_a_regression(tmp_path, capsys, text, message):
     now = write(tmp_path / "now", results(0.5))
@@ -221,6 +221,25 @@ def test_a_malformed_baseline_is_one_line_and_not_a_regression(tmp_path, capsys,
     assert check(now, tmp_path / "b.json") == INVALID
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_results_and_baselines_that_block_or_never_end_are_refused(tmp_path, capsys, kind):
+    import os
+
+    def plant(path):
+        os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    plant(runs / "results_x.json")
+    assert report.main([str(runs)]) == INVALID
+    assert capsys.readouterr().err == (f"pvf-report: {runs / 'results_x.json'}: the lm-eval "
+                                       f"results file is {what}, not a regular file\n")
+    plant(tmp_path / "base.json")
+    assert check(write(tmp_path / "now", results(0.5)), tmp_path / "base.json") == INVALID
+    assert capsys.readouterr().err == (f"pvf-report: --check {tmp_path / 'base.json'}: the "
+                                       f"baseline is {what}, not a regular file\n")
 
 
 def test_a_deeply_nested_results_file_is_one_line(tmp_path, capsys):

@@ -30,7 +30,8 @@ from ...decoder_names import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table
 from .render import render
-from .runs import ReportError, UsageError, load
+from ...files.reads import UnreadableFile, read_json
+from .runs import MAX_RESULTS_BYTES, ReportError, UsageError, load
 
 #: exit statuses (module docstring)
 PASSED, REGRESSION, USAGE, INVALID_INPUT = 0, 1, 2, 3
@@ -96,13 +97,12 @@ def _note(msg: str) -> None:
 
 
 def _read_baseline(path: str):
-    try:
-        return json.loads(Path(path).read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--check {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ReportError(f"--check {path}: not a JSON baseline ({why})") from None
+    if not Path(path).exists():
+        raise UsageError(f"--check {path}: No such file or directory")
+    try:        # a regular file of bounded size (a FIFO never blocks)
+        return read_json(path, MAX_RESULTS_BYTES, "baseline")
+    except UnreadableFile as exc:
+        raise ReportError(f"--check {exc}") from None
 
 
 def _write(what: str, path: str, text: str) -> None:

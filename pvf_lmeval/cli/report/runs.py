@@ -15,7 +15,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...files.reads import UnreadableFile, read_bytes, read_json
 from . import identity as ident
+
+#: the largest results file and samples log read (lm-eval's are KiB and tens of MiB)
+MAX_RESULTS_BYTES = 64 << 20
+MAX_SAMPLES_BYTES = 1 << 30
 
 #: accuracy metrics by preference, then filters by preference
 ACC_METRICS = ["exact_match", "pass@1", "pass_at_1", "acc", "acc_norm", "math_verify", "f1"]
@@ -215,7 +220,11 @@ def _cost_from_samples(files: list[Path]) -> dict | None:
     """Costs from the per-sample metric fields a task's ``process_results`` wrote."""
     sums = dict.fromkeys(("requests",) + SUMMED, 0.0)
     for f in files:
-        for line in f.read_text().splitlines():
+        try:
+            text = read_bytes(f, MAX_SAMPLES_BYTES, "samples file").decode("utf-8", "replace")
+        except UnreadableFile as exc:
+            raise ReportError(str(exc)) from None
+        for line in text.splitlines():
             try:
                 s = json.loads(line)
             except (json.JSONDecodeError, RecursionError):
@@ -258,10 +267,10 @@ def load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
 
 
 def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
-    try:
-        r = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: not a readable lm-eval results file ({exc})") from None
+    try:        # a regular file of bounded size: a FIFO named results_*.json never blocks
+        r = read_json(path, MAX_RESULTS_BYTES, "lm-eval results file")
+    except UnreadableFile as exc:
+        raise ReportError(str(exc)) from None
     if not isinstance(r, dict) or not isinstance(r.get("results"), dict):
         raise ReportError(f"{path}: no 'results' (not an lm-eval results file)")
     metric_choice = metric_choice or {}

@@ -166,3 +166,68 @@ def test_online_seed_ids_outside_the_tokenizer_are_an_error_as_for_vocab(tmp_pat
     with pytest.raises(ValueError) as err:
         resolve_vocab(str(path), tokenizer=llada_tok, model_family="llada")
     assert str(err.value) == message
+
+
+# --- chat templates: the checkpoint's program, rendered with a time, memory and output limit ------
+
+LOOPS = ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+         "{{ messages[0]['content'] }}")
+
+
+@pytest.fixture
+def template_tok():
+    """A fresh tiny-llada tokenizer whose chat template a test replaces."""
+    from pvf_lmeval.models.loader import checkpoint_folder, load_tokenizer
+
+    return load_tokenizer(checkpoint_folder("tiny-llada"))
+
+
+def _render(tok, template: str) -> str:
+    from pvf_lmeval.models.chat_render import RENDERER
+
+    tok.chat_template = template
+    return RENDERER.render(tok, [{"role": "user", "content": "1 + 2?"}], add_generation_prompt=True,
+                           continue_final_message=False, where="'m'")
+
+
+@pytest.mark.parametrize("template, message", [
+    ("{{ 'x' * 20000000 }}", "the rendered prompt has 20000000 characters, more than 16777216"),
+    ("{{ 'x' * 10000000000 }}", "it needs more memory than the renderer's limit"),
+    ("{{ raise_exception('roles must alternate') }}", "TemplateError: roles must alternate"),
+])
+def test_a_template_that_builds_too_much_or_fails_is_one_line(template_tok, template, message):
+    with bounded(60, extra_bytes=256 << 20):
+        with pytest.raises(ValueError) as err:
+            _render(template_tok, template)
+    assert str(err.value) == f"pvf-dlm: the chat template of 'm' failed: {message}"
+    assert _render(template_tok, "<{{ messages[0]['content'] }}>") == "<1 + 2?>"
+
+
+def test_a_checkpoints_template_that_never_ends_is_stopped_at_the_time_limit(tmp_path, monkeypatch):
+    import shutil
+    import time
+
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.models import chat_render
+    from pvf_lmeval.models.loader import FIXTURES_DIR
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES_DIR / "tiny-llada", folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = LOOPS
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    lm = PVFDiffusionLM(pretrained=str(folder), device="cpu", vocab="none")
+    assert lm.tokenizer.chat_template == LOOPS
+    monkeypatch.setattr(chat_render, "TIME_LIMIT", 1.0)
+    lm.tokenizer.chat_template = "{{ messages[0]['content'] }}"
+    assert lm.apply_chat_template([{"role": "user", "content": "1 + 2?"}]) == "1 + 2?"  # started
+    lm.tokenizer.chat_template = LOOPS
+    start = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        lm.apply_chat_template([{"role": "user", "content": "1 + 2?"}])
+    assert time.monotonic() - start < 10
+    assert str(err.value) == (f"pvf-dlm: the chat template of {str(folder)!r} did not finish "
+                              f"within 1 s (a loop that does not end?)")
+    # the worker was stopped; the next render has a fresh one
+    lm.tokenizer.chat_template = "<{{ messages[0]['content'] }}>"
+    assert lm.apply_chat_template([{"role": "user", "content": "1 + 2?"}]) == "<1 + 2?>"

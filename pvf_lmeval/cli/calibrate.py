@@ -132,8 +132,14 @@ def _main(args, argv) -> int:
     if args.apply_chat_template:
         if not getattr(tok, "chat_template", None):
             raise CalibrationError(f"--apply-chat-template: the tokenizer of {args.model!r} has none")
-        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                           add_generation_prompt=True) for p in prompts]
+        from ..models.chat_render import RENDERER      # time, memory and output limits
+
+        try:
+            prompts = [RENDERER.render(tok, [{"role": "user", "content": p}],
+                                       add_generation_prompt=True, continue_final_message=False,
+                                       where=repr(args.model)) for p in prompts]
+        except ValueError as exc:
+            raise CalibrationError(str(exc).removeprefix("pvf-dlm: ")) from None
     ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
     too_long = [i for i, p in enumerate(ids) if len(p) + cfg.gen_length > model.max_length]
     if too_long:

@@ -31,6 +31,7 @@ from ..decoding.cache import cache_exact
 from ..decoding.common import ROUND_NOT_INVARIANT
 from ..decoding.params import DecodeParams, _bool, override
 from ..files.append import check_target, open_records
+from ..models.chat_render import RENDERER
 from ..models.diffusion_lm import compile_seconds
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
@@ -280,9 +281,12 @@ class PVFDiffusionLM(LM):
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise self._no_chat_template()
-        return self.tokenizer.apply_chat_template(
-            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt,
-            continue_final_message=not add_generation_prompt)
+        # in a worker process with a time, memory and output limit: the template is the
+        # checkpoint's program (models/chat_render.py)
+        return RENDERER.render(self.tokenizer, chat_history,
+                               add_generation_prompt=add_generation_prompt,
+                               continue_final_message=not add_generation_prompt,
+                               where=repr(self.pretrained))
 
     def all_gather(self, tensor):
         return self.accelerator.gather(tensor)

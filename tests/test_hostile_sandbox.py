@@ -87,3 +87,57 @@ def test_an_installation_inside_the_home_folder_is_shown_as_its_prefix():
 def test_a_system_python_adds_nothing_beyond_usr():
     assert python_paths("/usr/bin/python3.11", "/usr", "/usr/lib/python3.11", "/root") == \
         ("/usr/bin/python3.11", [])
+
+
+# --- memory a sample could hold outside its address-space limit ---------------------------------
+
+#: each program tries to hold 384 to 512 MiB (or 20,000 files) outside its 256 MiB RLIMIT_AS and
+#: answers right only if it managed to: a sandbox that lets it through passes a wrong program
+HOLD = {
+    "memfd": ("import os\n"            # 48 memfds of 8 MiB: each under RLIMIT_FSIZE (16 MiB)
+              "held = []\n"
+              "def hold():\n"
+              "    for _ in range(48):\n"
+              "        fd = os.memfd_create('x')\n"
+              "        for _ in range(8):\n"
+              "            os.write(fd, b'1' * (1 << 20))\n"
+              "        held.append(fd)\n"),
+    "sysv-shm": ("import ctypes\n"
+                 "def hold():\n"
+                 "    libc = ctypes.CDLL(None, use_errno=True)\n"
+                 "    libc.shmat.restype = ctypes.c_void_p\n"
+                 "    for _ in range(16):\n"
+                 "        sid = libc.shmget(0, 32 << 20, 0o1600)\n"
+                 "        if sid < 0:\n"
+                 "            raise OSError(ctypes.get_errno(), 'shmget')\n"
+                 "        a = libc.shmat(sid, None, 0)\n"
+                 "        ctypes.memset(a, 1, 32 << 20)\n"
+                 "        libc.shmdt(ctypes.c_void_p(a))\n"),
+    "sysv-msg": ("import ctypes\n"
+                 "def hold():\n"
+                 "    libc = ctypes.CDLL(None, use_errno=True)\n"
+                 "    for _ in range(64):\n"
+                 "        if libc.msgget(0, 0o1600) < 0:\n"
+                 "            raise OSError(ctypes.get_errno(), 'msgget')\n"),
+    "tmpfs-inodes": ("import os\n"
+                     "def hold():\n"
+                     "    for i in range(20000):\n"
+                     "        open('/tmp/%0200d' % i, 'w').close()\n"),
+}
+
+
+@pytest.mark.parametrize("channel, refused", [
+    ("memfd", "PermissionError: [Errno 1] Operation not permitted"),
+    ("sysv-shm", "PermissionError: [Errno 1] shmget"),
+    ("sysv-msg", "PermissionError: [Errno 1] msgget"),
+    ("tmpfs-inodes", "OSError: [Errno 28] No space left on device"),
+])
+def test_memory_outside_the_address_space_limit_is_refused(channel, refused):
+    program = (HOLD[channel] + "def add(a, b):\n"
+               "    try:\n        hold()\n"
+               "    except OSError as e:\n        raise RuntimeError(f'{type(e).__name__}: {e}')\n"
+               "    return a + b\n")
+    res = check_candidate(program, prompt=PROMPT, test=TEST, entry_point="add", timeout=10,
+                          wall_timeout=120, memory_mb=256, tmpfs_mb=16)
+    assert (res.passed, res.reason) == (False, "failed")
+    assert res.detail.startswith(f"RuntimeError: {refused}")

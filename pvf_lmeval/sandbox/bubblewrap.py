@@ -14,7 +14,12 @@ wraps a command line. Each sandboxed process gets:
   standard library and libpython; never the user's home) and this package's folder; a fresh ``/proc`` (of its
   PID namespace), a minimal read-only ``/dev`` (null, zero, random, ...), and a private tmpfs
   ``/tmp`` of a fixed size, its only writable place (also ``HOME`` and the working directory);
-- a seccomp filter that refuses new processes and threads (:func:`seccomp_program`);
+- a seccomp filter that refuses new processes and threads, and memory a process could hold
+  outside its address-space limit: memfds, SysV shared memory and message queues
+  (:func:`seccomp_program`);
+- a /tmp of its own that inside.py mounts over bwrap's, limited in bytes and in files (a
+  tmpfs's size does not count the kernel memory of its inodes), with the CAP_SYS_ADMIN bwrap
+  grants for that mount alone: inside.py drops every capability before anything else runs;
 - a new session (no controlling terminal), no_new_privs (set-uid files do not raise
   privileges), an emptied environment, and death with its parent.
 
@@ -65,6 +70,9 @@ _STEPS = (
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _NO_NEW_TASK = {"x86_64": (56, 57, 58, 435),          # clone, fork, vfork, clone3
                 "aarch64": (220, 435)}                  # clone, clone3
+# refused with EPERM: memory outside RLIMIT_AS (a HumanEval program needs none of them)
+_NO_PINNED_MEMORY = {"x86_64": (319, 447, 29, 68),      # memfd_create, memfd_secret, shmget, msgget
+                     "aarch64": (279, 447, 194, 186)}
 _X32_BIT = 0x40000000
 
 
@@ -74,16 +82,18 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
     if machine not in _AUDIT_ARCH:
         return None
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    kill, allow, eagain = 0x80000000, 0x7FFF0000, 0x00050000 | errno.EAGAIN
-    nrs = _NO_NEW_TASK[machine]
-    # the last three instructions: allow, refuse (EAGAIN), refuse (ENOSYS, x32 calls)
+    kill, allow, refuse = 0x80000000, 0x7FFF0000, 0x00050000
+    tasks, pinned = _NO_NEW_TASK[machine], _NO_PINNED_MEMORY[machine]
+    n = len(tasks) + len(pinned)
+    # after the checks: allow, refuse (EAGAIN), refuse (EPERM), refuse (ENOSYS, x32 calls);
+    # a jump's offset counts the instructions it skips
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, kill),
             (ld_abs, 0, 0, 0)]
-    checks = [(jge, len(nrs) + 2, 0, _X32_BIT)] if machine == "x86_64" else []
-    for i, nr in enumerate(nrs):
-        checks.append((jeq, len(nrs) - i, 0, nr))
-    prog += checks + [(ret, 0, 0, allow), (ret, 0, 0, eagain),
-                      (ret, 0, 0, 0x00050000 | errno.ENOSYS)]
+    checks = [(jge, n + 3, 0, _X32_BIT)] if machine == "x86_64" else []
+    for i, nr in enumerate(tasks + pinned):
+        checks.append((jeq, n - i + (i >= len(tasks)), 0, nr))
+    prog += checks + [(ret, 0, 0, allow), (ret, 0, 0, refuse | errno.EAGAIN),
+                      (ret, 0, 0, refuse | errno.EPERM), (ret, 0, 0, refuse | errno.ENOSYS)]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
@@ -178,6 +188,9 @@ class Isolation:
         for _, flags in steps:
             cmd += flags
         cmd += ["--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--die-with-parent", "--new-session", "--clearenv"]
+        # for inside.py's own /tmp mount (in the sandbox's user namespace); it drops every
+        # capability before it runs anything else
+        cmd += ["--cap-add", "CAP_SYS_ADMIN"]
         for k, v in ENV.items():
             cmd += ["--setenv", k, v]
         cmd += ["--ro-bind", "/usr", "/usr"]
@@ -222,10 +235,11 @@ def seccomp_fd() -> int | None:
 
 
 def _probe(iso: Isolation, steps) -> str | None:
-    """None if ``bwrap`` starts Python with ``steps``, else its error (one line)."""
+    """None if ``bwrap`` starts Python with ``steps`` and inside.py mounts its own /tmp and
+    drops its capabilities there, else the error (one line)."""
     sfd = seccomp_fd()
-    cmd = iso.command([iso.python, "-I", "-S", "-B", "-c", "pass"], tmpfs_bytes=1 << 20,
-                      seccomp_fd=sfd, steps=steps)
+    cmd = iso.command([iso.python, "-I", "-S", "-B", iso.inside_script, "probe"],
+                      tmpfs_bytes=1 << 20, seccomp_fd=sfd, steps=steps)
     try:
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, timeout=60,
@@ -265,6 +279,9 @@ def _checked(bwrap: str | None, unsafe: bool) -> Isolation:
         return iso
     if "unknown option" in err.lower() or "unrecognized option" in err.lower():
         raise _refusal(f"a bwrap new enough for the sandbox ({bwrap})", err)
+    if any(w in err for w in ("unshare the mount namespace", "mount /tmp", "capabilities")):
+        raise _refusal("a /tmp of the sandbox's own, limited in files (a tmpfs mounted in its "
+                       "user namespace, then every capability dropped)", err)
     for n in range(1, len(_STEPS)):  # name the first protection that fails
         step_err = _probe(iso, _STEPS[:n])
         if step_err is not None:

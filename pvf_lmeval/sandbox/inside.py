@@ -4,8 +4,12 @@ Started as ``python -I -S -B inside.py ROLE JOB_FD IN_FD OUT_FD [VERDICT_FD]`` (
 side, :mod:`pvf_lmeval.sandbox.run`, builds that command). Imports only the standard
 library and :mod:`literals` beside this file.
 
-Both first read their job (JSON) from ``JOB_FD``, set the resource limits, point stdout and
-stderr at /dev/null and close every descriptor they were not given. Then:
+Both first read their job (JSON) from ``JOB_FD``; in bwrap (the job's limits name
+``tmpfs_inodes``) they mount a /tmp of their own, limited in bytes and in files, in a mount
+namespace of their own, and drop every capability (:func:`_own_tmp`); then they set the
+resource limits, point stdout and stderr at /dev/null and close every descriptor they were not
+given. ``python inside.py probe`` does the mount and the drop alone (bwrap's start-up check).
+Then:
 
 - ``candidate`` runs the model's program (prompt + completion) and serves calls of its entry
   point: it reads ``("call", args, kwargs)`` from ``IN_FD`` and answers on ``OUT_FD`` with
@@ -70,6 +74,48 @@ def _confine(limits, keep_fds):
     os.closerange(3, min(keep_fds))
     for lo, hi in zip(sorted(keep_fds), sorted(keep_fds)[1:] + [1 << 16]):
         os.closerange(lo + 1, hi)
+
+
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV = 0x00020000, 2, 4
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+def _own_tmp(size, inodes):
+    """Mount a fresh tmpfs on /tmp (``size`` bytes, ``inodes`` files: the kernel memory of a
+    tmpfs's inodes is not counted in its size) in a mount namespace of this process's own, make
+    it the working folder, then drop every capability bwrap granted for this (CAP_SYS_ADMIN in
+    the sandbox's user namespace). Raises OSError when any step fails: nothing runs then."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def ok(result, what):
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    ok(libc.unshare(_CLONE_NEWNS), "unshare the mount namespace")
+    ok(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                  f"size={int(size)},nr_inodes={int(inodes)},mode=700".encode()), "mount /tmp")
+    os.chdir("/tmp")
+    for cap in range(64):       # the bounding set, where CAP_SETPCAP allows (EINVAL past the last)
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    ok(libc.capset(ctypes.byref(Header(_CAP_VERSION_3, 0)), (Data * 2)()), "drop capabilities")
+    with open("/proc/self/status") as f:
+        caps = {k: int(v, 16) for k, v in (line.split(":") for line in f)
+                if k in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
+    if any(caps.values()) or len(caps) != 4:
+        raise OSError(0, f"capabilities left after the drop: {caps}")
 
 
 def _one_line(text):
@@ -237,9 +283,15 @@ def checker(job, in_fd, out_fd, verdict_fd):
 
 def main(argv):
     role = argv[1]
+    if role == "probe":
+        _own_tmp(1 << 20, 64)
+        return
     fds = [int(a) for a in argv[2:]]
     job = _read_job(fds[0])
-    _confine(job["limits"], fds[1:])
+    limits = job["limits"]
+    if "tmpfs_inodes" in limits:
+        _own_tmp(limits["tmpfs_bytes"], limits["tmpfs_inodes"])
+    _confine(limits, fds[1:])
     if role == "candidate":
         candidate(job, fds[1], fds[2])
     elif role == "checker":

@@ -44,6 +44,9 @@ __all__ = ["ExecResult", "SandboxError", "REASONS", "check_candidate", "check_ca
            "default_workers"]
 
 REASONS = ("passed", "failed", "syntax", "timeout", "memory", "signal")
+#: files (inodes) a sandboxed process may create in its /tmp: a few hundred bytes of kernel
+#: memory each, which the tmpfs's size does not count
+TMPFS_INODES = 4096
 #: bytes of bwrap's stderr kept for a setup error
 _ERR_LIMIT = 4096
 
@@ -187,6 +190,8 @@ def check_candidate(program: str, *, prompt: str, test: str, entry_point: str,
     limits = {"cpu_s": cpu_s, "memory_bytes": int(memory_mb) << 20,
               "fsize_bytes": int(fsize_mb) << 20, "nofile": 64, "nproc": 0}
     tmpfs = int(tmpfs_mb) << 20
+    if iso.bwrap:       # inside.py's own /tmp: bytes and files (the inodes' kernel memory)
+        limits.update(tmpfs_bytes=tmpfs, tmpfs_inodes=TMPFS_INODES)
 
     def result(reason: str, detail: str = "") -> ExecResult:
         return ExecResult(reason == "passed", reason, " ".join(detail.split())[:2000],

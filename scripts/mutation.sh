@@ -51,7 +51,7 @@ MUTATE[kv]="pvf_lmeval/models/kv.py"
 FAST[kv]="tests/test_kv_call_view.py tests/test_block_diffusion.py"
 TESTS[kv]="${FAST[kv]} tests/test_kv_cache.py"
 MUTATE[gate]="pvf_lmeval/cli/report/gate.py"
-FAST[gate]="tests/test_gate_rules.py"
+FAST[gate]="tests/test_gate_rules.py tests/test_gate_hostile.py"
 TESTS[gate]="${FAST[gate]} tests/test_report.py"
 
 areas=("$@")

@@ -312,7 +312,7 @@ def _run(r_good, save_options, r_now, now_extra, check_options) -> int:
 
 
 GATE = settings(derandomize=True, deadline=None, database=None, print_blob=False,
-                max_examples=80, suppress_health_check=list(HealthCheck))
+                max_examples=60, suppress_health_check=list(HealthCheck))
 
 
 #: what a forged checked file does besides its true drop (one per example, so each is tried)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from pvf_lmeval.decoding.cache import full_call_flags, revealed
-from pvf_lmeval.decoding.common import first_true
+from pvf_lmeval.decoding.select import first_true
 from pvf_lmeval.models.diffusion_lm import DiffusionLM
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 from pvf_lmeval.models.moe import MoEConfig

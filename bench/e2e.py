@@ -4,7 +4,7 @@ Part 1 (tiny fixtures, held-out `arith` items): for each decoder (pvf and explor
 preset and the bundled vocabulary), cache mode and batch size (default 1, 4, 16, 32), the items are
 decoded in batches of that size with ``decode_batch`` and every ``model.logits`` call is timed
 (device synchronised before and after). Reported: answer tokens per second (ratio of sums), mean
-NFE per request, rounds of the loop (one ``Batch.call`` each), physical model calls, wall time
+NFE per request, rounds of the loop (one ``Runner.call`` each), physical model calls, wall time
 split into inside / outside model calls, the outside time per round and its ratio to batch 1 of
 the same decoder and cache (the host cost of a round should not grow with the batch), and two
 parts of the outside time that are data work proportional to the rows rather than host
@@ -20,7 +20,7 @@ Not for GPUs (the thread sleeps while it waits for the device).
 Part 2 (``--replay SHAPE``): a randomly initialised model of a real shape (or a reduced one, see
 ``REPLAY_SHAPES``) replays the per-request call schedules recorded in part 1 at batch size 1
 (each request: the rows of each of its calls, full or cached, and the block it was in), with
-requests batched the way ``Batch.call`` pools them: per round, the full calls of all live
+requests batched the way ``Runner.call`` pools them: per round, the full calls of all live
 requests as one model call and the cached ones as another, each request with its own KV cache.
 Every batch size replays the same requests (the largest batch's worth), in consecutive groups
 of that size, once untimed (so that a compiled model has compiled every shape of that size) and
@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from pvf_lmeval.decoding import DECODERS, decode_batch, make_params
-from pvf_lmeval.decoding import batch as batch_mod
+from pvf_lmeval.decoding import runner as runner_mod
 from pvf_lmeval.models import load_model
 from pvf_lmeval.models.diffusion_lm import DiffusionLM, compile_seconds
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
@@ -140,38 +140,43 @@ class Timer:
 def stats_timer() -> Timer:
     """The per-row statistics over the vocabulary (``stats_from_logits``, entropies): work
     proportional to rows x positions x vocabulary, outside the model call but not host overhead."""
-    return Timer(batch_mod, ("stats_from_logits", "compiled_stats_from_logits",
-                             "entropy_from_logits"))
+    return Timer(runner_mod, ("stats_from_logits", "compiled_stats_from_logits",
+                              "entropy_from_logits"))
 
 
 def cache_commit_timer() -> Timer:
-    """Keeping the committed rows' keys/values after full calls (``Batch.commit_caches``): a
+    """Keeping the committed rows' keys/values after full calls (``Runner.commit_caches``): a
     copy of every refreshing request's keys/values (bytes proportional to the requests) plus
     the bookkeeping around it (per request in checkouts before the batched cache layout)."""
-    return Timer(batch_mod.Batch, ("commit_caches",))
+    return Timer(runner_mod.Runner, ("commit_caches",))
 
 
 class RoundCounter:
-    """Counts ``Batch.call`` invocations (rounds of the loop, the initial call included)."""
+    """Counts ``Runner.call`` invocations (rounds of the loop, the initial call included)."""
 
     def __init__(self):
         self.n = 0
-        self._orig = getattr(getattr(batch_mod, "Batch", None), "call", None)
+        self._orig = runner_mod.Runner.call
 
     def __enter__(self):
         orig = self._orig
-        if orig is None:        # an older checkout without Batch.call: rounds unknown
-            return self
 
-        def counted(b, *a, **k):
+        def counted(runner, *a, **k):
             self.n += 1
-            return orig(b, *a, **k)
-        batch_mod.Batch.call = counted
+            return orig(runner, *a, **k)
+        runner_mod.Runner.call = counted
         return self
 
     def __exit__(self, *exc):
-        if self._orig is not None:
-            batch_mod.Batch.call = self._orig
+        runner_mod.Runner.call = self._orig
+
+
+def compile_options(args, *, network: bool = False) -> dict:
+    """decode_batch's compile arguments for ``--compile-step``/``--compile-round``; ``network``:
+    the network is compiled too, and with it the statistics pass (as the adapter's ``compile``
+    does)."""
+    return dict(compile_step={} if args.compile_step or network else None,
+                compile_round={} if args.compile_round else None)
 
 
 def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
@@ -188,19 +193,16 @@ def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
 
 def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
     base = load_model(name, device=args.device)
-    if args.compile_step:
-        base.compile_step = {}
-    if args.compile_round:
-        base.compile_rounds()
+    opts = compile_options(args)
     prompts = benchlib.prompt_ids(base.tokenizer, docs)
     model = TimedModel(base, args.block_length)
     rows, schedules, vocab_cache = [], {}, {}
     for dec in args.decoders:
         for cache in args.caches:
             params = params_for(dec, cache, args, base, vocab_cache)
-            decode_batch(base, prompts[:2], params=params)                      # warm-up
+            decode_batch(base, prompts[:2], params=params, **opts)              # warm-up
             if args.compile_step or args.compile_round:     # the compiled graphs of size 1 too
-                decode_batch(base, prompts[:1], params=params)
+                decode_batch(base, prompts[:1], params=params, **opts)
             for bs in args.batch_sizes:
                 model.inside, model.calls = 0.0, 0
                 model.record = bs == 1
@@ -214,7 +216,7 @@ def run_fixture(name: str, args, docs) -> tuple[list[dict], dict]:
                         model.P0 = max(len(p) for p in chunk)
                         model.requests = list(range(a, a + len(chunk)))
                         results += decode_batch(model, chunk, params=params,
-                                                request_indices=model.requests)
+                                                request_indices=model.requests, **opts)
                     sync(base.device)
                     wall = CLOCK() - t0
                 if bs == 1:
@@ -383,10 +385,7 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
     big = shadow_model(args.shadow, dev, dtype)
     if args.compile:
         big.compile(args.compile_scope)
-    elif args.compile_step:
-        big.compile_step = {}
-    if args.compile_round:
-        big.compile_rounds()
+    opts = compile_options(args, network=args.compile)
     model = shadow_mod.ShadowModel(fixture, big)
     prompts = benchlib.prompt_ids(fixture.tokenizer, docs)
     rows, vocab_cache = [], {}
@@ -401,7 +400,7 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
                 try:
                     # one warm-up at the first size and one at the first size above 1
                     warm = k == 0 or (bs > 1 and all(b == 1 for b in args.batch_sizes[:k]))
-                    row = shadow_row(model, prompts, order, params, dev, warm=warm)
+                    row = shadow_row(model, prompts, order, params, dev, warm=warm, opts=opts)
                 except torch.OutOfMemoryError:
                     row = {"oom": True}
                     torch.cuda.empty_cache()
@@ -423,17 +422,18 @@ def run_shadow(args, docs) -> tuple[list[dict], str]:
     return rows, note
 
 
-def shadow_row(model, prompts, order, params, dev, *, warm: bool) -> dict:
+def shadow_row(model, prompts, order, params, dev, *, warm: bool, opts: dict) -> dict:
     """Decode the batches ``order`` (lists of prompt indices) through the shadow ``model``; the
     timed figures of one table row. ``warm``: decode the first batch once untimed first (the
-    compiled graphs are dynamic beyond size 1: one warm-up at size 1 and one above serve all)."""
+    compiled graphs are dynamic beyond size 1: one warm-up at size 1 and one above serve all).
+    ``opts``: decode_batch's compile arguments."""
     warmup_s = compile_s = None
     if warm:        # its wall and the part of it torch.compile spent compiling: the warm-up
         c0 = compile_seconds()
         sync(dev)
         t0 = time.perf_counter()
         decode_batch(model, [prompts[i] for i in order[0]], params=params,
-                     request_indices=order[0])
+                     request_indices=order[0], **opts)
         sync(dev)
         warmup_s, c1 = time.perf_counter() - t0, compile_seconds()
         compile_s = None if c0 is None or c1 is None else c1 - c0
@@ -445,7 +445,7 @@ def shadow_row(model, prompts, order, params, dev, *, warm: bool) -> dict:
             sync(dev)
             tb, fix0 = time.perf_counter(), model.fixture_s
             res = decode_batch(model, [prompts[i] for i in b], params=params,
-                               request_indices=b)
+                               request_indices=b, **opts)
             sync(dev)
             wall_b = time.perf_counter() - tb - (model.fixture_s - fix0)
             wall += wall_b

@@ -64,11 +64,11 @@ def decoder_kwargs(model, dec: str, cache: str, L: int) -> dict:
     return kw
 
 
-def decode_all(model, prompts, dec, kw, bs: int, on: bool):
+def decode_all(model, prompts, dec, kw, bs: int, on: bool, compile_step=None):
     out = []
     for a in range(0, len(prompts), bs):
         out += decode_batch(model, prompts[a:a + bs], dec, request_indices=list(range(a, a + len(
-            prompts[a:a + bs]))), batch_invariant=on, **kw)
+            prompts[a:a + bs]))), batch_invariant=on, compile_step=compile_step, **kw)
     return out
 
 
@@ -89,7 +89,8 @@ def invariance(args, rows: list, save) -> list[dict]:
                                items=len(prompts))
                     try:
                         t0 = time.perf_counter()
-                        res = {bs: decode_all(model, prompts, dec, kw, bs, on) for bs in sizes}
+                        res = {bs: decode_all(model, prompts, dec, kw, bs, on,
+                                              {} if args.compile else None) for bs in sizes}
                         row["seconds"] = round(time.perf_counter() - t0, 2)
                     except ValueError as e:
                         row["error"] = str(e)

@@ -35,7 +35,7 @@ from e2e import RoundCounter, params_for
 class OpCounter(TorchDispatchMode):
     """Counts dispatched aten operations while ``counting`` is True (``n``), and those of them
     made inside the round's ``settle``/``prepare`` (``in_round``: what ``compile_round`` runs as
-    two compiled programs)."""
+    two compiled programs; round 0's ``prepare``, which always runs eager, included)."""
 
     def __init__(self):
         super().__init__()

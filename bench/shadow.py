@@ -42,10 +42,6 @@ class ShadowModel:
             raise ValueError(f"shadow vocabulary ({shadow.vocab_size}) must hold the fixture's "
                              f"({fixture.vocab_size})")
         self.fixture, self.shadow = fixture, shadow
-        #: the statistics pass is the shadow's: compiled when the shadow is
-        self.compile_step = getattr(shadow, "compile_step", None)
-        #: the round's step compiled when the shadow's is (``compile_round``)
-        self.compile_round = getattr(shadow, "compile_round", None)
         self.V = fixture.vocab_size
         self.fixture_s = 0.0
         self.inside_s = 0.0

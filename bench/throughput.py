@@ -96,7 +96,8 @@ def run_tiny(name, args, extract, docs):
             warm = prompts if args.compile != "off" else prompts[:1]   # compiled: every shape
             for a in range(0, len(warm), args.batch_size):
                 decode_batch(model, warm[a:a + args.batch_size], params=params,
-                             request_indices=list(range(a, a + args.batch_size)))
+                             request_indices=list(range(a, a + args.batch_size)),
+                             compile_step=step_options(args))
             rec = ScheduleRecorder(model, args.block_length)
             reset_peak(args.device)
             results = []
@@ -105,7 +106,8 @@ def run_tiny(name, args, extract, docs):
             for a in range(0, len(prompts), args.batch_size):
                 rec.req, rec.P0 = a, max(len(p) for p in prompts[a:a + args.batch_size])
                 results += decode_batch(rec, prompts[a:a + args.batch_size], params=params,
-                                        request_indices=list(range(a, a + args.batch_size)))
+                                        request_indices=list(range(a, a + args.batch_size)),
+                                        compile_step=step_options(args))
             sync(args.device)
             wall = time.perf_counter() - t0
             n = len(results)
@@ -122,7 +124,8 @@ def run_tiny(name, args, extract, docs):
             if args.drift and cache != "none":      # a separate, untimed pass
                 probe = CacheDriftProbe(model)
                 for a in range(min(args.drift, len(prompts))):
-                    decode_batch(probe, prompts[a:a + 1], params=params, request_indices=[a])
+                    decode_batch(probe, prompts[a:a + 1], params=params, request_indices=[a],
+                                 compile_step=step_options(args))
                 out[(dec, cache)]["drift"] = probe.summary()
             print(f"{name} {dec:9s} {cache:6s} {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out[(dec, cache)].items()})}",
                   file=sys.stderr, flush=True)
@@ -282,6 +285,12 @@ def maybe_compile(model, args):
     if args.compile != "off":
         model.compile(scope=args.compile, mode=args.compile_mode)
     return model
+
+
+def step_options(args) -> dict | None:
+    """The statistics pass compiled with the model (decode_batch's ``compile_step``), as the
+    adapter's ``compile`` does."""
+    return None if args.compile == "off" else {"mode": args.compile_mode}
 
 
 def compile_label(args) -> str:

@@ -92,9 +92,11 @@ def run_pass(model, prompts, targets, extract, params, online=None, batch=1, bat
 def entropy_cost(model, prompts, params, reps=30):
     """ms per planning-shaped call (1 + width rows) with and without the entropies."""
     from pvf_lmeval.decoding.batch import Batch
+    from pvf_lmeval.decoding.runner import Runner
 
     p = torch.tensor(prompts[0], device=model.device)
     b = Batch(model, [p], params, request_indices=[0], repeat_indices=[0])
+    runner = Runner(model, b)
     rows = torch.full((1, 1 + params.width, b.L), b.mask_id, dtype=torch.long, device=p.device)
     n = torch.tensor([1 + params.width], device=p.device)
     out = {False: float("inf"), True: float("inf")}
@@ -102,7 +104,7 @@ def entropy_cost(model, prompts, params, reps=30):
         for flag in (False, True):
             t0 = time.perf_counter()
             for _ in range(reps):
-                b.call([0], rows, n, entropy=flag)
+                runner.call(rows, n, entropy=flag)
             out[flag] = min(out[flag], 1000 * (time.perf_counter() - t0) / reps)
     return {"call_ms": out[False], "call_ms_with_entropy": out[True],
             "overhead": out[True] / out[False] - 1}

@@ -13,7 +13,8 @@ from helpers.cache_models import dream_like, random_prompts
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import Batch
-from pvf_lmeval.decoding.common import fixed_sum, log_softmax_fixed
+from pvf_lmeval.tensors.fixed_order import fixed_sum
+from pvf_lmeval.decoding.stats import log_softmax_fixed
 from pvf_lmeval.decoding.likelihood import loglikelihood
 from pvf_lmeval.models import ops
 from pvf_lmeval.models.batch_invariant import batch_invariant_ops, support_error
@@ -128,10 +129,10 @@ def test_option_reaches_model_and_decoding_side(monkeypatch, cache):
     real_rowsum = Batch.rowsum
     monkeypatch.setattr(Batch, "rowsum", lambda self, x: (sums.append(self.invariant),
                                                           real_rowsum(self, x))[1])
-    import pvf_lmeval.decoding.batch as batch_mod
+    import pvf_lmeval.decoding.runner as runner_mod
     fixed = []
-    real_stats = batch_mod.stats_from_logits
-    monkeypatch.setattr(batch_mod, "stats_from_logits",
+    real_stats = runner_mod.stats_from_logits
+    monkeypatch.setattr(runner_mod, "stats_from_logits",
                         lambda *a, **k: (fixed.append(k.get("fixed")), real_stats(*a, **k))[1])
     prompts = random_prompts(3, 47, seed=2)
     kw = dict(gen_length=8, block_length=4, cache=cache, preset="arith", reveal_next=2,

@@ -17,7 +17,7 @@ from pvf_lmeval.cli.calibrate import main
 from pvf_lmeval.planning.calibrate import (CalibConfig, CalibrationError, Tally, apply_filters,
                                            build_artifact, calibrate_prompt, calibrate_prompts,
                                            fingerprint, load_prompts, run_calibration)
-from pvf_lmeval.decoding.common import entropy_from_logits
+from pvf_lmeval.decoding.stats import entropy_from_logits
 
 H = dist_entropy
 

@@ -1,10 +1,10 @@
-"""The compiled round (``compile_round``, ``pvf_lmeval.decoding.round`` as torch.compile programs):
-every field of every result equal to the eager loop's, for every decoder and every cache mode,
-alone and batched (left-padded prompts, requests finishing in different rounds), under
-``rules=reference`` and with a learning vocabulary; no graph break (a host read or a host value
-inside would be one) but at the two functions kept out on purpose; one read per round; a bounded
-number of programs per decode configuration, each with its own recompile budget; and the
-lm-eval model arg.
+"""The compiled round (``decode_batch(compile_round=...)``, ``pvf_lmeval.decoding.round`` as
+torch.compile programs): every field of every result equal to the eager loop's, for every
+decoder and every cache mode, alone and batched (left-padded prompts, requests finishing in
+different rounds), under ``rules=reference`` and with a learning vocabulary; no graph break at
+all (a host read, a host value or a side effect inside would be one: explore's draws and the
+vocabulary's records are the loop's); one read per round; a bounded number of programs per
+decode configuration, each with its own recompile budget; and the lm-eval model arg.
 
 These capture with the ``eager`` backend (dynamo's graphs run op by op: what is checked is the
 capture, its guards and its side effects). The slow tier (``PVF_COMPILE_TESTS=1``,
@@ -20,7 +20,7 @@ import torch
 from helpers.cache_models import arith_prompts
 from torch._dynamo.utils import counters
 
-import pvf_lmeval.decoding.batch as batch_mod
+import pvf_lmeval.decoding.runner as runner_mod
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models import load_model
 from pvf_lmeval.planning.online import OnlineVocab
@@ -31,6 +31,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual", "dual_base")
 VOCAB = list(range(0, 600, 3))
+#: the round compiled, captured op by op (see the module docstring)
+EAGER_BACKEND = {"backend": "eager"}
 
 
 def _fields(results):
@@ -40,11 +42,10 @@ def _fields(results):
 
 @pytest.fixture(scope="module")
 def models():
-    eager = load_model("tiny-llada")
-    compiled = load_model("tiny-llada").compile_rounds(backend="eager")
-    prompts, _ = arith_prompts(eager.tokenizer, 8)
+    model = load_model("tiny-llada")
+    prompts, _ = arith_prompts(model.tokenizer, 8)
     prompts = [p[:len(p) - (i % 4)] for i, p in enumerate(prompts)]       # left padding
-    return eager, compiled, prompts
+    return model, prompts
 
 
 @pytest.fixture
@@ -65,22 +66,18 @@ def _kw(dec, cache, **extra):
     return {**kw, **extra}
 
 
-def _both(models, dec, kw, online=(None, None)):
-    """(eager, compiled) results at batch 1 (two requests alone) and batch 8."""
-    eager, compiled, prompts = models
+def _both(models, dec, kw, online=(None, None), options=EAGER_BACKEND):
+    """(eager, compiled with ``options``) results at batch 1 (two requests alone) and batch 8."""
+    model, prompts = models
     out = []
-    for model, vocab in zip((eager, compiled), online):
-        res = [decode_batch(model, [p], dec, request_indices=[i], online=vocab, **kw)[0]
+    for compile_round, vocab in zip((None, options), online):
+        res = [decode_batch(model, [p], dec, request_indices=[i], online=vocab,
+                            compile_round=compile_round, **kw)[0]
                for i, p in enumerate(prompts[:2])]
         res += decode_batch(model, prompts, dec, request_indices=list(range(8)), online=vocab,
-                            **kw)
+                            compile_round=compile_round, **kw)
         out.append(_fields(res))
     return out
-
-
-def _only_at(breaks, name: str) -> bool:
-    """Every graph break is at ``name``, a function kept out of the programs on purpose."""
-    return all("torch.compiler.disable" in reason and name in reason for reason in breaks)
 
 
 #: every decoder and every cache mode at least once; the slow tier runs the other pairs
@@ -96,7 +93,7 @@ def test_compiled_round_decodes_like_eager(models, breaks, dec, cache):
     assert got == want
     assert len({r["nfe"] for r in want[2:]}) > 1 or dec == "static"   # requests end apart
     assert counters["stats"]["unique_graphs"] > 0          # the compiled programs ran
-    assert (not breaks) if dec != "explore" else (breaks and _only_at(breaks, "Batch.rand"))
+    assert not breaks
 
 
 @pytest.mark.parametrize("case", ["reference pvf"] + [
@@ -110,37 +107,36 @@ def test_compiled_round_other_paths(models, breaks, monkeypatch, case):
     elif case.startswith("reference"):
         kw.update(rules="reference")
     else:
-        for model in models[:2]:
-            monkeypatch.setattr(model, "block_size", 8)
+        monkeypatch.setattr(models[0], "block_size", 8)
     want, got = _both(models, dec, kw)
     assert got == want and not breaks
 
 
 def test_compiled_round_records_a_learning_vocabulary_like_eager(models, breaks):
-    """The online vocabulary's records (a side effect of each round's choice) are the eager
-    loop's, in the same order."""
+    """The online vocabulary's records (each round's choice says what to record, the loop records
+    it) are the eager loop's, in the same order."""
     vocabs = (OnlineVocab(691, explore=2), OnlineVocab(691, explore=2))
     kw = {k: v for k, v in _kw("pvf", "dual").items() if k != "plan_vocab"}
     want, got = _both(models, "pvf", kw, online=vocabs)
-    assert got == want and breaks and _only_at(breaks, "OnlineVocab.record")
+    assert got == want and not breaks
     a, b = (v.take_pending() for v in vocabs)
     assert a["tok"].numel() > 0 and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_one_read_per_round_when_compiled(models, breaks, monkeypatch):
     """The compiled loop reads the host exactly as often as the eager one: ``tolist`` once per
-    ``Batch.call`` (the initial call and each round) plus the two of every batch (round 0's
+    ``Runner.call`` (the initial call and each round) plus the two of every batch (round 0's
     layout, the outputs; tests/test_host_reads.py pins the eager count); a read inside a
     program would be a graph break, asserted absent."""
-    _, compiled, prompts = models
+    model, prompts = models
     reads, calls = [], []
-    real_tolist, real_call = torch.Tensor.tolist, batch_mod.Batch.call
+    real_tolist, real_call = torch.Tensor.tolist, runner_mod.Runner.call
     monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or real_tolist(t))
-    monkeypatch.setattr(batch_mod.Batch, "call", lambda *a, **k: calls.append(1) or
+    monkeypatch.setattr(runner_mod.Runner, "call", lambda *a, **k: calls.append(1) or
                         real_call(*a, **k))
     # a configuration of its own, so that its programs are compiled (and counted) here
-    decode_batch(compiled, prompts, "pvf", request_indices=list(range(8)),
-                 **_kw("pvf", "dual", width=2))
+    decode_batch(model, prompts, "pvf", request_indices=list(range(8)),
+                 compile_round=EAGER_BACKEND, **_kw("pvf", "dual", width=2))
     assert len(calls) > 4 and len(reads) == len(calls) + 2 and not breaks
     assert counters["stats"]["unique_graphs"] > 0
 
@@ -154,7 +150,7 @@ def test_programs_per_configuration():
     def backend(gm, example_inputs):
         compiles.append(1)
         return gm.forward
-    model = load_model("tiny-llada").compile_rounds(backend=backend)
+    model = load_model("tiny-llada")
     prompts, _ = arith_prompts(model.tokenizer, 12)
     configs = [("threshold", _kw("threshold", "dual")),
                ("threshold", _kw("threshold", "dual", threshold=0.8))]
@@ -166,7 +162,8 @@ def test_programs_per_configuration():
             for size in (1, 3, 12):
                 for a in range(0, 12, size):
                     decode_batch(model, prompts[a:a + size], dec,
-                                 request_indices=list(range(a, a + size)), **kw)
+                                 request_indices=list(range(a, a + size)),
+                                 compile_round={"backend": backend}, **kw)
             counts.append(len(compiles) - before)
     # settle and prepare, for a batch of any size (one included), and settle once more for
     # the rounds after a request has finished (its inputs are then no longer views)
@@ -174,30 +171,40 @@ def test_programs_per_configuration():
 
 
 def test_the_model_arg_compiles_the_round(monkeypatch):
-    """``compile_round=true``: the model's round options are set (the model call stays eager),
-    the results report it, and a run decodes as the eager one."""
+    """``compile_round=true``: every decode_batch call of the run gets the round's options
+    (the model call and the statistics pass stay eager), and the results report it."""
     pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
     import pvf_lmeval.lmeval.lm as lm_mod
 
     clock = iter([10.0, 11.5])
     monkeypatch.setattr(lm_mod, "compile_seconds", lambda: next(clock))
+    seen = []
+    real = lm_mod.decode_batch
+
+    def spy(*args, compile_step=None, compile_round=None, **kw):
+        seen.append((compile_step, compile_round))
+        return real(*args, **kw)                   # eager: the options are what is checked
+    monkeypatch.setattr(lm_mod, "decode_batch", spy)
+    req = Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", 0, 1),
+                   arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"]}))
     on = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", compile_round="true",
                                gen_length=16, block_length=16)
-    assert on.model.compile_round == {} and on.model.compile_step is None
+    on.generate_until([req], disable_tqdm=True)
     assert on.get_model_info()["pvf"]["compile"] == {"scope": None, "round": True,
                                                      "compile_s": 1.5}
     off = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", gen_length=16,
                                 block_length=16)
-    assert off.model.compile_round is None and off.get_model_info()["pvf"]["compile"] is None
+    off.generate_until([req], disable_tqdm=True)
+    assert seen == [(None, {}), (None, None)] and off.get_model_info()["pvf"]["compile"] is None
 
 
 @compile_tier
 def test_inductor_round_decodes_like_eager(models):
     """inductor's generated programs (the default backend) make the eager loop's decisions:
     pvf with the dual cache, alone and at batch 8, every field equal."""
-    eager, _, prompts = models
-    inductor = load_model("tiny-llada").compile_rounds()
-    want, got = _both((eager, inductor, prompts), "pvf", _kw("pvf", "dual"))
+    want, got = _both(models, "pvf", _kw("pvf", "dual"), options={})
     assert got == want
 
 
@@ -205,11 +212,12 @@ def test_batch_invariant_is_refused_with_a_compiled_round(models):
     """``batch_invariant`` with a compiled round is a one-line error before any work, from
     ``decode_batch`` and from the lm-eval model args (inductor does not compile the round's
     fixed-order sums over a dynamic canvas)."""
-    _, compiled, prompts = models
+    model, prompts = models
     want = ("batch_invariant=true cannot be combined with compile_round=true: inductor does "
             "not compile the round's fixed-order sums over a dynamic canvas; turn one of them off")
     with pytest.raises(ValueError) as err:
-        decode_batch(compiled, prompts[:1], "pvf", batch_invariant=True, **_kw("pvf", "dual"))
+        decode_batch(model, prompts[:1], "pvf", batch_invariant=True,
+                     compile_round=EAGER_BACKEND, **_kw("pvf", "dual"))
     assert str(err.value) == want
     pytest.importorskip("lm_eval")
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
@@ -219,9 +227,9 @@ def test_batch_invariant_is_refused_with_a_compiled_round(models):
 
 
 def test_importing_the_package_leaves_dynamo_unimported():
-    """The functions kept out of the round's programs are marked when a first program is built,
-    not when the package is imported: importing dynamo imports Triton, whose interpreter mode
-    the kernel tests choose when they are collected (tests/test_batch_invariant_kernels.py)."""
+    """Importing the package imports neither dynamo nor Triton (a first compiled program does):
+    importing dynamo imports Triton, whose interpreter mode the kernel tests choose when they
+    are collected (tests/test_batch_invariant_kernels.py)."""
     import subprocess
     import sys
 

@@ -1,6 +1,7 @@
-"""The compiled statistics pass (``compile`` option, ``pvf_lmeval.decoding.compiled``): the same
-tokens, routes, NFE and branch rows as the eager pass for every decoder and cache mode at batch
-1 and 8 (tiny-llada, greedy, left-padded prompts); and ``compile=true`` resolves per device."""
+"""The compiled statistics pass (``decode_batch(compile_step=...)``, the adapter's ``compile``
+option; ``pvf_lmeval.decoding.compiled``): the same tokens, routes, NFE and branch rows as the
+eager pass for every decoder and cache mode at batch 1 and 8 (tiny-llada, greedy, left-padded
+prompts); ``compile=true`` resolves per device and compiles the statistics pass too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from helpers.cache_models import arith_prompts
 
 from pvf_lmeval.decoding import compiled, decode_batch
+from pvf_lmeval.tensors import compiling
 from pvf_lmeval.models import load_model
 from pvf_lmeval.models.diffusion_lm import COMPILE_TRUE
 
@@ -24,18 +26,16 @@ def _key(r):
 
 @pytest.fixture(scope="module")
 def models():
-    eager = load_model("tiny-llada")
-    step = load_model("tiny-llada")
-    step.compile_step = {}                 # the statistics pass compiled, the network eager
-    prompts, _ = arith_prompts(eager.tokenizer, 8)
+    model = load_model("tiny-llada")
+    prompts, _ = arith_prompts(model.tokenizer, 8)
     prompts = [p[:len(p) - (i % 4)] for i, p in enumerate(prompts)]       # left padding
-    return eager, step, prompts
+    return model, prompts
 
 
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("dec", DECODERS)
 def test_compiled_statistics_decode_like_eager(models, dec, cache, monkeypatch):
-    eager, step, prompts = models
+    model, prompts = models
     kw = dict(gen_length=16, block_length=8, cache=cache, seed=3)
     if dec in ("pvf", "explore"):
         kw.update(preset="arith", reveal_next=3, plan_vocab=list(range(0, 600, 3)))
@@ -43,23 +43,24 @@ def test_compiled_statistics_decode_like_eager(models, dec, cache, monkeypatch):
         kw.update(steps=8)
     ran = []
     real = compiled.compiled_stats_from_logits
-    monkeypatch.setattr("pvf_lmeval.decoding.batch.compiled_stats_from_logits",
+    monkeypatch.setattr("pvf_lmeval.decoding.runner.compiled_stats_from_logits",
                         lambda *a, **k: ran.append(1) or real(*a, **k))
     for batch in ([prompts[:1], prompts[1:2]], [prompts]):
         idx = 0
         for chunk in batch:
             ids = list(range(idx, idx + len(chunk)))
-            want = decode_batch(eager, chunk, dec, request_indices=ids, **kw)
-            got = decode_batch(step, chunk, dec, request_indices=ids, **kw)
+            want = decode_batch(model, chunk, dec, request_indices=ids, **kw)
+            # the statistics pass compiled, the network eager
+            got = decode_batch(model, chunk, dec, request_indices=ids, compile_step=True, **kw)
             assert [_key(r) for r in got] == [_key(r) for r in want], (dec, cache, len(chunk))
             idx += len(chunk)
     assert ran                              # the compiled pass served the calls
 
 
 def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypatch):
-    """With a model's ``compile_step`` options, every statistics pass of the loop is the compiled
-    one, called with those options, the rows' canvas and (when sampling) the request's noise
-    ([P, V] for one request); a sampled decode equals the eager one."""
+    """With ``compile_step`` options, every statistics pass of the loop is the compiled one,
+    called with those options, the rows' canvas and (when sampling) the request's noise ([P, V]
+    for one request); a sampled decode equals the eager one."""
     from helpers.decoding_tables import PROMPT, RandomModel
 
     from pvf_lmeval.decoding import decode
@@ -70,13 +71,11 @@ def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypat
         seen.append((options, cur.shape == logits.shape[:-1], mask_id, temperature,
                      None if noise is None else noise.shape[-2:] == logits.shape[-2:]))
         return real(logits, cur, mask_id, temperature, noise, options=options)
-    monkeypatch.setattr("pvf_lmeval.decoding.batch.compiled_stats_from_logits", spy)
+    monkeypatch.setattr("pvf_lmeval.decoding.runner.compiled_stats_from_logits", spy)
     kw = dict(gen_length=16, block_length=8, temperature=0.7, seed=5)
     want = decode(RandomModel(3), PROMPT, "threshold", **kw)
     assert seen == []
-    m = RandomModel(3)
-    m.compile_step = {"backend": "eager"}
-    got = decode(m, PROMPT, "threshold", **kw)
+    got = decode(RandomModel(3), PROMPT, "threshold", compile_step={"backend": "eager"}, **kw)
     assert (got.tokens, got.nfe, got.routes) == (want.tokens, want.nfe, want.routes)
     assert seen == [({"backend": "eager"}, True, 23, 0.7, True)] * got.nfe
 
@@ -85,20 +84,45 @@ def test_compile_true_is_the_device_mapping():
     assert COMPILE_TRUE == {"cuda": "blocks", "cpu": "blocks"}
     m = load_model("tiny-llada").compile(scope="true", backend="eager")
     assert "forward_cached" in vars(m.net.blocks[0]) and "hidden" not in vars(m.net)
-    assert m.compile_step == {"dynamic": True, "backend": "eager"}
-    assert load_model("tiny-llada").compile_step is None
+    assert m.compile_scope == "blocks"
+
+
+@pytest.mark.parametrize("arg,options", [("true", {}), ("false", None)])
+def test_the_compile_model_arg_compiles_the_statistics_pass(monkeypatch, arg, options):
+    """The adapter's ``compile`` compiles the model call and hands ``decode_batch`` the
+    statistics pass's options (``compile_step``); the round stays eager."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
+    import pvf_lmeval.lmeval.lm as lm_mod
+    from pvf_lmeval.models.diffusion_lm import DiffusionLM
+
+    scopes, seen = [], []
+    monkeypatch.setattr(DiffusionLM, "compile", lambda self, scope: scopes.append(scope) or self)
+    real = lm_mod.decode_batch
+
+    def spy(*args, compile_step=None, compile_round=None, **kw):
+        seen.append((compile_step, compile_round))
+        return real(*args, **kw)
+    monkeypatch.setattr(lm_mod, "decode_batch", spy)
+    lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", compile=arg,
+                               gen_length=16, block_length=16)
+    req = Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", 0, 1),
+                   arguments=("Question: 1 + 2?\nAnswer:", {"until": ["\n\n"]}))
+    lm.generate_until([req], disable_tqdm=True)
+    assert scopes == (["true"] if options is not None else []) and seen == [(options, None)]
 
 
 def test_compile_options_reach_torch_compile_with_dynamic_shapes(monkeypatch):
-    """A model's ``compile_step`` options go to ``torch.compile``; shapes are always dynamic
+    """``compile_step`` options go to ``torch.compile``; shapes are always dynamic
     (a ``dynamic`` option cannot turn that off); one program per set of options."""
-    from pvf_lmeval.decoding.common import stats_from_logits
+    from pvf_lmeval.decoding.stats import stats_from_logits
     seen = []
 
     def fake_compile(fn, **kw):
         seen.append(kw)
         return fn
-    monkeypatch.setattr(compiled.torch, "compile", fake_compile)
+    monkeypatch.setattr(compiling.torch, "compile", fake_compile)
     monkeypatch.setattr(compiled, "_programs", {})
     logits = torch.randn(2, 3, 11)
     cur = torch.zeros(2, 3, dtype=torch.long)

@@ -101,3 +101,14 @@ def test_the_api_decodes_as_the_adapter_under_reference_rules(one_thread):
         "self_check_max_prob+count_unmade_calls+factor_last_rank_commits_all",
         gen_length=64, block_length=32))
     assert [(g.tokens, g.nfe) for g in paper] != [(w.tokens, w.nfe) for w in want]
+
+
+@pytest.mark.parametrize("name,value", [("compile_round", "fast"), ("compile_step", 1)])
+def test_compile_options_are_checked_before_any_work(seen_vocab, name, value):
+    """``compile_step``/``compile_round`` take True/False/None or torch.compile options; anything
+    else is a one-line error naming the argument, before the loop runs."""
+    with pytest.raises(ValueError) as err:
+        decode(_model(), PROMPT, "threshold", gen_length=4, block_length=4, **{name: value})
+    assert str(err.value) == (f"{name}={value!r} must be true, false or a dict of torch.compile "
+                              "options")
+    assert seen_vocab == []

@@ -8,7 +8,9 @@ from helpers.decoding_tables import EOS, MASK, PROMPT, RandomModel, TableModel, 
 
 from pvf_lmeval.decoding import STAT_KEYS, DecodeResult, decode, make_params
 from pvf_lmeval.decoding.blocks import block_size_of
-from pvf_lmeval.decoding.common import gumbel_like, mix_seed, rank_desc, stats_from_logits
+from pvf_lmeval.decoding.batch import gumbel_like, mix_seed
+from pvf_lmeval.decoding.select import rank_desc
+from pvf_lmeval.decoding.stats import stats_from_logits
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 

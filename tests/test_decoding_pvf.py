@@ -144,7 +144,7 @@ def test_plan_self_check_passes_at_plan_lo_exactly():
     # plan_lo: the check is inclusive
     import torch
     from helpers.decoding_tables import MASK, dist_logits
-    from pvf_lmeval.decoding.common import stats_from_logits
+    from pvf_lmeval.decoding.stats import stats_from_logits
     own = {31: .6, 30: .2}
     lo = float(stats_from_logits(dist_logits(own)[None, None], torch.tensor([[30]]), MASK)[3])
 

@@ -10,8 +10,8 @@ import torch
 
 from helpers.decoding_tables import failed_fill_table, filled, run
 
-from pvf_lmeval.decoding import common
-from pvf_lmeval.decoding.common import threshold_select
+from pvf_lmeval.decoding import step as step_mod
+from pvf_lmeval.decoding.select import threshold_select
 from pvf_lmeval.decoding.rules import PAPER, REFERENCE, Rules, rules_for
 
 VOCAB = {30, 31, 32, 33}
@@ -21,7 +21,7 @@ VOCAB = {30, 31, 32, 33}
 def switch(monkeypatch):
     """``switch(name)``: steps built afterwards follow the paper's rules plus that one switch."""
     def on(name: str):
-        monkeypatch.setattr(common, "rules_for", lambda _: Rules("one", **{name: True}))
+        monkeypatch.setattr(step_mod, "rules_for", lambda _: Rules("one", **{name: True}))
     return on
 
 

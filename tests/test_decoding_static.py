@@ -3,7 +3,7 @@
 import torch
 from helpers.decoding_tables import filled, run
 
-from pvf_lmeval.decoding.common import llada_count_tensor
+from pvf_lmeval.decoding.select import llada_count_tensor
 
 CONST4 = {0: (10, 0.5), 1: (11, 0.9), 2: (12, 0.7), 3: (13, 0.3)}
 

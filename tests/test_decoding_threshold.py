@@ -3,7 +3,7 @@
 import torch
 from helpers.decoding_tables import MASK, dist_logits, filled, run
 
-from pvf_lmeval.decoding.common import stats_from_logits
+from pvf_lmeval.decoding.stats import stats_from_logits
 
 
 def steps_of(r):

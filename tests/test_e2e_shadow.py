@@ -35,7 +35,7 @@ def _key(r):
 def test_fixture_decides_and_shadow_cache_follows(e2e, llada, monkeypatch, dec, cache):
     import shadow
 
-    from pvf_lmeval.decoding import batch as batch_mod
+    from pvf_lmeval.decoding import runner as runner_mod
     from pvf_lmeval.decoding import decode_batch
 
     import benchlib
@@ -47,20 +47,20 @@ def test_fixture_decides_and_shadow_cache_follows(e2e, llada, monkeypatch, dec, 
     big = e2e.shadow_model("llada-8b/16", torch.device("cpu"), torch.float32)
     model = shadow.ShadowModel(llada, big)
     widths = []
-    real = batch_mod.stats_from_logits
+    real = runner_mod.stats_from_logits
 
     def recording(logits, *a, **k):
         widths.append(logits.shape[-1])
         return real(logits, *a, **k)
 
-    monkeypatch.setattr(batch_mod, "stats_from_logits", recording)
+    monkeypatch.setattr(runner_mod, "stats_from_logits", recording)
     got = decode_batch(model, prompts, params=params, request_indices=[0, 1])
     assert set(widths) == {126464 // 16} and len(widths) == model.calls
     twin, store = model._twin, model._store
     assert (twin.full_calls, twin.cached_calls) == (store.full_calls, store.cached_calls)
     assert store.cached_calls > 0
     assert torch.equal(twin.ref, store.ref) and torch.equal(twin.ok, store.ok)
-    monkeypatch.setattr(batch_mod, "stats_from_logits", real)
+    monkeypatch.setattr(runner_mod, "stats_from_logits", real)
     want = decode_batch(llada, prompts, params=params, request_indices=[0, 1])
     assert [_key(r) for r in got] == [_key(r) for r in want]
 

@@ -15,8 +15,8 @@ waits like a read. The loop makes none: its index tensors go through
 ``pvf_lmeval.tensors.uploads.upload`` (page-locked, asynchronous). :class:`HostReads` records the
 others, with the line that made them, in ``uploads``.
 
-Rounds are told apart by ``Batch.call``, which the loop calls once per round after the initial
-call. The expected reads, counted from the start of each ``Batch.call``: the initial call's
+Rounds are told apart by ``Runner.call``, which the loop calls once per round after the initial
+call. The expected reads, counted from the start of each ``Runner.call``: the initial call's
 layout and round 0's (2), then one per round (its stop flags with the next round's layout),
 and the last round's plus the finished requests' outputs (2).
 """
@@ -30,7 +30,7 @@ import torch
 from helpers.cache_models import arith_prompts
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import pvf_lmeval.decoding.batch as batch_mod
+import pvf_lmeval.decoding.runner as runner_mod
 import pvf_lmeval.tensors.uploads as uploads
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
@@ -48,7 +48,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 class HostReads(TorchDispatchMode):
     """``log``: the host reads made while active (operation names), with ``"|"`` where a
-    ``Batch.call`` starts; ``uploads``: the blocking uploads, ``file:line`` of each (see the
+    ``Runner.call`` starts; ``uploads``: the blocking uploads, ``file:line`` of each (see the
     module docstring)."""
 
     def __init__(self):
@@ -69,7 +69,7 @@ class HostReads(TorchDispatchMode):
         return func(*args, **kwargs)
 
     def per_call(self) -> list[int]:
-        """Reads before the first ``Batch.call``, then from the start of each to the next."""
+        """Reads before the first ``Runner.call``, then from the start of each to the next."""
         out = [0]
         for x in self.log:
             if x == "|":
@@ -99,12 +99,12 @@ class CallKinds:
 @pytest.fixture
 def counted(monkeypatch):
     reads = HostReads()
-    call = batch_mod.Batch.call
+    call = runner_mod.Runner.call
 
     def marked(b, *a, **k):
         reads.log.append("|")
         return call(b, *a, **k)
-    monkeypatch.setattr(batch_mod.Batch, "call", marked)
+    monkeypatch.setattr(runner_mod.Runner, "call", marked)
     for name in ("tolist", "numpy"):
         def read(t, *a, _orig=getattr(torch.Tensor, name), _name=name, **k):
             reads.log.append(_name)

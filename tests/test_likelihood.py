@@ -96,7 +96,7 @@ def test_elbo_is_exact_for_a_factorised_model():
     assert abs(float(many.mean()) - exact) < 0.05 * abs(exact)
     # each draw is T/l times the log-probabilities of its l masked targets (masks: the seeded
     # draw of request 0, seed 0)
-    from pvf_lmeval.decoding.common import mix_seed
+    from pvf_lmeval.decoding.batch import mix_seed
 
     masked, counts = mask_draws(5, 8, torch.Generator().manual_seed(mix_seed(0, 0, 0)))
     lp = [math.log(0.5) if t == 3 else math.log(0.5 / 14) for t in target]

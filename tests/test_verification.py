@@ -10,7 +10,7 @@ import torch
 from helpers.decoding_tables import PROMPT, TableModel, band_pair_table
 from pvf_lmeval.planning.calibrate import CalibConfig, calibrate_prompt
 from pvf_lmeval.decoding import decode
-from pvf_lmeval.decoding.common import Stats
+from pvf_lmeval.decoding.stats import Stats
 from pvf_lmeval.planning.online import OnlineVocab
 from pvf_lmeval.decoding.verify import verify_plans
 

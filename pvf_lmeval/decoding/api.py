@@ -27,7 +27,7 @@ from typing import Iterable
 import torch
 
 from .blocks import check_block_length, default_block_length
-from .common import invariant_mode
+from .options import check_options, compile_options, invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab, capitalised_ids
@@ -78,7 +78,8 @@ def check_context(model, prompts, gen_length: int) -> None:
 def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodeParams | None = None,
                  request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
                  trace: bool = False, online=None, preset: str | None = None,
-                 batch_invariant: bool = False, **overrides) -> list[DecodeResult]:
+                 batch_invariant: bool = False, compile_step: bool | dict | None = None,
+                 compile_round: bool | dict | None = None, **overrides) -> list[DecodeResult]:
     """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, together.
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
@@ -96,11 +97,19 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     shape (CUDA in bfloat16/float16): the model computes in its batch-invariant kernels and the
     decoding side sums in a fixed order. A model or device without those kernels is a one-line
     ValueError naming the argument (no fallback).
+
+    ``compile_step`` / ``compile_round``: the statistics pass of every model call / the round's
+    tensor work around it as ``torch.compile`` programs (True, or a dict of ``torch.compile``
+    options; None or False: eager). The same tokens and NFE as eager (docs/speed.md);
+    ``compile_round`` cannot be combined with ``batch_invariant``.
     """
     if params is None and overrides.get("block_length") is None:
         overrides["block_length"] = default_block_length(model, DecodeParams.block_length)
     params = params_for_call(decoder, params, preset, **overrides)
     check_block_length(model, params.block_length)
+    compile_step = compile_options("compile_step", compile_step)
+    compile_round = compile_options("compile_round", compile_round)
+    check_options(batch_invariant=bool(batch_invariant), compile_round=compile_round)
     mode = invariant_mode(model, bool(batch_invariant))
     prompts = list(prompts)
     if not prompts:
@@ -113,16 +122,19 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     with mode:
         return run(model, prompts, params, step, request_indices=request_indices,
                    repeat_indices=repeat_indices, trace=trace, vocab=vocab,
-                   invariant=bool(batch_invariant))
+                   invariant=bool(batch_invariant), compile_step=compile_step,
+                   compile_round=compile_round)
 
 
 def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,
            params: DecodeParams | None = None, request_index: int = 0, repeat_index: int = 0,
            trace: bool = False, online=None, preset: str | None = None,
-           batch_invariant: bool = False, **overrides) -> DecodeResult:
+           batch_invariant: bool = False, compile_step: bool | dict | None = None,
+           compile_round: bool | dict | None = None, **overrides) -> DecodeResult:
     """Decode ``gen_length`` tokens after ``prompt_ids`` (list[int] or 1-D LongTensor): a batch
     of one (see :func:`decode_batch` for the arguments)."""
     return decode_batch(model, [prompt_ids], decoder, params=params,
                         request_indices=[request_index], repeat_indices=[repeat_index],
                         trace=trace, online=online, preset=preset,
-                        batch_invariant=batch_invariant, **overrides)[0]
+                        batch_invariant=batch_invariant, compile_step=compile_step,
+                        compile_round=compile_round, **overrides)[0]

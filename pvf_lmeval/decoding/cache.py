@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ..tensors.uploads import upload
-from .common import first_true
+from .select import first_true
 
 
 def cache_exact(cache: str, block_size: int | None) -> bool:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import Branches, Choice, Stats, Step, base_labels, threshold_select
+from .select import threshold_select
+from .stats import Stats
+from .step import Branches, Choice, Step, base_labels
 from .verify import verify_plans
 
 
@@ -34,7 +36,7 @@ class CalibrationStep(Step):
         self.events: list[tuple[Tensor, ...]] = []
         self.rounds: dict[int, int] = {}
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y, self.reveal)
         sel, forced = threshold_select(st.conf, W, self.p.threshold)
         zb = torch.where(sel, st.tok, y)
@@ -50,10 +52,7 @@ class CalibrationStep(Step):
         return Branches(rows, n, base_labels(sel, forced), entropy=True,
                         memo=dict(W=W, zb=zb, own=own, k=k))
 
-    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
-               ) -> Choice:
-        for i in b.ids:     # rounds are counted here: the loop may drop a round's branches
-            self.rounds[i] = self.rounds.get(i, 0) + 1
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
         m = br.memo
         plans = Stats(out.tok[:, 1:], out.conf[:, 1:], out.pmax[:, 1:], out.pcur[:, 1:],
                       out.ent[:, 1:])
@@ -63,5 +62,12 @@ class CalibrationStep(Step):
         kept = (torch.arange(K, device=y.device) < m["k"][:, None]) & (br.n > 0)[:, None]
         pos = m["own"].float().argmax(-1)                                        # [R, K]
         req = b.req[:, None].expand(-1, K)
-        self.events.append((req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
-        return Choice(torch.zeros_like(br.n), br.labels)
+        return Choice(torch.zeros_like(br.n), br.labels,
+                      record=(req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
+
+    def record(self, b, record: tuple) -> None:
+        """A round's measurements, kept by the loop: rounds are counted here (the loop may drop
+        a round's branches, never its choice)."""
+        for i in b.ids:
+            self.rounds[i] = self.rounds.get(i, 0) + 1
+        self.events.append(record)

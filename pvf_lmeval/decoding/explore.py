@@ -4,7 +4,8 @@ Each step commits the threshold set of W_t (forced rule included) plus exactly o
 position of the active block, outside the threshold set, with ``band_lo <= p <= band_hi``:
 ``pick=random`` draws it uniformly; ``pick=planning`` draws uniformly among those whose ŷ is in
 the planning vocabulary, falling back to random when there are none. Draws come from the request's
-seeded generator (one uniform per generation position per step, drawn every step). No
+seeded generator (one uniform per generation position per step, drawn every step by the loop
+before the step: ``Step.draws``). No
 verification; one single-row call per step; the extra token is labelled ``explore``.
 ``rules=reference`` (switch 3): the most confident position is forced only when neither the
 threshold set nor the extra pick commits anything.
@@ -15,16 +16,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (EXPLORE, Branches, Stats, Step, base_labels, single_row, static_select,
-                     threshold_select)
+from .select import static_select, threshold_select
+from .stats import Stats
+from .step import EXPLORE, Branches, Step, base_labels, single_row
 
 
 class ExploreDecoder(Step):
     name = "explore"
     uses_vocab = True
     reveals = True
+    draws = True
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         p = self.p
         W = b.working_set(y, self.reveal)
         late = self.rules.force_after_routes    # rules=reference: force only if nothing else
@@ -35,7 +38,7 @@ class ExploreDecoder(Step):
         if p.pick == "planning":
             plan = elig & b.in_vocab(st.tok)
             pool = torch.where(plan.any(-1, keepdim=True), plan, elig)
-        keys = torch.where(pool, b.rand(), torch.full_like(st.conf, -1.0))
+        keys = torch.where(pool, draws, torch.full_like(st.conf, -1.0))
         extra = (b.idx == keys.argmax(-1, keepdim=True)) & pool
         if late:
             forced = static_select(st.conf, W, 1) & ~(sel | extra).any(-1, keepdim=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (BASE, NONE, Branches, Choice, Stats, Step, rank_desc, static_select,
-                     threshold_select)
+from .select import rank_desc, static_select, threshold_select
+from .stats import Stats
+from .step import BASE, NONE, Branches, Choice, Step
 
 
 def accept_chain_batched(sub: Tensor, D: Tensor) -> Tensor:
@@ -51,7 +52,7 @@ class FreeDaveDecoder(Step):
                 last_rank_commits_all=self.rules.factor_last_rank_commits_all)[0]
         return torch.where(sel, tok, drafts)
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y)
         rank = rank_desc(st.conf, W)
         D = torch.clamp(W.sum(-1), max=self.rows)                                  # [R]

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .common import fixed_sum, invariant_mode, log_softmax_fixed, mix_seed
+from ..tensors.fixed_order import fixed_sum
+from .batch import mix_seed
+from .options import invariant_mode
+from .stats import log_softmax_fixed
 
 #: LLaDA's evaluation defaults (``mc_num=128`` draws, 32 per call).
 DEFAULT_MC_NUM = 128

@@ -1,4 +1,4 @@
-"""The one decode loop and its result record (SPEC "Shared loop" and "Statistics").
+"""The one decode loop and its result record (docs/decoding.md, "Shared loop" and "Statistics").
 
 Every request of a batch (one included) goes through the same rounds::
 
@@ -9,14 +9,16 @@ Every request of a batch (one included) goes through the same rounds::
         y, stats = step.choose(rows, out)      # the committed row and its stats, per request
         early stop, finished requests leave the batch
 
-All of it runs as tensor operations over the live requests. The host reads one small tensor per
-round: at the round's end, after the commit, the loop already builds the next round's branches
-and their call layout (``Batch.plan``), and reads that layout together with the round's stop
-positions and flags; the branches of requests that finished are then dropped. Outside the
-rounds: the initial call's layout, round 0's, and at the end the finished requests' outputs,
-one read each. After every commit the early-stop rule is applied: e = first end-of-text
-position with every earlier position unmasked; every later position gets the token at e
-(overwriting) and route None.
+All of it runs as tensor operations over the live requests (:class:`Live`). A round is: call
+(:class:`.runner.Runner`), settle and prepare (:mod:`.round`), with the cache commit between
+them, then one host read and the retirement of the finished requests (:func:`retire`). The
+next round's branches are built at the end of the round before, so that the host reads their
+call layout together with the round's stop positions and flags (one :class:`.host_row.HostRow`
+per request); the branches of requests that finished are then dropped. Outside the rounds: the
+initial call's layout, round 0's, and at the end the finished requests' outputs, one read each.
+After every commit the early-stop rule is applied: e = first end-of-text position with every
+earlier position unmasked; every later position gets the token at e (overwriting) and route
+None.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ import torch
 from torch import Tensor
 
 from ..tensors.uploads import upload
+from . import round as round_step
 from .batch import Batch
 from .cache import cache_exact
-from .common import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES
 from .compiled import round_programs
-from .round import next_round
+from .round import Settled
+from .host_row import HostRow
+from .runner import Runner
+from .stats import Stats
+from .step import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches, take_rows
 
-#: exactly the keys of SPEC "Statistics", in order.
+#: exactly the keys of docs/decoding.md "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
              "tps", "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
 
@@ -89,86 +95,86 @@ class DecodeResult:
         return self.gen_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
     def stats(self) -> dict:
-        """The SPEC "Statistics" record (exactly ``STAT_KEYS``)."""
+        """The "Statistics" record of docs/decoding.md (exactly ``STAT_KEYS``)."""
         return {k: getattr(self, k) for k in STAT_KEYS}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+@dataclass
+class Live:
+    """The decoding state of the live requests, one row each, in ``ids`` order.
+
+    ids: the requests' numbers; y [R, L]: committed states; st: their stats; routes [R, L] int8
+    and tally [R, 2] (plan_tried, plan_passed): what their result records so far; state: the
+    step's per-request state (``Step.start``); br: the branches prepared for the next call and
+    layout: their call layout as the host read it."""
+
+    ids: list[int]
+    y: Tensor
+    st: Stats
+    routes: Tensor
+    tally: Tensor
+    state: dict | None
+    br: Branches
+    layout: list[HostRow]
 
 
 def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int] | None = None,
         repeat_indices: list[int] | None = None, trace: bool = False, vocab=None,
-        invariant: bool = False) -> list[DecodeResult]:
+        invariant: bool = False, compile_step: dict | None = None,
+        compile_round: dict | None = None) -> list[DecodeResult]:
     """Decode ``prompts`` (1-D long tensors on the model device) together with ``step`` (a
     decoder step object); results in order.
+
+    Every round is: call (the runner makes the model calls of the prepared branches), settle
+    (the step's choice, the commit, early stop), commit (the KV caches keep the committed
+    rows), prepare (the next round's branches and call layout), read (one host read: stop flags
+    and that layout) and retire (finished requests leave with their outputs).
 
     ``vocab``: the planning vocabulary (``eligible_mask(tok)``; an online one also records),
     None for none. Wall time: every request is charged an equal share of the batch's wall
     time, so that ``tps`` (a ratio of sums) is the batch's throughput. ``invariant``: the
     decoding side's sums in a fixed order (batch-invariant decoding; the model's own kernels
-    are the caller's to select).
+    are the caller's to select). ``compile_step`` / ``compile_round``: ``torch.compile``
+    options of the statistics pass / the round's programs (None: eager).
     """
     n = len(prompts)
     if n == 0:
         return []
-    request_indices = list(request_indices) if request_indices is not None else list(range(n))
-    repeat_indices = list(repeat_indices) if repeat_indices is not None else [0] * n
-    b = Batch(model, prompts, params, vocab=vocab, request_indices=request_indices,
-              repeat_indices=repeat_indices, reveal=step.reveal, invariant=invariant)
-    _sync(b.device)
-    t0 = time.perf_counter()
-    L, dev = b.L, b.device
-    ids = list(range(n))
-    y = b.initial()
-    routes = torch.zeros((n, L), dtype=torch.int8, device=dev)
-    tally = torch.zeros((n, 2), dtype=torch.long, device=dev)        # plan_tried, plan_passed
-    ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = b.call(ids, y.unsqueeze(1), ones).pick(torch.zeros_like(ones))     # reads its layout
-    b.commit_caches(ids, y)
+    b = Batch(model, prompts, params, vocab=vocab,
+              request_indices=list(request_indices) if request_indices is not None else
+              list(range(n)),
+              repeat_indices=list(repeat_indices) if repeat_indices is not None else [0] * n,
+              reveal=step.reveal, invariant=invariant)
+    runner = Runner(model, b, compile_step=compile_step)
+    settle, prepare = round_programs(compile_round, _config(b, step))
     records = [[] for _ in range(n)] if trace else None
     finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
-    settle, prepare = round_programs(getattr(model, "compile_round", None), _config(b, step))
-    br, nxt = next_round(b, step, y, st)
-    plan = _count_unmade(b, ids, nxt.tolist())                  # round 0's layout: one read
+    _sync(b.device)
+    t0 = time.perf_counter()
+    live = _start(b, runner, step)
     t = 0
-    while True:
-        out = b.call(ids, br.rows, br.n, plan=plan, entropy=br.entropy, cover=br.cover,
-                     max_rows=getattr(step, "max_rows", None))
-        y, st, labels, made, routes, tally, e, finished, ch = settle(
-            b, step, y, st, br, out, routes, tally)
-        b.commit_caches(ids, y)
+    while live is not None:
+        br = live.br
+        out = runner.call(br.rows, br.n, layout=live.layout, entropy=br.entropy,
+                          cover=br.cover, max_rows=step.max_rows)
+        s = settle(b, step, live.y, live.st, br, out, live.routes, live.tally)
+        if s.choice.record is not None:     # a step's side effects are the loop's
+            step.record(b, s.choice.record)
+        runner.commit_caches(s.y)
         # the next round's branches, for every live request (those that finish now are dropped
         # below), so that their layout comes with the stop flags in the round's one read
-        nbr, host = prepare(b, step, y, st, e, finished, made)
-        host = host.tolist()
+        nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, _draws(b, step),
+                             s.stop, s.finished, s.made)
+        host = HostRow.read(table)
         if records is not None:
-            _trace(records, step, ids, t, b, labels, made, br, ch, host)
+            _trace(records, step, live.ids, t, runner, s, br, host)
         t += 1
-        for r, h in enumerate(host):
-            if not h[1] and not h[2]:
+        for h in host:
+            if not h.finished and not h.made_call:
                 raise RuntimeError(f"decoder {step.name!r} made no call on an unfinished state")
-        if any(h[1] for h in host):
-            fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
-            y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
-            routes = torch.where(fill, torch.zeros_like(routes), routes)
-            end = [r for r, h in enumerate(host) if h[1]]
-            finals.append(([ids[r] for r in end], torch.cat([y, routes.long(), tally], 1)
-                           .index_select(0, upload(end, dev))))
-            keep = [r for r, h in enumerate(host) if not h[1]]
-            ids, host = [ids[r] for r in keep], [host[r] for r in keep]
-            if not ids:
-                break
-            kt = upload(keep, dev)
-            y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
-                                    tally.index_select(0, kt), st.select(kt))
-            nbr = nbr.select(kt)
-            b.live(ids)
-        br = nbr
-        plan = _count_unmade(b, ids, [h[3:] for h in host])
-    done_at = _outputs(finals, n, L)                            # the finished requests: one read
-    _sync(dev)
+        live = retire(b, runner, live.ids, s, nbr, host, finals)
+    done_at = _outputs(finals, n, b.L)                          # the finished requests: one read
+    _sync(b.device)
     share = (time.perf_counter() - t0) / n
     eos = set(int(i) for i in model.eos_ids)
     results = []
@@ -179,7 +185,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         counts = [route_codes.count(c) for c in range(len(ROUTE_NAMES))]
         gen_tokens = next((k for k, tk in enumerate(tokens) if tk in eos), L)
         results.append(DecodeResult(
-            tokens=tokens, nfe=b.nfe[i], branch_rows=b.rows[i],
+            tokens=tokens, nfe=runner.nfe[i], branch_rows=runner.rows[i],
             routes=[ROUTE_NAMES[c] for c in route_codes], committed=L - counts[NONE],
             gen_tokens=gen_tokens, gen_length=L, wall_s=share, early_stop=b.early_stop,
             tokens_base=counts[BASE], tokens_plan=counts[PLAN], tokens_ar=counts[AR],
@@ -190,6 +196,59 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     return results
 
 
+def _start(b: Batch, runner: Runner, step) -> Live:
+    """Every request live, after the initial call (NFE 1, on the initial canvas; it reads its
+    own layout) and its cache commit, with round 0's branches prepared (eager) and read."""
+    n, dev = b.n, b.device
+    y = b.initial()
+    ones = torch.ones(n, dtype=torch.long, device=dev)
+    st = runner.call(y.unsqueeze(1), ones).pick(torch.zeros_like(ones))
+    runner.commit_caches(y)
+    state = step.start(b)
+    none = torch.zeros(n, dtype=torch.bool, device=dev)
+    br, table = round_step.prepare(b, runner, step, y, st, state, _draws(b, step),
+                                   torch.full_like(ones, -1), none, none)
+    layout = _count_unmade(runner, b.ids, HostRow.read(table))
+    return Live(b.ids, y, st, torch.zeros((n, b.L), dtype=torch.int8, device=dev),
+                torch.zeros((n, 2), dtype=torch.long, device=dev), state, br, layout)
+
+
+def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches,
+           host: list[HostRow], finals: list) -> Live | None:
+    """The live requests after a round (``s``, the next branches ``nbr``, the round's
+    ``host`` rows): the finished ones get the early-stop fill and leave, their outputs (tokens,
+    route codes, tally) appended to ``finals`` on the device; None when none is left."""
+    y, routes, tally, st, state = s.y, s.routes, s.tally, s.st, s.choice.state
+    if any(h.finished for h in host):
+        e = s.stop
+        fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
+        y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
+        routes = torch.where(fill, torch.zeros_like(routes), routes)
+        end = [r for r, h in enumerate(host) if h.finished]
+        finals.append(([ids[r] for r in end], torch.cat([y, routes.long(), tally], 1)
+                       .index_select(0, upload(end, b.device))))
+        keep = [r for r, h in enumerate(host) if not h.finished]
+        ids, host = [ids[r] for r in keep], [host[r] for r in keep]
+        if not ids:
+            return None
+        kt = upload(keep, b.device)
+        y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
+                                tally.index_select(0, kt), st.select(kt))
+        state, nbr = take_rows(state, kt), nbr.select(kt)
+        b.live(ids)
+    return Live(ids, y, st, routes, tally, state, nbr, _count_unmade(runner, ids, host))
+
+
+def _draws(b: Batch, step) -> Tensor | None:
+    """The uniform draws a step with ``draws`` needs this round, made before the step."""
+    return b.rand() if step.draws else None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _config(b, step) -> tuple:
     """What the round's compiled programs hold constant (``compile_round``): the decoder and
     its parameters, and the batch's rules that do not depend on its requests."""
@@ -198,12 +257,12 @@ def _config(b, step) -> tuple:
             getattr(vocab, "learning", None), getattr(vocab, "explore_slots", None))
 
 
-def _count_unmade(b, ids: list[int], host: list[list[int]]) -> list[list[int]]:
-    """Adds each live request's unmade calls (first column of its read row in ``host``) to its
-    NFE; returns the rest of each row: the next call's layout (``Batch.plan``)."""
+def _count_unmade(runner: Runner, ids: list[int], host: list[HostRow]) -> list[HostRow]:
+    """Adds each live request's unmade calls (``HostRow.unmade``) to its NFE; returns ``host``,
+    the next call's layout."""
     for i, h in zip(ids, host):
-        b.nfe[i] += h[0]
-    return [h[1:] for h in host]
+        runner.nfe[i] += h.unmade
+    return host
 
 
 def _outputs(finals: list[tuple[list[int], Tensor]], n: int, L: int) -> list[tuple]:
@@ -220,14 +279,14 @@ def _committed_positions(labels: list[int]) -> list[list]:
     return [[i, ROUTE_NAMES[c]] for i, c in enumerate(labels) if c]
 
 
-def _trace(records, step, ids, t, b, labels, made, br, ch, host) -> None:
+def _trace(records, step, ids, t, runner: Runner, s: Settled, br: Branches,
+           host: list[HostRow]) -> None:
     """Append each live request's step record (trace mode only: reads per request)."""
-    lab = labels.tolist()
-    for r, i in enumerate(ids):
-        e, _, call = host[r][:3]
-        rec = {"step": t, "committed": _committed_positions(lab[r]), "nfe": b.nfe[i],
-               "branch_rows": b.rows[i], "made_call": bool(call)}
-        rec.update(step.info(r, bool(call), br, ch))
-        if e >= 0:
-            rec["early_stop_at"] = e
+    lab = s.labels.tolist()
+    for r, (i, h) in enumerate(zip(ids, host)):
+        rec = {"step": t, "committed": _committed_positions(lab[r]), "nfe": runner.nfe[i],
+               "branch_rows": runner.rows[i], "made_call": bool(h.made_call)}
+        rec.update(step.info(r, bool(h.made_call), br, s.choice))
+        if h.stop >= 0:
+            rec["early_stop_at"] = h.stop
         records[i].append(rec)

@@ -27,12 +27,15 @@ impact set passing; a top-probability self-check of every candidate; a failed pl
 continues with AR fills from its base row in the next round (which skips planning); and a round
 whose AR verifies nothing (or whose forced token is decided after the call) is followed by a
 fresh call on the committed state, as the reference discards those results. Per-request modes
-carry these decisions from one round to the next.
+carry these decisions from one round to the next; the loop keeps them (``start``,
+``Choice.state``). The paper's step calls these rules as named hooks (:class:`ReferenceRounds`,
+one block at the end of this module), so the step reads as the paper.
 
-Online vocabulary (see :mod:`.online`): candidates are the eligible in-band positions plus up
-to ``explore`` slots of explorable ones (which also fill slots the eligible ones leave unused);
-every tried candidate's outcome (non-vacuous, A, VIG from the entropies of the same call) is
-recorded for the vocabulary's next update, never applied inside the request.
+Online vocabulary (:mod:`pvf_lmeval.planning.online`): candidates are the eligible in-band
+positions plus up to ``explore`` slots of explorable ones (which also fill slots the eligible
+ones leave unused); every tried candidate's outcome (non-vacuous, A, VIG from the entropies of
+the same call) goes in ``Choice.record``, which the loop queues for the vocabulary's next update,
+never applied inside the request.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (AR, BASE, FORCED, PLAN, Branches, Choice, Stats, Step, base_labels, first_true,
-                     rank_desc, static_select, threshold_select)
+from .select import first_true, rank_desc, static_select, threshold_select
+from .stats import Stats
+from .step import AR, BASE, FORCED, PLAN, Branches, Choice, Step, base_labels
 from .verify import rows_of, verify_plans
 
 # Per-request modes between rounds (``rules=reference`` only; always NORMAL under the paper's).
@@ -71,20 +75,16 @@ class PVFDecoder(Step):
         super().__init__(params)
         self.use_plan = params.routes in ("plan+ar", "plan")
         self.use_ar = params.routes in ("plan+ar", "ar")
-        self._batch = None
-        self._mode: Tensor | None = None        # [n] per-request modes (rules=reference)
-        self._prev_W: Tensor | None = None      # [n, L] previous round's W_t and S_base
-        self._prev_sel: Tensor | None = None
 
-    def _modes(self, b) -> tuple[Tensor, Tensor]:
-        """(modes [R], request numbers [R]) of the live requests (``b.req``), on the device; the
-        numbers travel in the round's ``memo`` to ``choose``, which writes the next modes."""
-        if self._batch is not b:
-            self._batch = b
-            self._mode = torch.zeros(b.n, dtype=torch.long, device=b.device)
-            self._prev_W = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
-            self._prev_sel = torch.zeros_like(self._prev_W)
-        return self._mode.index_select(0, b.req), b.req
+    def start(self, b) -> dict | None:
+        """Under rules other than the paper's, each request's mode between rounds (``mode``
+        [n], NORMAL at first) and the previous round's W_t and S_base (``prev_W``,
+        ``prev_sel`` [n, L], which an AR_NEXT round reads)."""
+        if self.rules.name == "paper":
+            return None
+        prev = torch.zeros((b.n, b.L), dtype=torch.bool, device=b.device)
+        return dict(mode=torch.zeros(b.n, dtype=torch.long, device=b.device), prev_W=prev,
+                    prev_sel=torch.zeros_like(prev))
 
     def _candidates(self, b, st: Stats, band: Tensor) -> tuple[Tensor, Tensor]:
         """Planning candidates [R, L] among the in-band positions and their count [R]."""
@@ -104,43 +104,34 @@ class PVFDecoder(Step):
             n_cand = torch.where(k_x > 0, k_e + k_x, n_cand)
         return cand, n_cand
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
+                 draws=None) -> Branches:
         p, K, L = self.p, self.p.width, b.L
-        ref = self.rules
+        ref = None if state is None else ReferenceRounds(self, b)   # rules other than the paper's
+        # 1. base: the threshold set of W_t and z_base
         W = b.working_set(y, self.reveal)
-        sel, forced = threshold_select(st.conf, W, p.threshold, force=not ref.force_after_routes)
+        sel, forced = threshold_select(st.conf, W, p.threshold,
+                                       force=not self.rules.force_after_routes)
         zb = torch.where(sel, st.tok, y)
         labels = base_labels(sel, forced)
-        mode, idx = self._modes(b) if ref.name != "paper" else (None, None)
-
+        # 2. the routes' positions: in-band planning candidates, AR-eligible positions
         rest = W & ~sel
         none = torch.zeros_like(rest)
         band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
-        remask = None
-        if mode is not None:
-            band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
-            elig = elig & (mode != FRESH)[:, None]
-            arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
-            W, zb, labels, elig, remask = self._reference_ar_next(b, idx, y, st, arn, W, zb,
-                                                                  labels, elig)
+        if ref is not None:
+            W, zb, labels, band, elig, mark = ref.routes(state, y, st, W, zb, labels, band, elig)
         cand, n_cand = self._candidates(b, st, band)
         k_plan = n_cand.clamp(max=K)
         k_ar = elig.sum(-1).clamp(max=K)
-        unmade = None
-        if mode is not None:
-            no_route = (k_plan == 0) & (k_ar == 0)
-            zb, labels, top = self._reference_base(b, y, st, W, sel, zb, labels, mode, no_route)
-            if ref.count_unmade_calls:      # switch 9: a call counted, not made
-                unmade = (no_route & (arn | band.any(-1)) & ~b.finished(zb)).long()
-        fin = b.finished(zb)
-        if mode is not None:
-            # switch 6: the fills after a failed plan may re-fill base-set positions, so a state
-            # the base set completed still makes the reference's second call when it has fills
-            fin = fin & ~(arn & (k_ar > 0))
+        if ref is None:
+            fin, unmade = b.finished(zb), None
+        else:
+            zb, labels, fin, unmade, mark = ref.without_route(y, st, W, sel, zb, labels, band,
+                                                              k_plan, k_ar, mark)
+        # 3./4. the route: planning when there are candidates, else AR fills, else z_base alone
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
-
         j = torch.arange(K + 1, device=y.device)
         # planning rows: [z_base, z_plan_1..K], branch j writes the candidate of rank j-1
         rank = rank_desc(st.conf, cand)
@@ -155,27 +146,129 @@ class PVFDecoder(Step):
         n = torch.where(plan, k_plan + 1, torch.where(ar, k_ar + 1, torch.ones_like(k_ar)))
         n = torch.where(fin, torch.zeros_like(n), n)
         memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
-        if mode is not None:
-            memo.update(y=y, sel=sel, mode=mode, top=top, remask=remask, idx=idx)
-        # the reference reads stats at positions its rows filled in the step's block: cover it
-        cover = first_true(W).clamp(max=L - 1) if mode is not None else None
+        cover = None
+        if ref is not None:
+            memo["ref"] = dict(mark, state=state, sel=sel)
+            cover = ref.cover(W)
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
                         memo=memo, cover=cover, unmade=unmade)
 
-    def _reference_ar_next(self, b, idx: Tensor, y: Tensor, st: Stats, arn: Tensor,
-                           W: Tensor, zb: Tensor, labels: Tensor, elig: Tensor):
-        """``rules=reference``, switch 6: the AR fills that follow a failed planning round, as
-        the reference builds them inside that step. ``st`` are the base row's stats; the step's
-        working set W' and base set S' are those of the failed round (kept by request number:
-        ``idx`` [R]). High-confidence positions H = W' with top probability >= tau under the base
-        row; the rows hold H (the base set keeps its tokens); fills are the leftmost positions of
-        W' minus H with p >= ar_lo, which can be base-set positions (the reference then re-fills
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
+        p, K = self.p, self.p.width
+        m = br.memo
+        W, zb, own, order, plan, ar = m["W"], m["zb"], m["own"], m["order"], m["plan"], m["ar"]
+        k_plan, k_ar = m["k_plan"], m["k_ar"]
+        labels = br.labels
+        slot = torch.arange(K, device=zb.device)
+
+        rules = self.rules
+        # 3. planning route: verify, then the best verified branch by C_total
+        masked_b = W & (zb == b.mask_id)
+        verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold,
+                               impact_over=W if rules.impact_includes_committed else None,
+                               reach=b.reach(own), rowsum=b.rowsum)
+        tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
+        pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
+        # the online vocabulary's outcomes of this round's candidates (the loop records them)
+        record = ((_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig, tried)
+                  if br.entropy else None)
+        ok = verdict.passed & tried
+        if rules.self_check_max_prob:
+            ok &= _at(out.pmax[:, 1:], pos) >= p.plan_lo
+        elif p.plan_self_check:
+            ok &= _at(out.pcur[:, 1:], pos) >= p.plan_lo
+        if rules.c_total_over_step_masks:
+            live = W.unsqueeze(1).expand_as(br.rows)                             # [R, K+1, L]
+        else:
+            live = W.unsqueeze(1) & (br.rows == b.mask_id)
+        c_total = b.rowsum(torch.where(live, out.pmax, torch.zeros_like(out.pmax)))
+        score = torch.where(ok, c_total[:, 1:], torch.full_like(c_total[:, 1:], float("-inf")))
+        best = first_true(score == score.max(-1, keepdim=True).values)          # tie: earlier
+        any_ok = ok.any(-1)
+        won = own.gather(1, best.view(-1, 1, 1).expand(-1, 1, b.L)).squeeze(1) & any_ok[:, None]
+        plan_labels = torch.where(won, torch.full_like(labels, PLAN), labels)
+
+        # 4. AR route: fill r verified iff the argmax at i_r under z_ar_{r-1} equals ŷ_{i_r}
+        pos_ar = first_true(order.unsqueeze(1) == slot[:, None]).clamp(max=b.L - 1)  # [R, K]
+        ver = (_at(out.tok[:, :K], pos_ar) == _at(st.tok, pos_ar)) & (slot < k_ar[:, None])
+        kstar = torch.cumprod(ver.long(), -1).sum(-1)
+        ar_labels = torch.where(order < kstar[:, None], torch.full_like(labels, AR), labels)
+
+        pick = torch.where(plan, torch.where(any_ok, best + 1, torch.zeros_like(best)),
+                           torch.where(ar, kstar, torch.zeros_like(kstar)))
+        labels = torch.where(plan[:, None], plan_labels, torch.where(ar[:, None], ar_labels,
+                                                                     labels))
+        tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
+                 "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
+        extra = remask = state = None
+        if "ref" in m:
+            labels, extra, remask, state = ReferenceRounds(self, b).after_choice(
+                m, labels, any_ok, kstar)
+        return Choice(pick, labels, tally, extra=extra, remask=remask,
+                      memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
+                                ver=ver, kstar=kstar), state=state, record=record)
+
+    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
+        m, c = br.memo, choice.memo
+        if "ref" in m and int(m["ref"]["mode"][r]) == FRESH:
+            return {"route": "fresh"}
+        if bool(m["plan"][r]):
+            k = int(m["k_plan"][r])
+            return {"route": "plan" if bool(c["any_ok"][r]) else "base",
+                    "candidates": c["pos"][r, :k].tolist(), "verified": c["ok"][r, :k].tolist(),
+                    "c_total": c["c_total"][r, 1:k + 1].tolist()}
+        if bool(m["ar"][r]):
+            k = int(m["k_ar"][r])
+            return {"route": "ar" if int(c["kstar"][r]) else "base",
+                    "candidates": c["pos_ar"][r, :k].tolist(), "verified": c["ver"][r, :k].tolist()}
+        return {"route": "base"}
+
+
+# ---------------------------------------------------------------- rules=reference, one block
+#
+# The published code's rounds where they differ from the paper (docs/reference-differences.md,
+# switches 3, 6, 7 and 9 of :mod:`.rules`), as hooks the paper's step above calls at three
+# named points: ``routes`` (which routes a request's mode allows, and the AR fills that follow
+# a failed plan), ``without_route`` (what a request with no route sends, and the call it counts
+# without making), ``after_choice`` (the forced token owed after the routes, the positions
+# masked again or rewritten, and the request's next state). The state that outlives a round
+# (each request's mode, the previous round's W_t and S_base) is the loop's (``PVFDecoder.start``,
+# ``Choice.state``), never the step's.
+
+
+class ReferenceRounds:
+    """The ``rules=reference`` hooks of one round of ``step`` on the requests of ``b``."""
+
+    def __init__(self, step: PVFDecoder, b):
+        self.p, self.rules, self.use_ar, self.b = step.p, step.rules, step.use_ar, b
+
+    def routes(self, state: dict, y: Tensor, st: Stats, W: Tensor, zb: Tensor, labels: Tensor,
+               band: Tensor, elig: Tensor):
+        """The routes of each request's mode: no planning unless NORMAL, no AR fills in a FRESH
+        round, and an AR_NEXT round's fills (:meth:`_ar_next`). Returns (W, z_base, labels,
+        band, eligible, marks for the later hooks)."""
+        mode = state["mode"]
+        band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
+        elig = elig & (mode != FRESH)[:, None]
+        arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
+        W, zb, labels, elig, remask = self._ar_next(state, y, st, arn, W, zb, labels, elig)
+        return W, zb, labels, band, elig, dict(mode=mode, arn=arn, remask=remask)
+
+    def _ar_next(self, state: dict, y: Tensor, st: Stats, arn: Tensor, W: Tensor, zb: Tensor,
+                 labels: Tensor, elig: Tensor):
+        """Switch 6: the AR fills that follow a failed planning round, as the reference builds
+        them inside that step. ``st`` are the base row's stats; the step's working set W' and
+        base set S' are those of the failed round (``state``'s ``prev_W`` and ``prev_sel``).
+        High-confidence positions H = W' with top probability >= tau under the base row; the
+        rows hold H (the base set keeps its tokens); fills are the leftmost positions of W'
+        minus H with p >= ar_lo, which can be base-set positions (the reference then re-fills
         them); only H inside the failed round's active block is committed, with the base row's
         tokens (also where the base set had put its own), the rest of H is masked again. Returns
         (W, z_base, labels, eligible, (positions to mask again, positions to rewrite)),
         unchanged for other requests."""
-        pW, psel = self._prev_W.index_select(0, idx), self._prev_sel.index_select(0, idx)
+        b = self.b
+        pW, psel = state["prev_W"], state["prev_sel"]
         hc = pW & (st.pmax >= self.p.threshold)
         block = b.blk == (first_true(pW) // b.B)[:, None]
         keep = hc & ~psel & (y == b.mask_id)
@@ -192,15 +285,17 @@ class PVFDecoder(Step):
         return (torch.where(a, pW, W), torch.where(a, zb_ar, zb), torch.where(a, lab_ar, labels),
                 torch.where(a, elig_ar, elig), (remask, rewrite))
 
-    def _reference_base(self, b, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
-                        labels: Tensor, mode: Tensor, no_route: Tensor):
-        """``rules=reference``: the row a request sends when it tries no route this round.
-
-        FRESH: its committed state as it is (a fresh call, nothing committed). AR_NEXT with
-        nothing to fill: the reference commits no impact set then, only the forced token when
-        the failed planning round committed nothing. A normal round without candidates: the
-        base set, or the forced token when it is empty (nothing else can be committed). Returns
-        (z_base [R, L], labels, top [R, L] = the most confident position of W_t)."""
+    def without_route(self, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
+                      labels: Tensor, band: Tensor, k_plan: Tensor, k_ar: Tensor, mark: dict):
+        """The row a request sends when it tries no route this round, whether it is finished,
+        and the call it counts without making it (switch 9). FRESH: its committed state as it
+        is (a fresh call, nothing committed). AR_NEXT with nothing to fill: the reference
+        commits no impact set then, only the forced token when the failed planning round
+        committed nothing. A normal round without candidates: the base set, or the forced token
+        when it is empty (nothing else can be committed). Returns (z_base, labels, finished,
+        unmade calls or None, marks with ``top``: the most confident position of W_t)."""
+        b, mode, arn = self.b, mark["mode"], mark["arn"]
+        no_route = (k_plan == 0) & (k_ar == 0)
         top = static_select(st.conf, W, 1)
         empty = ~sel.any(-1)
         owe = no_route & (((mode == NORMAL) & empty) | (mode == AR_NEXT_EMPTY))
@@ -210,71 +305,26 @@ class PVFDecoder(Step):
         zb = torch.where(force, st.tok, zb)
         labels = torch.where(keep_y[:, None], torch.zeros_like(labels), labels)
         labels = torch.where(force, torch.full_like(labels, FORCED), labels)
-        return zb, labels, top
+        unmade = None
+        if self.rules.count_unmade_calls:      # switch 9: a call counted, not made
+            unmade = (no_route & (arn | band.any(-1)) & ~b.finished(zb)).long()
+        # switch 6: the fills after a failed plan may re-fill base-set positions, so a state the
+        # base set completed still makes the reference's second call when it has fills
+        fin = b.finished(zb) & ~(arn & (k_ar > 0))
+        return zb, labels, fin, unmade, dict(mark, top=top)
 
-    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats
-               ) -> Choice:
-        p, K = self.p, self.p.width
-        m = br.memo
-        W, zb, own, order, plan, ar = m["W"], m["zb"], m["own"], m["order"], m["plan"], m["ar"]
-        k_plan, k_ar = m["k_plan"], m["k_ar"]
-        labels = br.labels
-        slot = torch.arange(K, device=zb.device)
+    def cover(self, W: Tensor) -> Tensor:
+        """The reference reads stats at positions its rows filled in the step's block: the call
+        covers them from W_t's first position on."""
+        return first_true(W).clamp(max=self.b.L - 1)
 
-        ref = self.rules
-        # planning route: verify, then the best verified branch by C_total
-        masked_b = W & (zb == b.mask_id)
-        verdict = verify_plans(out.row(0), rows_of(out, 1), own, masked_b, p.threshold,
-                               impact_over=W if ref.impact_includes_committed else None,
-                               reach=b.reach(own), rowsum=b.rowsum)
-        tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
-        pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
-        if br.entropy:
-            b.vocab.record(_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig,
-                           keep=tried)
-        ok = verdict.passed & tried
-        if ref.self_check_max_prob:
-            ok &= _at(out.pmax[:, 1:], pos) >= p.plan_lo
-        elif p.plan_self_check:
-            ok &= _at(out.pcur[:, 1:], pos) >= p.plan_lo
-        if ref.c_total_over_step_masks:
-            live = W.unsqueeze(1).expand_as(br.rows)                             # [R, K+1, L]
-        else:
-            live = W.unsqueeze(1) & (br.rows == b.mask_id)
-        c_total = b.rowsum(torch.where(live, out.pmax, torch.zeros_like(out.pmax)))
-        score = torch.where(ok, c_total[:, 1:], torch.full_like(c_total[:, 1:], float("-inf")))
-        best = first_true(score == score.max(-1, keepdim=True).values)          # tie: earlier
-        any_ok = ok.any(-1)
-        won = own.gather(1, best.view(-1, 1, 1).expand(-1, 1, b.L)).squeeze(1) & any_ok[:, None]
-        plan_labels = torch.where(won, torch.full_like(labels, PLAN), labels)
-
-        # AR route: fill r verified iff the argmax at i_r under z_ar_{r-1} equals ŷ_{i_r}
-        pos_ar = first_true(order.unsqueeze(1) == slot[:, None]).clamp(max=b.L - 1)  # [R, K]
-        ver = (_at(out.tok[:, :K], pos_ar) == _at(st.tok, pos_ar)) & (slot < k_ar[:, None])
-        kstar = torch.cumprod(ver.long(), -1).sum(-1)
-        ar_labels = torch.where(order < kstar[:, None], torch.full_like(labels, AR), labels)
-
-        pick = torch.where(plan, torch.where(any_ok, best + 1, torch.zeros_like(best)),
-                           torch.where(ar, kstar, torch.zeros_like(kstar)))
-        labels = torch.where(plan[:, None], plan_labels, torch.where(ar[:, None], ar_labels,
-                                                                     labels))
-        tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
-                 "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
-        extra = remask = None
-        if "mode" in m:
-            labels, extra = self._reference_next(b, m, labels, any_ok, kstar)
-            remask, rewrite = m["remask"]
-            remask, rewrite = remask & ar[:, None], rewrite & ar[:, None]
-            extra = rewrite if extra is None else extra | rewrite
-        return Choice(pick, labels, tally, extra=extra, remask=remask,
-                      memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
-                                ver=ver, kstar=kstar))
-
-    def _reference_next(self, b, m: dict, labels: Tensor, any_ok: Tensor,
-                        kstar: Tensor) -> tuple[Tensor, Tensor]:
-        """``rules=reference``: the forced token owed after the routes (switch 3) and each
-        request's mode for the next round (switches 6, 7). Returns (labels, extra commits)."""
-        mode, sel, top, plan, ar = m["mode"], m["sel"], m["top"], m["plan"], m["ar"]
+    def after_choice(self, m: dict, labels: Tensor, any_ok: Tensor, kstar: Tensor):
+        """The forced token owed after the routes (switch 3), the AR_NEXT round's positions
+        masked again or rewritten, and each request's state for the next round (its mode,
+        switches 6 and 7, and this round's W_t and S_base). Returns (labels, extra commits,
+        positions masked again, next state)."""
+        ref, plan, ar = m["ref"], m["plan"], m["ar"]
+        mode, sel, top = ref["mode"], ref["sel"], ref["top"]
         failed_plan = plan & ~any_ok
         failed_ar = ar & (kstar == 0)
         arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
@@ -285,29 +335,16 @@ class PVFDecoder(Step):
         force = (failed_ar if ar_next else failed_ar | failed_plan) & owed
         extra = top & force[:, None]
         labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
+        state = dict(ref["state"])
         if ar_next:                 # remember this round's W_t and S_base for an AR_NEXT round
-            self._prev_W.index_copy_(0, m["idx"], m["W"])
-            self._prev_sel.index_copy_(0, m["idx"], sel)
+            state.update(prev_W=m["W"], prev_sel=sel)
         nxt = torch.full_like(mode, NORMAL)
         if self.rules.ar_after_failed_plan:
             nxt = torch.where(failed_plan, torch.where(sel.any(-1), AR_NEXT, AR_NEXT_EMPTY), nxt)
         if self.rules.fresh_call_after_failed_fill:
             nxt = torch.where(failed_ar, torch.full_like(nxt, FRESH), nxt)
         nxt = torch.where(force, torch.full_like(nxt, FRESH), nxt)   # not a row of the call
-        self._mode.index_copy_(0, m["idx"], nxt)
-        return labels, extra
-
-    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
-        m, c = br.memo, choice.memo
-        if "mode" in m and int(m["mode"][r]) == FRESH:
-            return {"route": "fresh"}
-        if bool(m["plan"][r]):
-            k = int(m["k_plan"][r])
-            return {"route": "plan" if bool(c["any_ok"][r]) else "base",
-                    "candidates": c["pos"][r, :k].tolist(), "verified": c["ok"][r, :k].tolist(),
-                    "c_total": c["c_total"][r, 1:k + 1].tolist()}
-        if bool(m["ar"][r]):
-            k = int(m["k_ar"][r])
-            return {"route": "ar" if int(c["kstar"][r]) else "base",
-                    "candidates": c["pos_ar"][r, :k].tolist(), "verified": c["ver"][r, :k].tolist()}
-        return {"route": "base"}
+        state["mode"] = nxt
+        remask, rewrite = ref["remask"]
+        remask, rewrite = remask & ar[:, None], rewrite & ar[:, None]
+        return labels, extra | rewrite, remask, state

@@ -1,12 +1,13 @@
-"""The tensor work of one decode round around its model call (SPEC "Shared loop").
+"""The tensor work of one decode round around its model call (docs/decoding.md, "Shared loop").
 
-A round of :func:`.loop.run` is: the model call, :func:`settle` (the step's choice, the commit,
-early stop), the KV-cache commit (data work over the layers' keys and values, with host-side
-bookkeeping), then :func:`prepare` (the next round's branches and call layout, and the row the
-host reads). ``settle`` and ``prepare`` are tensor operations only: no host read, no upload, no
-Python value that changes from round to round (the live requests travel as ``Batch.req``, on the
-device). So each can run as one compiled program (``compile_round``,
-:func:`.compiled.round_programs`) without a graph break, and the same code runs eager.
+A round of :func:`.loop.run` is: call, settle, commit, prepare, read, retire. This module holds
+its two tensor steps: :func:`settle` (the step's choice, the commit, early stop) after the call,
+and :func:`prepare` (the next round's branches, their call layout, and the row the host reads)
+after the KV-cache commit. Both are functions of tensors and plain values: no host read, no
+upload, no side effect, no Python value that changes from round to round (the live requests
+travel as ``Batch.req``, on the device; the step's draws and state come in as tensors). So each
+can run as one compiled program (``compile_round``, :func:`.compiled.round_programs`) without a
+graph break, and the same code runs eager.
 
 The live requests are the batch's (``Batch.req``, ``Batch.ids``), not an argument: a host list
 given to a compiled program becomes a guard on its length and values, a new program for every
@@ -15,21 +16,45 @@ set of live requests.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from .common import NONE, Branches
+from .host_row import host_rows
+from .stats import Stats
+from .step import NONE, Branches, Choice
 
 
-def settle(b, step, y: Tensor, st, br: Branches, out, routes: Tensor, tally: Tensor):
+@dataclass
+class Settled:
+    """A round's outcome for the live requests, after its call.
+
+    y:        [R, L] the committed states; st: their stats.
+    labels:   [R, L] int8 route codes of this round's commits.
+    made:     [R] bool: the request made a call this round.
+    routes:   [R, L] int8 route codes so far; tally: [R, 2] long (plan_tried, plan_passed) so far.
+    stop:     [R] long early-stop position (-1: none); finished: [R] bool.
+    choice:   the step's :class:`.step.Choice` (its ``state`` for the next round, what the loop
+              records, its ``memo`` for the trace).
+    """
+
+    y: Tensor
+    st: Stats
+    labels: Tensor
+    made: Tensor
+    routes: Tensor
+    tally: Tensor
+    stop: Tensor
+    finished: Tensor
+    choice: Choice
+
+
+def settle(b, step, y: Tensor, st: Stats, br: Branches, out: Stats, routes: Tensor,
+           tally: Tensor) -> Settled:
     """The round's commit after its call ``out`` (stats [R, M, L] of the rows ``br`` sent), for
-    the live requests with committed states ``y`` [R, L] and their stats ``st``.
-
-    Returns (y, st, labels, made, routes, tally, e, finished, choice): the newly committed
-    states [R, L] and their stats; the round's route codes [R, L] (int8); whether each request
-    made a call [R]; the route codes [R, L] and tallies [R, 2] (plan_tried, plan_passed) so far;
-    the early-stop position e [R] (-1: none); whether each request is finished [R]; the step's
-    :class:`.common.Choice` (its ``memo`` feeds the trace)."""
+    the live requests with committed states ``y`` [R, L], their stats ``st`` and their route
+    codes and tallies so far."""
     ch = step.choose(b, y, st, br, out)
     made = br.n > 0
     pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
@@ -43,24 +68,18 @@ def settle(b, step, y: Tensor, st, br: Branches, out, routes: Tensor, tally: Ten
     routes = torch.where(labels != NONE, labels, routes)
     if ch.tally:
         tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
-    e = b.stop_index(y)
-    finished = (e >= 0) | ~(y == b.mask_id).any(-1)
-    return y, st, labels, made, routes, tally, e, finished, ch
+    stop = b.stop_index(y)
+    finished = (stop >= 0) | ~(y == b.mask_id).any(-1)
+    return Settled(y, st, labels, made, routes, tally, stop, finished, ch)
 
 
-def prepare(b, step, y: Tensor, st, e: Tensor, finished: Tensor,
-            made: Tensor) -> tuple[Branches, Tensor]:
-    """After the cache commit: the next round's branches of every live request (the loop drops
-    those of requests that finished) and what the host reads of the round, [R, 4 + C] long on
-    the device: e, finished, made a call, then :func:`next_round`'s columns."""
-    nbr, nxt = next_round(b, step, y, st)
-    return nbr, torch.cat([torch.stack([e, finished.long(), made.long()], -1), nxt], -1)
-
-
-def next_round(b, step, y: Tensor, st) -> tuple[Branches, Tensor]:
-    """The next round's branches of the live requests (states ``y`` [R, L], stats ``st``) and
-    what the host needs of them, [R, 1 + C] long on the device: the calls each request counts
-    without making them (``Branches.unmade``), then ``Batch.plan``'s layout."""
-    br = step.branches(b, y, st)
+def prepare(b, runner, step, y: Tensor, st: Stats, state: dict | None, draws: Tensor | None,
+            stop: Tensor, finished: Tensor, made: Tensor) -> tuple[Branches, Tensor]:
+    """The next round's branches of every live request (states ``y`` [R, L], stats ``st``, the
+    step's ``state`` and ``draws``; the loop drops the branches of requests that finished), and
+    the round's :class:`.host_row.HostRow` table [R, C] on the device: this round's ``stop``,
+    ``finished`` and ``made`` call, the calls the next round counts without making them
+    (``Branches.unmade``), and the next call's layout (``Runner.plan``)."""
+    br = step.branches(b, y, st, state, draws)
     unmade = torch.zeros_like(br.n) if br.unmade is None else br.unmade
-    return br, torch.cat([unmade[:, None], b.plan(br.rows, br.n, cover=br.cover)], -1)
+    return br, host_rows(stop, finished, made, unmade, runner.plan(br.rows, br.n, cover=br.cover))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import (BASE, NONE, Branches, Stats, Step, llada_count_tensor, single_row,
-                     static_select)
+from .select import llada_count_tensor, static_select
+from .stats import Stats
+from .step import BASE, NONE, Branches, Step, single_row
 
 
 class StaticDecoder(Step):
@@ -20,7 +21,7 @@ class StaticDecoder(Step):
         super().__init__(params)
         self.steps_per_block = None if params.steps is None else params.steps // params.num_blocks
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y)
         k = 1
         if self.steps_per_block is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import Branches, Stats, Step, base_labels, single_row, threshold_select
+from .select import threshold_select
+from .stats import Stats
+from .step import Branches, Step, base_labels, single_row
 
 __all__ = ["ThresholdDecoder", "base_labels"]
 
@@ -18,7 +20,7 @@ __all__ = ["ThresholdDecoder", "base_labels"]
 class ThresholdDecoder(Step):
     name = "threshold"
 
-    def branches(self, b, y: Tensor, st: Stats) -> Branches:
+    def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y)
         sel, forced = threshold_select(
             st.conf, W, self.p.threshold, self.p.factor,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .common import Stats
+from .stats import Stats
 
 
 @dataclass

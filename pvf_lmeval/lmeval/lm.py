@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
 from ..decoding.blocks import block_size_of, check_block_length, default_block_length
 from ..decoding.cache import cache_exact
-from ..decoding.common import ROUND_NOT_INVARIANT
+from ..decoding.options import check_options
 from ..decoding.params import DecodeParams, _bool, override
 from ..files.append import check_target, open_records
 from ..models.chat_render import RENDERER
@@ -128,8 +128,11 @@ class PVFDiffusionLM(LM):
         self._compile = _compile_scope(compile)
         self._compile_round = _bool("compile_round", compile_round)
         self.batch_invariant = _bool("batch_invariant", batch_invariant)
-        if self.batch_invariant and self._compile_round:
-            raise ValueError(ROUND_NOT_INVARIANT)
+        #: decode_batch's compile options: the statistics pass with the model call
+        #: (``compile``), the round's tensor work (``compile_round``); None: eager
+        self._compile_step = {} if self._compile else None
+        self._round_options = {} if self._compile_round else None
+        check_options(batch_invariant=self.batch_invariant, compile_round=self._round_options)
         self.truncation = truncation_mode(truncation)
         self.mc_num = self._positive_int("mc_num", mc_num)
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
@@ -183,8 +186,6 @@ class PVFDiffusionLM(LM):
         self._compile_s0 = None
         if self._compile:          # torch.compile of the model call (off by default)
             self.model.compile(scope=self._compile)
-        if self._compile_round:    # torch.compile of the decode step (off by default)
-            self.model.compile_rounds()
         if self._compile or self._compile_round:
             self._compile_s0 = compile_seconds()   # the warm-up is what compiles after this
         self._device = self.model.device
@@ -585,7 +586,8 @@ class PVFDiffusionLM(LM):
                 self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
                 request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
                 repeat_indices=[c["repeat_index"] for c in chunk], trace=trace,
-                online=self.online, batch_invariant=self.batch_invariant)
+                online=self.online, batch_invariant=self.batch_invariant,
+                compile_step=self._compile_step, compile_round=self._round_options)
 
     @property
     def batch_sizes(self) -> dict:

@@ -12,10 +12,9 @@ see either.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from ..tensors.compiling import compiled
 from . import ops
 from .batch_invariant import batch_invariant_ops, support_error
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
@@ -38,25 +37,6 @@ def compile_seconds() -> float | None:
         return None
     times = compilation_time_metrics.get("_compile.compile_inner")
     return None if times is None and compilation_time_metrics else float(sum(times or ()))
-
-
-def _compiled(fn, options: dict):
-    """``torch.compile(fn)`` whose graphs serve every call of a batched run.
-
-    Every size is dynamic and no two sizes share a symbol (no duck shapes): rows, positions,
-    canvas length and head_dim may happen to be equal in one call and differ in the next, and a
-    shared symbol would turn that coincidence into a guard, i.e. a recompile, until dynamo's
-    recompile limit makes the calls run eager. What remains specialised is a size of 1 (one row,
-    one request) and whether there is an attention mask: a handful of graphs per function."""
-    from torch.fx.experimental import _config as fx_config
-
-    compiled = torch.compile(fn, **options)
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        with fx_config.patch(use_duck_shape=False):
-            return compiled(*args, **kwargs)
-    return call
 
 
 class DiffusionLM:
@@ -87,9 +67,6 @@ class DiffusionLM:
         #: :func:`.loader.weights_fingerprint` of the checkpoint it was loaded from (None: built
         #: in memory); calibrated vocabularies record it, and vocab=auto skips one of other weights
         self.weights_fingerprint = weights_fingerprint
-        #: ``torch.compile`` options of the decode loop's statistics pass (None: eager)
-        self.compile_step: dict | None = None
-        self.compile_round: dict | None = None     # see :meth:`compile_rounds`
         self.compile_scope: str | None = None      # what ``compile`` compiled: blocks or model
 
     @property
@@ -127,9 +104,11 @@ class DiffusionLM:
         ``scope="blocks"``: each transformer block (every block shares one compiled graph, so
         the compile takes seconds whatever the depth); the layers are still called from Python.
         ``scope="true"``: :data:`COMPILE_TRUE` of the model's device type.
-        Either scope also compiles the decode loop's statistics pass
-        (``pvf_lmeval.decoding.compiled``; ``compile_step`` holds the options).
-        Off unless asked for (``compile=true``)."""
+        Every size is dynamic (the package's settings, :func:`..tensors.compiling.compiled`):
+        what remains specialised is a size of 1 (one row, one request) and whether there is an
+        attention mask, a handful of graphs per function. The decode loop's own tensor work is
+        compiled by ``decode_batch``'s ``compile_step`` and ``compile_round``. Off unless asked
+        for (``compile=true``)."""
         options.setdefault("dynamic", True)
         if scope == "true":
             scope = COMPILE_TRUE.get(self.device.type, "blocks")
@@ -141,18 +120,8 @@ class DiffusionLM:
             raise ValueError(f"compile scope={scope!r} must be one of model, blocks, true")
         for owner in owners:
             for name in names:
-                setattr(owner, name, _compiled(getattr(owner, name), options))
-        self.compile_step = dict(options)
+                setattr(owner, name, compiled(getattr(owner, name), options))
         self.compile_scope = scope
-        return self
-
-    def compile_rounds(self, **options) -> "DiffusionLM":
-        """torch.compile the decode loop's step around each model call (its branches, choice,
-        early stop, next call's layout and cache flags: ``pvf_lmeval.decoding.round``) into two
-        programs, dynamic shapes by default; ``options`` go to ``torch.compile``. Independent of
-        :meth:`compile` (which compiles the model call). Off unless asked for
-        (``compile_round=true``)."""
-        self.compile_round = dict(options)
         return self
 
     def batch_invariant(self):

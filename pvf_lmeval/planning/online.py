@@ -103,10 +103,9 @@ class OnlineVocab:
     def record(self, tok: Tensor, nonvacuous: Tensor, passed: Tensor, vig: Tensor,
                keep: Tensor | None = None) -> None:
         """Queue the outcomes of planning candidates (tensors of one shape; ``keep``: which of
-        them were really tried, all by default); applied by update(). No host read here. A
-        compiled round (``compile_round``) queues them outside its programs
-        (``decoding.compiled.OUTSIDE_PROGRAMS``): a list that grows every round would be a new
-        program every round."""
+        them were really tried, all by default); applied by update(). No host read here. The
+        decode loop calls it after each round with what the step's choice returned (a compiled
+        round's programs never append to this list)."""
         if self.frozen:
             return
         if keep is None:

@@ -1,5 +1,6 @@
 """Sums in one fixed order, shared by the network (``models/batch_invariant/cpu.py``) and the
-decoding side (``decoding/common.py``): a row's sum depends on its own values only."""
+decoding side (``decoding/stats.py``, ``decoding/batch.py``): a row's sum depends on its own
+values only."""
 
 from __future__ import annotations
 

@@ -1,0 +1,261 @@
+"""The one place that calls the model: :class:`Runner` lays out the live requests' branch rows as
+physical model calls, makes them, and keeps the call accounting and the KV caches.
+
+``Runner.call`` takes the branch rows of every live request as one tensor ``[R, M, L]`` with a
+row count per request, and assembles them into physical model calls with index operations: one
+per round, or two when KV caches make some requests' calls full and others' cached (each request
+still counts one call), or more when a step caps the rows of a physical call (calibration). The
+layout needs one small tensor on the host (:meth:`Runner.plan`: row counts, block ranges, cache
+flags of every request), which the loop reads together with the round's stop flags as one
+:class:`.host_row.HostRow` per request. Cache decisions and commits are tensor operations over all
+requests at once. Per request: its KV cache (``cache=prefix|dual``: its row of the batch's cache
+tensors, ``cache.BatchKV``) and its accounting (``nfe[i]``: the model calls that carried rows of
+request i; ``rows[i]``: the rows it sent).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..tensors.uploads import upload
+from .batch import Batch, gumbel_like
+from .cache import BatchKV
+from .compiled import compiled_stats_from_logits
+from .host_row import HostRow, host_rows
+from .select import first_true
+from .stats import Stats, entropy_from_logits, stats_from_logits
+
+
+class Seat(NamedTuple):
+    """One request's share of one physical model call."""
+
+    r: int                      # its index among the live requests
+    request: int                # its number in the batch
+    rows: int                   # the rows it sends in this call
+    lo: int                     # generation positions [lo, hi) the call covers for it
+    hi: int
+    span: tuple[int, int] | None    # a cached call: the positions it recomputes; None: full
+    first: int                  # its first row in this call (dual_base: after the base row)
+
+
+class Runner:
+    """Lays out and makes the model calls of the requests of ``b`` (see the module docstring).
+
+    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager)."""
+
+    def __init__(self, model, b: Batch, *, compile_step: dict | None = None):
+        self.model = model
+        self.b = b
+        # the batch's caches, created here, so nothing leaks between batches
+        self.cache: BatchKV | None = None
+        if b.p.cache != "none":
+            self.cache = BatchKV(b.p.cache, n=b.n, prompt_len=b.P0, gen_length=b.L,
+                                 block_length=b.B, mask_id=b.mask_id, reveal_next=b.reveal,
+                                 device=b.device)
+        self.nfe = [0] * b.n
+        self.rows = [0] * b.n
+        self.compile_step = compile_step
+
+    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> dict:
+        """:class:`HostRow`'s layout columns by name ([R] long each, on the device): what
+        :meth:`call` must know on the host to lay out the physical calls of the first ``n[r]``
+        rows of ``rows`` [R, M, L] for each live request (``b.req``): its row count, the first
+        and last active block of its rows that hold a mask (-1: none), and, with a KV cache, its
+        cache flags (:meth:`.BatchKV.flags`). ``cover`` as for :meth:`call`. Reading them is
+        the caller's: the loop reads them with the round's stop flags, in the round's one
+        read."""
+        b = self.b
+        M = rows.shape[1]
+        B, nb = b.B, b.nb
+        a = first_true(rows == b.mask_id) // B                             # [R, M]; nb: no mask
+        valid = torch.arange(M, device=rows.device) < n[:, None]
+        lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
+        hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
+        if cover is not None:               # the step needs stats from this block on too
+            lo_b = torch.minimum(lo_b, cover // B)
+            hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
+        cols = dict(rows=n, lo_block=lo_b, hi_block=hi_b)
+        if self.cache is not None:
+            names = HostRow._fields[HostRow._fields.index("full"):]
+            cols.update(zip(names, self.cache.flags(b.req, rows, a, valid).unbind(-1)))
+        return cols
+
+    def call(self, rows: Tensor, n: Tensor, *, layout: list[HostRow] | None = None,
+             entropy: bool = False, max_rows: int | None = None,
+             cover: Tensor | None = None) -> Stats:
+        """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each live
+        request ``b.ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
+
+        Each request's rows request generation positions [lo, hi): from the earliest active block
+        of its rows to the end of the block after the latest one (the next step's stats need the
+        active + next block of whichever row is committed; on a block-diffusion model, the next
+        block only when the step reveals it, and the call then runs on the canvas up to that
+        end); rows without a mask do not widen it.
+        ``layout``: the :class:`HostRow` of each live request for these rows, as the caller read
+        them (the loop's round read); None: read here (one host read).
+        ``max_rows`` caps the rows of one physical call (more calls, each counted).
+        ``cover`` [R] (optional): a generation position per request from which on the call
+        must cover stats too (``rules=reference`` reads positions its rows already filled, and
+        its second call after a failed plan may send rows with no mask left).
+        """
+        b = self.b
+        R, M, L = rows.shape
+        B = b.B
+        kc = self.cache
+        if kc is not None and max_rows is not None:
+            raise ValueError("max_rows (rows per physical call) cannot be combined with a "
+                             "KV cache: a request's rows must share one call")
+        if layout is None:
+            zero = torch.zeros_like(n)
+            plan = self.plan(rows, n, cover=cover)
+            layout = HostRow.read(host_rows(zero, zero, zero, zero, plan))
+        # stats cover the active block and the next one, which a revealing step's next working
+        # set may hold; a block-diffusion model's next block is never read otherwise
+        ahead = 1 if b.block_size is not None and b.reveal == 0 and cover is None else 2
+        refresh_group, full_group, cached_group = [], [], []
+        for r, (i, h) in enumerate(zip(b.ids, layout)):
+            if h.rows == 0:
+                continue
+            if h.hi_block < 0:
+                raise RuntimeError("forward called on rows without any mask")
+            lo, hi = h.lo_block * B, min(L, (h.hi_block + ahead) * B)
+            if kc is not None and not h.full:
+                span = kc.span(h.cached_block, h.cached_reveal)
+                cached_group.append(Seat(r, i, h.rows, lo, min(hi, span[1]), span, 0))
+            elif kc is not None and kc.base_refresh and h.base_fits:
+                # dual_base: the base row alone refreshes the cache, the others are cached
+                span = kc.span(h.base_block, h.base_reveal)
+                refresh_group.append(Seat(r, i, 1, lo, hi, None, 0))
+                cached_group.append(Seat(r, i, h.rows - 1, lo, min(hi, span[1]), span, 1))
+            else:
+                full_group.append(Seat(r, i, h.rows, lo, hi, None, 0))
+        if kc is not None and not cached_group and not refresh_group:
+            # every calling request refreshes (always so for one request): free the old caches
+            # before the full call, so that they do not sit beside its activations and rows
+            kc.kv = None
+        # flat outputs with one spare slot at the end, where padded query positions write
+        tok = torch.full((R * M * L + 1,), b.mask_id, dtype=torch.long, device=b.device)
+        nf = 4 if entropy else 3
+        val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=b.device)
+        flat = rows.reshape(R * M, L)
+        for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
+            for chunk in _chunks(group, max_rows):
+                self._physical(chunk, flat, M, tok, val, entropy, refresh)
+        tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
+
+    def _physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
+                  val_out: Tensor, entropy: bool, refresh: bool = False) -> None:
+        """One model call over ``seats``; writes each row's stats into ``tok_out``
+        [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat [R*M, L] plus a spare slot) at its
+        layout row."""
+        b = self.b
+        dev = b.device
+        layout, owner, lens = [], [], []
+        for s in seats:
+            layout += range(s.r * M + s.first, s.r * M + s.first + s.rows)
+            owner += [s.request] * s.rows
+            lens.append(s.hi - s.lo)
+        N = len(layout)
+        index = upload([layout, owner], dev)
+        gen = flat.index_select(0, index[0])
+        tokens = torch.cat([b.prompt.index_select(0, index[1]), gen], dim=1)      # [N, T]
+        P = max(lens)
+        at = index[0][:, None] * b.L                                            # [N, 1]
+        if len(seats) == 1:
+            lo, hi = seats[0].lo, seats[0].hi
+            positions = torch.arange(b.P0 + lo, b.P0 + hi, device=dev)
+            gpos = positions.expand(N, P) - b.P0
+            at = at + gpos
+        else:
+            lo_len = upload([[s.lo, s.hi - s.lo] for s in seats for _ in range(s.rows)],
+                            dev)                                                # [N, 2]
+            j = torch.arange(P, device=dev)[None]
+            step = torch.minimum(j, lo_len[:, 1:] - 1)
+            gpos = lo_len[:, :1] + step                                          # [N, P]
+            positions = gpos + b.P0
+            # positions past a row's range repeat its last one: their outputs go to the spare
+            at = torch.where(j < lo_len[:, 1:], at + gpos, tok_out.shape[0] - 1)
+        attention = None
+        if b.attention is not None and any(b.padded[s.request] for s in seats):
+            attention = b.attention.index_select(0, index[1])
+        if b.block_size is not None and self.cache is None:
+            # block-causal: positions after the last requested block cannot influence any
+            # requested one, so the call runs on the canvas up to that block's end
+            end = b.P0 + max(s.hi for s in seats)
+            tokens = tokens[:, :end]
+            attention = None if attention is None else attention[:, :end]
+        cache = None
+        if self.cache is not None:
+            spans = None if seats[0].span is None else [s.span for s in seats]
+            cache = self.cache.call([s.request for s in seats], [s.rows for s in seats], spans,
+                                    gen=gen, row_r=index[0] // M, refresh=refresh)
+        logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
+        for s in seats:
+            self.nfe[s.request] += 1
+            self.rows[s.request] += s.rows
+        ent = entropy_from_logits(logits, b.mask_id, fixed=b.invariant) if entropy else None
+        noise = None
+        if b.temperature > 0:
+            noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
+        cur = gen.gather(1, gpos)
+        if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
+            tok, conf, pmax, pcur = stats_from_logits(logits, cur, b.mask_id, b.temperature,
+                                                      noise, fixed=b.invariant)
+        else:
+            tok, conf, pmax, pcur = compiled_stats_from_logits(
+                logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step)
+        vals = [conf, pmax, pcur] + ([ent] if entropy else [])
+        # each row's stats land at (its layout row, its positions) of the flat outputs
+        at = at.reshape(-1)
+        tok_out.index_put_((at,), tok.to(dev).reshape(-1))
+        for f, v in enumerate(vals):
+            val_out[f].index_put_((at,), v.to(dev).reshape(-1))
+
+    def _noise(self, seats: list[Seat], P: int, V: int) -> Tensor:
+        """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws
+        [hi - lo, V] from its generator, shared by its rows, repeated along the padding."""
+        per = []
+        for s in seats:
+            g = self.b.generator(s.request)
+            z = gumbel_like((s.hi - s.lo, V), g, g.device)
+            if s.hi - s.lo < P:
+                z = torch.cat([z, z[-1:].expand(P - (s.hi - s.lo), V)])
+            per.append(z)
+        if len(per) == 1:
+            return per[0]
+        counts = [s.rows for s in seats]
+        # output_size: the length is known here, so the device is never asked for it
+        return torch.repeat_interleave(torch.stack(per), upload(counts, per[0].device),
+                                       dim=0, output_size=sum(counts))
+
+    def commit_caches(self, y: Tensor) -> None:
+        """After a round committed states ``y`` [R, L] (live order): requests whose call was
+        full keep the committed row's keys/values (one set of tensor operations for all)."""
+        if self.cache is not None:
+            self.cache.commit(y)
+
+
+def _chunks(group: list[Seat], max_rows: int | None):
+    """Seats cut into physical calls of at most ``max_rows`` rows; yields lists of seats."""
+    if not group:
+        return
+    if max_rows is None:
+        yield group
+        return
+    out, room = [], max_rows
+    for s in group:
+        j0 = 0
+        while j0 < s.rows:
+            take = min(room, s.rows - j0)
+            out.append(s._replace(rows=take, first=s.first + j0))
+            j0 += take
+            room -= take
+            if room == 0:
+                yield out
+                out, room = [], max_rows
+    if out:
+        yield out

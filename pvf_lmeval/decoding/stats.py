@@ -1,0 +1,118 @@
+"""Per-position statistics of model calls: what every decoder step reads of the logits.
+
+:class:`Stats` holds them, batched over requests and rows, indexed by *generation position*
+(0..L-1, the prompt excluded) along the last dimension; :func:`stats_from_logits` computes them
+from a call's logits in one pass over the vocabulary, and :func:`entropy_from_logits` the
+entropies that verification with an online vocabulary (or calibration) also needs.
+Probabilities are plain softmax probabilities in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..tensors.fixed_order import fixed_sum
+
+
+@dataclass
+class Stats:
+    """Per-position statistics of states from model calls, batched over any leading dims.
+
+    tok:  [..., L] long   top-1 token (Gumbel-max sample when temperature > 0); mask id outside
+                          the positions the state's call covered.
+    conf: [..., L] float  softmax probability of ``tok`` under the raw logits; 0 outside.
+    pmax: [..., L] float  max_w P(w | z) (equals ``conf`` at temperature 0); 0 outside.
+    pcur: [..., L] float  probability of the token the state already holds at that position
+                          (0 where it holds the mask); used by ``plan_self_check``.
+    ent:  [..., L] float  entropy (nats) of the softmax over the raw logits (mask excluded); 0
+                          outside. Only computed when the step asked for it (verification with
+                          entropies: online vocabulary, calibration), else None.
+
+    A call covers, per request, the generation positions from the earliest active block of its
+    rows to the end of the block after the latest one (active + next block of every row); on a
+    block-diffusion model, to the end of the latest one unless the step reveals next blocks.
+    """
+
+    tok: Tensor
+    conf: Tensor
+    pmax: Tensor
+    pcur: Tensor
+    ent: Tensor | None = None
+
+    def pick(self, index: Tensor) -> "Stats":
+        """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L] (new tensors,
+        not views: a compiled round's inputs are then alike in every round)."""
+        r = torch.arange(index.shape[0], device=index.device)
+        return Stats(*(None if t is None else t[r, index]
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+
+    def row(self, j: int) -> "Stats":
+        """Stats [R, L] of row ``j`` of every request from stats [R, M, L] (views)."""
+        return Stats(*(None if t is None else t[:, j]
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+
+    def select(self, keep: Tensor) -> "Stats":
+        """The requests ``keep`` (index tensor along dim 0)."""
+        return Stats(*(None if t is None else t.index_select(0, keep)
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+
+
+def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,
+                      noise: Tensor | None = None, *, fixed: bool = False
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
+
+    The mask token's logit is set to -inf first. ``noise`` [P, V] or [N, P, V] (Gumbel) is added
+    to ``logits / temperature`` for the choice of ``tok`` only; it is shared by every row of a
+    request so that branches of one call compare like with like.
+
+    One read of the vocabulary for the maximum and two passes for the normaliser, in place: the
+    float32 ``logits`` are overwritten (the decoder owns the tensor the model returns; a copy
+    is made only for other dtypes). The normaliser is torch.logsumexp's own arithmetic
+    (max-shifted sum of exponentials, bit for bit), reusing the maximum the top-1 needs anyway;
+    ``fixed``: the sum of exponentials in :func:`fixed_sum`'s order (batch-invariant decoding).
+    """
+    lg = logits.float()
+    lg[..., mask_id] = float("-inf")
+    mx, tok = lg.max(dim=-1)
+    if temperature > 0:
+        tok = (lg / temperature + noise).argmax(dim=-1)
+        at_tok = lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    at_cur = lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1)
+    shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
+    ex = lg.sub_(shift.unsqueeze(-1)).exp_()
+    lse = (fixed_sum(ex) if fixed else ex.sum(dim=-1)).log_().add_(shift)
+    pmax = torch.exp(mx - lse)
+    conf = torch.exp(at_tok - lse) if temperature > 0 else pmax
+    pcur = torch.exp(at_cur - lse)
+    return tok, conf, pmax, pcur
+
+
+
+def entropy_from_logits(logits: Tensor, mask_id: int, *, fixed: bool = False) -> Tensor:
+    """Entropy [N, P] (nats) of softmax(logits) [N, P, V] with the mask token excluded.
+
+    Ids whose logit is -inf (the mask, undecodable ids) contribute 0. Only the calibration and
+    the online vocabulary ask for it, so the default decoding path never pays for it.
+    ``fixed``: every sum over the vocabulary in :func:`fixed_sum`'s order (batch-invariant).
+    """
+    lg = logits.float()
+    lg[..., mask_id] = float("-inf")
+    if fixed:
+        logp = log_softmax_fixed(lg)
+    else:
+        logp = torch.log_softmax(lg, dim=-1)
+    p = logp.exp()
+    plogp = p * torch.where(p > 0, logp, torch.zeros_like(logp))
+    return -(fixed_sum(plogp) if fixed else plogp.sum(-1))
+
+
+
+def log_softmax_fixed(lg: Tensor) -> Tensor:
+    """log_softmax over the last dim with the normaliser summed in :func:`fixed_sum`'s order
+    (a row's values depend on that row only); -inf logits stay -inf."""
+    z = lg - lg.max(dim=-1, keepdim=True).values
+    return z - fixed_sum(z.exp()).log().unsqueeze(-1)

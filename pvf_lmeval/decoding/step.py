@@ -1,0 +1,180 @@
+"""What a decoder step is: the contract every decoder implements (:class:`Step`), the branches it
+sends to the model each round (:class:`Branches`), the row it commits (:class:`Choice`), and the
+route codes that label every committed position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .rules import rules_for
+from .stats import Stats
+
+#: route codes (int8 in tensors); index into ROUTE_NAMES for the public label
+NONE, BASE, PLAN, AR, FORCED, EXPLORE = 0, 1, 2, 3, 4, 5
+ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore")
+
+
+@dataclass
+class Branches:
+    """What a step sends to the model this round, for every live request at once.
+
+    rows:    [R, M] + [L] long: candidate generation regions, M = the step's rows per call.
+             Row 0 is the request's *base* state: what it commits when it makes no call.
+    n:       [R] long: rows each request sends (its first ``n`` rows; 0 = no call: the base
+             state is finished, no mask left or stopped early).
+    labels:  [R, L] int8: route codes of the base state's commits.
+    entropy: whether the call also computes entropies (``Stats.ent``).
+    cover:   optional [R] long: the call must also cover stats from this generation position
+             on (else it starts at the rows' earliest active block).
+    memo:    whatever the step's ``choose`` needs from this round: tensors with the requests
+             along dim 0, tuples of them, or plain values (see :meth:`select`).
+    unmade:  optional [R] long: calls the request counts on its NFE without making them
+             (``rules=reference``, switch 9); the loop adds them when it reads the round.
+    """
+
+    rows: Tensor
+    n: Tensor
+    labels: Tensor
+    entropy: bool = False
+    memo: dict = field(default_factory=dict)
+    cover: Tensor | None = None
+    unmade: Tensor | None = None
+
+    def select(self, keep: Tensor) -> "Branches":
+        """The branches of the requests ``keep`` (index tensor along dim 0 of every tensor,
+        ``memo``'s included)."""
+        return Branches(*(take_rows(v, keep) for v in (self.rows, self.n, self.labels)),
+                        entropy=self.entropy, memo=take_rows(self.memo, keep),
+                        cover=take_rows(self.cover, keep), unmade=take_rows(self.unmade, keep))
+
+
+def take_rows(v, keep: Tensor):
+    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple or a dict's values; other
+    values as they are."""
+    if isinstance(v, Tensor):
+        return v.index_select(0, keep)
+    if isinstance(v, tuple):
+        return tuple(take_rows(x, keep) for x in v)
+    if isinstance(v, dict):
+        return {k: take_rows(x, keep) for k, x in v.items()}
+    return v
+
+
+@dataclass
+class Choice:
+    """Which row each request commits after the call.
+
+    pick:   [R] long: index into the request's rows (ignored for requests that made no call).
+    labels: [R, L] int8: route codes of everything that row commits.
+    tally:  optional [R] long counters to add to the request's record (``plan_tried``,
+            ``plan_passed``).
+    extra:  optional [R, L] bool: positions also committed, with the token of the stats the
+            step was given, on top of the picked row (``rules=reference``: a token forced after
+            the call). The state is then no row of the call: the step must not use the picked
+            row's stats for it (it makes a fresh call next round).
+    remask: optional [R, L] bool: positions of the picked row that are masked again (they
+            conditioned the call but are not committed; ``rules=reference``). The picked row's
+            stats still feed the next round, as in the reference code.
+    memo:   tensors the trace reads (only read when decoding with ``trace=True``).
+    state:  the step's per-request state for the next round (see :meth:`Step.start`), None for
+            steps without one.
+    record: what the loop hands to :meth:`Step.record` after the round (outside a compiled
+            round's programs): a tuple of tensors, or None for nothing to record.
+    """
+
+    pick: Tensor
+    labels: Tensor
+    tally: dict = field(default_factory=dict)
+    extra: Tensor | None = None
+    remask: Tensor | None = None
+    memo: dict = field(default_factory=dict)
+    state: dict | None = None
+    record: tuple | None = None
+
+
+class Step:
+    """A decoder: how one round builds each request's branch rows and picks the committed one.
+
+    Decoders describe themselves: ``name``; ``uses_vocab`` (reads the planning vocabulary);
+    ``reveals`` (honours ``reveal_next``, early cross-block revelation); ``draws`` (needs
+    uniform draws each round); ``rows_per_call(params)`` (M, the most rows a request sends in
+    one round). ``max_rows`` caps the rows of one physical model call (None: no cap).
+
+    A step is pure: ``branches`` and ``choose`` are tensor operations on their arguments only,
+    never a host value that changes from round to round (``b.ids`` included) and never a side
+    effect, so that a round runs as a compiled program (``compile_round``). What a step needs
+    beyond the round's tensors comes from the loop:
+
+    - ``branches(b, y, st, state, draws)`` gets the committed states ``y`` [R, L] of the live
+      requests (their numbers: ``b.req`` on the device), their stats [R, L], the step's
+      per-request ``state`` (rows of the live requests) and, for a step with ``draws``, the
+      round's uniform draws [R, L] (one per generation position, from each request's own
+      generator, made by the loop before the step);
+    - ``choose(b, y, st, br, out)`` gets the stats [R, M, L] of the rows sent and returns a
+      :class:`Choice`: the committed row, the step's next ``state``, and what to ``record``;
+    - the loop keeps ``state`` between rounds (:meth:`start` gives its first value: a dict of
+      tensors [n, ...] indexed by request, or None) and drops a finished request's rows of it
+      as it drops its canvas; it hands ``Choice.record`` to :meth:`record`, outside a compiled
+      round's programs (the default: the online vocabulary's queue of planning outcomes).
+
+    ``info(r, made_call, br, choice)`` is the trace record of live request r (trace mode only;
+    it may read tensors).
+
+    The loop builds a round's branches at the end of the round before, for every request live
+    then, so that one host read carries their call layout with that round's stop flags; the
+    branches of the requests that finished in that round are then dropped
+    (:meth:`Branches.select`). So ``branches`` never reads the host, keeps what ``choose``
+    needs in ``memo``, and changes nothing that a finished request's result depends on (calls
+    it counts without making go to ``Branches.unmade``); per-round accounting belongs in
+    ``choose``.
+    """
+
+    name = ""
+    uses_vocab = False
+    reveals = False
+    draws = False
+    max_rows: int | None = None
+
+    @staticmethod
+    def rows_per_call(params) -> int:
+        return 1
+
+    def __init__(self, params):
+        self.p = params
+        self.reveal = params.reveal_next if self.reveals else 0
+        self.rows = self.rows_per_call(params)
+        self.rules = rules_for(params.rules)
+
+    def start(self, b) -> dict | None:
+        """The step's per-request state before the first round (tensors [n, ...]), or None."""
+        return None
+
+    def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
+                 draws: Tensor | None = None) -> Branches:
+        raise NotImplementedError
+
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
+        """Single-row steps: the request commits its one row."""
+        return Choice(torch.zeros_like(br.n), br.labels)
+
+    def record(self, b, record: tuple) -> None:
+        """Keep a round's ``Choice.record`` (called by the loop): the planning outcomes
+        (token, non-vacuous, passed, VIG, tried) go to the online vocabulary's queue."""
+        b.vocab.record(*record)
+
+    def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
+        return {"route": "base"}
+
+
+def single_row(b, zb: Tensor, labels: Tensor) -> Branches:
+    """Branches of a step that commits ``zb`` [R, L] with a single-row call (none once finished)."""
+    return Branches(zb.unsqueeze(1), (~b.finished(zb)).long(), labels)
+
+
+def base_labels(sel: Tensor, forced: Tensor) -> Tensor:
+    """int8 route codes [..., L]: ``forced`` where forced, ``base`` where selected, else none."""
+    return torch.where(forced, FORCED, torch.where(sel, BASE, NONE)).to(torch.int8)

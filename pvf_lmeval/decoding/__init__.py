@@ -1,6 +1,14 @@
 """Decoders for diffusion LMs: static, threshold, freedave, pvf, explore (rules: docs/decoding.md).
 
-Pure torch and device-agnostic; sees only the model protocol described in :mod:`.api`.
+Pure torch and device-agnostic; sees only the model protocol described in :mod:`.api`. The
+loop (:mod:`.loop`) runs rounds of call (:mod:`.runner`), settle and prepare (:mod:`.round`)
+over the requests' state (:mod:`.batch`); each decoder is a :class:`.step.Step`.
+
+The planning vocabulary a decoder reads is a token-id set decided before decoding
+(:mod:`.plan_vocab`: ``FixedVocab``), or an online one that learns between batches: decoding
+holds only what a round reads (eligible ids as a tensor), never files. Where the ids come from
+(artifacts on disk, calibration, the online mode's statistics) is :mod:`pvf_lmeval.planning`'s:
+it reads and writes files and tokenizers, which a decoder must not depend on.
 """
 
 from .api import DECODERS, decode, decode_batch

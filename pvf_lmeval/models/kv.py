@@ -81,6 +81,10 @@ def cached_rows(net, tokens: torch.Tensor, positions: torch.Tensor, attention_ma
         keep_c &= real
     pos_ids = (qpos - pad[:, None]).clamp(min=0)[:, None, :].expand(R, nmax, S).reshape(R, Q)
     valid_k = (j[None, :] < ln[:, None])                                    # [R, S]
+    if attention_mask is not None:
+        # a span may start on padding: a shifted checkpoint's span begins one position early,
+        # on the block before a region whose prompt head is all padding
+        valid_k &= real[torch.arange(R, device=dev)[:, None], qpos]
     keep_f = ((ii[:, None] == ii[None, :])[None, :, None, :, None]
               & valid_k[:, None, None, None, :]).expand(R, nmax, S, nmax, S).reshape(R, Q, Q)
     keep_c = keep_c[:, None, :].expand(R, Q, T)

@@ -26,7 +26,9 @@ BUNDLED = ("tiny-llada", "tiny-dream")
 #: and DiffuCoder's ``<|dlm_pad|>`` (it fills the canvas after its answer; its reference decoding
 #: cuts the text there)
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
-MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>")
+#: mask tokens by name, for folders whose config.json has no mask id: LLaDA-MoE's and LLaDA 2.x's,
+#: Dream's, Fast-dLLM v2's
+MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "|<MASK>|")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: what a hub download fetches: configs, weights, tokenizer data; never the repository's code
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")

@@ -1,4 +1,5 @@
-"""Routed experts: the feed-forward layer of mixture-of-experts checkpoints (LLaDA-MoE, LLaDA 2.x).
+"""Routed experts: the feed-forward layer of mixture-of-experts checkpoints (LLaDA-MoE, LLaDA 2.x,
+the Qwen3-MoE families: SDAR-MoE, RND1).
 
 A router scores every token against ``n_experts`` experts; each token goes to its ``top_k``
 experts, whose SwiGLU outputs are summed with the routing weights; shared experts (a SwiGLU MLP
@@ -14,7 +15,13 @@ Routing (:func:`route`), in the order it is computed, all in float32:
    groups stay eligible;
 4. the ``top_k`` eligible experts with the highest selection scores are chosen;
 5. their weights are the scores (``bias_in_weight``: the selection scores), divided by their sum
-   when ``normalize`` (plus 1e-20; not for ``top_k == 1``), times ``scaling``.
+   when ``normalize`` (plus 1e-20; for ``top_k == 1`` only with ``normalize_single``), times
+   ``scaling``.
+
+The families' rules in these terms: LLaDA-MoE = softmax, ``expert_bias`` in the weights, no
+normalisation; LLaDA 2.x = sigmoid, bias for selection only, groups, normalised (top-k > 1),
+scaled; Qwen3-MoE = softmax, normalised (``norm_topk_prob``, a single expert too: weight 1), no
+bias, no shared expert.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ class MoEConfig:
     #: the chosen weights include the expert bias (LLaDA-MoE's reference); else selection only
     bias_in_weight: bool = False
     normalize: bool = False
+    #: with ``normalize``, a single chosen expert is divided by its own score too (weight 1:
+    #: Qwen3-MoE); LLaDA 2.x's reference leaves a single expert's score as it is
+    normalize_single: bool = False
     scaling: float = 1.0
     n_groups: int = 1
     topk_groups: int = 1
@@ -89,7 +99,7 @@ def route(logits: torch.Tensor, cfg: MoEConfig, expert_bias: torch.Tensor | None
         select = grouped.masked_fill(~eligible[..., None], float("-inf")).view(m, -1)
     top, idx = select.topk(cfg.top_k, dim=-1)
     weight = top if cfg.bias_in_weight else scores.gather(1, idx)
-    if cfg.normalize and cfg.top_k > 1:
+    if cfg.normalize and (cfg.top_k > 1 or cfg.normalize_single):
         weight = weight / (weight.sum(-1, keepdim=True) + 1e-20)
     return idx, weight * cfg.scaling
 

@@ -267,3 +267,18 @@ def make_llada_folder(folder: Path, seed: int = 0, **shape) -> Path:
     write_shards(folder, llada_weights(cfg, seed))
     write_trap_modules(folder, ["configuration_llada.py", "modeling_llada.py"])
     return folder
+
+
+def make_mmada_folder(folder: Path, seed: int = 0, **shape) -> Path:
+    """MMaDA-8B's text model: LLaDA's layout and keys under ``model_type`` "mmada"
+    (``MMadaModelLM`` subclasses ``LLaDAModelLM``) with MMaDA's own keys (Gen-Verse/MMaDA
+    configs: llm_vocab_size 126464, codebook_size 8192, num_new_special_tokens 0)."""
+    mmada = {"model_type": "mmada", "architectures": ["MMadaModelLM"],
+             "auto_map": {"AutoConfig": "modeling_mmada.MMadaConfig",
+                          "AutoModel": "modeling_mmada.MMadaModelLM"},
+             "llm_vocab_size": 126464, "codebook_size": 8192, "num_vq_tokens": 256,
+             "num_new_special_tokens": 0, "new_vocab_size": 134656}
+    make_llada_folder(folder, seed, **{**mmada, **shape})
+    write_trap_modules(folder, ["modeling_mmada.py", "modeling_llada.py",
+                                "configuration_llada.py"])
+    return folder

@@ -67,3 +67,8 @@ network = pytest.mark.skipif(os.environ.get("PVF_NETWORK_TESTS") != "1",
 #: of the decoder x cache matrix
 compile_tier = pytest.mark.skipif(os.environ.get("PVF_COMPILE_TESTS") != "1",
                                   reason="slow compile tier: set PVF_COMPILE_TESTS=1 to run it")
+
+#: the rest of the new families' decoder x family matrix (tests/test_family_decoding.py) and
+#: their runs through the lm_eval CLI (tests/test_family_cli.py): a 152k-id LM head per call
+family_tier = pytest.mark.skipif(os.environ.get("PVF_FAMILY_TESTS") != "1",
+                                 reason="family tier: set PVF_FAMILY_TESTS=1 to run it")

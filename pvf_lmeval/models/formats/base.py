@@ -44,6 +44,12 @@ class CheckpointFormat:
     #: token ids the reference generate uses when neither config.json nor the tokenizer names
     #: them (keys ``mask_token_id``, ``eos_token_id``)
     generate_defaults: tuple[tuple[str, int], ...] = ()
+    #: the family as users name it (``pvf-dlm models``, README)
+    title: str = ""
+    #: ``architectures`` class names that identify the format when ``model_type`` does not
+    architectures: tuple[str, ...] = ()
+    #: the attention the network applies, in words (``pvf-dlm models``)
+    attention: str = "bidirectional"
 
     def ties_head(self, config: dict) -> bool:
         """Whether the LM head is the input embedding (an absent flag means the reference's default)."""

@@ -35,21 +35,28 @@ DREAM_FLAGS = (
 )
 
 
-def _dream_read(cfg: dict) -> TransformerConfig:
-    check_flags(cfg, DREAM_FLAGS, "Dream")
-    n_heads = need(cfg, "num_attention_heads", "Dream")
+def qwen2_config(cfg: dict, mt: str, flags: tuple = DREAM_FLAGS, **extra) -> TransformerConfig:
+    """The network of a Qwen2-layout config (q/k/v biases, no QK norm); ``mt`` names the family
+    in errors, ``extra`` adds fields (``block_size``)."""
+    check_flags(cfg, flags, mt)
+    n_heads = need(cfg, "num_attention_heads", mt)
     return TransformerConfig(
-        vocab_size=need(cfg, "vocab_size", "Dream"),
-        d_model=need(cfg, "hidden_size", "Dream"),
-        n_layers=need(cfg, "num_hidden_layers", "Dream"),
+        vocab_size=need(cfg, "vocab_size", mt),
+        d_model=need(cfg, "hidden_size", mt),
+        n_layers=need(cfg, "num_hidden_layers", mt),
         n_heads=n_heads,
         n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
-        ffn_hidden=need(cfg, "intermediate_size", "Dream"),
+        ffn_hidden=need(cfg, "intermediate_size", mt),
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=True,
         max_seq_len=cfg.get("max_position_embeddings", 32768),
+        **extra,
     )
+
+
+def _dream_read(cfg: dict) -> TransformerConfig:
+    return qwen2_config(cfg, "Dream")
 
 
 def _dream_write(c: TransformerConfig, special: dict) -> dict:
@@ -78,4 +85,5 @@ DREAM = CheckpointFormat(
     read_config=_dream_read, write_config=_dream_write,
     tied_names=("lm_head.weight", "model.embed_tokens.weight"),
     tie_flag="tie_word_embeddings", tie_default=False, tokenizer_class="Qwen2Tokenizer",
+    title="Dream, Dream-Coder, DiffuCoder", architectures=("DreamModel",),
 )

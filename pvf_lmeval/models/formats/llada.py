@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 
 from ..transformer import TransformerConfig
@@ -118,4 +120,8 @@ LLADA = CheckpointFormat(
     read_config=_llada_read, write_config=_llada_write,
     tied_names=("model.transformer.ff_out.weight", "model.transformer.wte.weight"),
     tie_flag="weight_tying", tie_default=True,
+    title="LLaDA, LLaDA-1.5", architectures=("LLaDAModelLM",),
 )
+#: MMaDA's text model: LLaDA's network, names and keys under its own ``model_type`` (its
+#: ``MMadaModelLM`` subclasses ``LLaDAModelLM``; text generation is LLaDA's)
+MMADA = replace(LLADA, model_type="mmada", title="MMaDA (text)", architectures=("MMadaModelLM",))

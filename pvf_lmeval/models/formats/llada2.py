@@ -134,19 +134,22 @@ def _llada2_writer(model_type: str):
     return write
 
 
-def _llada2_format(model_type: str, zero_kv_means_all: bool) -> CheckpointFormat:
+def _llada2_format(model_type: str, zero_kv_means_all: bool, title: str,
+                   architectures: tuple[str, ...] = ()) -> CheckpointFormat:
     return CheckpointFormat(
         model_type=model_type, family="llada2", logit_shift=0, name_map=LLADA2_NAMES,
         read_config=_llada2_reader(model_type, zero_kv_means_all),
         write_config=_llada2_writer(model_type),
         tied_names=("lm_head.weight", "model.word_embeddings.weight"),
         tie_flag="tie_word_embeddings", tie_default=False,
-        generate_defaults=LLADA2_GENERATE_IDS,
+        generate_defaults=LLADA2_GENERATE_IDS, title=title, architectures=architectures,
+        attention=f"block-causal, blocks of {LLADA2_BLOCK_SIZE}",
     )
 
 
 #: LLaDA2.0-mini/flash and LLaDA2.1 as their hub folders name them
-LLADA2 = _llada2_format("llada2_moe", zero_kv_means_all=False)
+LLADA2 = _llada2_format("llada2_moe", zero_kv_means_all=False, title="LLaDA 2.0, LLaDA 2.1",
+                        architectures=("LLaDA2MoeModelLM",))
 #: the same network under the model_type of the LLaDA2.1 port in dllm (num_key_value_heads 0 =
 #: one key/value head per query head)
-LLADA21 = _llada2_format("llada21_moe", zero_kv_means_all=True)
+LLADA21 = _llada2_format("llada21_moe", zero_kv_means_all=True, title="LLaDA 2.1 (dllm's port)")

@@ -132,4 +132,5 @@ LLADA_MOE = CheckpointFormat(
     read_config=_lladamoe_read, write_config=_lladamoe_write,
     tied_names=("lm_head.weight", "model.embed_tokens.weight"),
     tie_flag="tie_word_embeddings", tie_default=False,
+    title="LLaDA-MoE", architectures=("LLaDAMoEModelLM",),
 )

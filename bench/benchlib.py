@@ -113,6 +113,13 @@ SHAPES = {
         moe=MoEConfig(n_experts=256, top_k=8, expert_hidden=512, shared_hidden=512,
                       score="sigmoid", expert_bias=True, normalize=True, scaling=2.5, n_groups=8,
                       topk_groups=4, router_fp32=True, layers=(False,) + (True,) * 19)), 0),
+    # Qwen3-30B-A3B's network as RND1-Base-30B-A3B and SDAR-30B-A3B run it (RND1's config class
+    # values): every layer routed, softmax top 8 of 128 renormalised, no shared expert
+    "qwen3-moe-30b-a3b": (TransformerConfig(
+        vocab_size=151936, d_model=2048, n_layers=48, n_heads=32, n_kv_heads=4, ffn_hidden=0,
+        norm_eps=1e-6, rope_theta=1e6, head_size=128, qk_norm=True,
+        moe=MoEConfig(n_experts=128, top_k=8, expert_hidden=768, normalize=True,
+                      normalize_single=True)), 1),
 }
 #: the paper's Table 1 (LLaDA-8B-Instruct, GSM8K, L=512, B=64): calls per 512 tokens
 PAPER_CALLS_PER_512 = {"static": 512, "threshold": 89.77, "freedave": 135.65, "pvf": 31.34}

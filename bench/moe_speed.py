@@ -1,6 +1,6 @@
 """Speed and memory of the mixture-of-experts families at their real shapes, random weights.
 
-For LLaDA-MoE-7B-A1B and LLaDA2.0-mini shapes (bf16 on CUDA, float32 on a CPU): tokens/s and peak
+For LLaDA-MoE-7B-A1B, LLaDA2.0-mini and Qwen3-MoE-30B-A3B shapes (bf16 on CUDA, float32 on a CPU): tokens/s and peak
 memory of decoding replays (``threshold`` and ``pvf`` call schedules: the calls per 512 tokens of
 the PVF paper's Table 1 for LLaDA-8B-Instruct, spread evenly over the blocks; pvf's calls carry
 ``--pvf-width`` branch rows), cache ``dual`` and ``prefix``, batch 1 and 16 (16 requests in one
@@ -9,13 +9,18 @@ the same active width (``top_k * expert_hidden + shared_hidden``) on the same ro
 weights decide nothing, so the schedules are replayed, not decoded; every request is counted as
 producing ``--gen-length`` tokens. LLaDA2 runs with its block-causal mask (block 32).
 
-    python bench/moe_speed.py                          # both shapes, on CUDA when present
+    python bench/moe_speed.py                          # the two LLaDA shapes, on CUDA when present
+    python bench/moe_speed.py --shapes qwen3-moe-30b-a3b   # RND1 / SDAR-30B-A3B's network (~61 GB bf16)
     python bench/moe_speed.py --reduce 16 --device cpu # a reduced-shape check on a CPU
 
 Shapes: LLaDA2.0-mini's from its published config.json (hidden 2048, 20 layers, 16 heads, 4
 key/value heads of 128, 256 experts of 512, top 8, 1 shared, first layer dense of 5120, 8 groups
 keep 4, vocab 157184). LLaDA-MoE-7B-A1B's (hidden 2048, 16 layers, 16 heads, 64 experts of 1024,
-top 8, vocab 157184) are assumed (7B total, about 1.4B active), not read from its config.json.
+top 8, every layer routed) are those a third-party README quotes from its config.json; its vocab
+157184 is assumed. Qwen3-MoE-30B-A3B's are RND1's config class values
+(hidden 2048, 48 layers, 32 heads, 4 key/value heads of 128, 128 experts of 768, top 8
+renormalised, vocab 151936), as RND1-Base-30B-A3B and SDAR-30B-A3B run them; its weights alone
+are about 61 GB in bfloat16, so it runs only when named (it is not in the default --shapes).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ import benchlib
 from benchlib import PAPER_CALLS_PER_512, KVCache, call_view, peak_mib, random_model, reset_peak, sync
 
 #: the shapes of the mixture-of-experts families (``benchlib.SHAPES``)
-SHAPES = ("llada-moe-7b-a1b", "llada2-mini")
+SHAPES = ("llada-moe-7b-a1b", "llada2-mini", "qwen3-moe-30b-a3b")
+#: what runs without --shapes (the GPU session's budget covers these two)
+DEFAULT_SHAPES = SHAPES[:2]
 
 
 def reduced(cfg: TransformerConfig, k: int) -> TransformerConfig:
@@ -131,7 +138,8 @@ def expert_vs_dense(model, rows: int, reps: int, device) -> tuple[float, float]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of {', '.join(SHAPES)}")
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
+                    help=f"comma list of {', '.join(SHAPES)} (default: {', '.join(DEFAULT_SHAPES)})")
     ap.add_argument("--reduce", type=int, default=1, help="divide widths, experts, vocab, depth by this")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--prompt-len", type=int, default=128)

@@ -98,6 +98,20 @@ def test_vocab_lists_every_bundled_artifact():
     assert row.split()[1:6] == ["calibrated", "llada", "math-word", str(n), "tiny-llada"]
 
 
+def test_models_lists_every_family_and_how_it_is_recognised():
+    text = dlm("models")
+    rows = [line for line in text.split("\n\n")[0].splitlines()[1:]]
+    by_type = {line.split("  ")[0]: line for line in rows}
+    assert len(rows) == 10
+    sdar = next(line for line in rows if line.startswith("SDAR, TraDo "))
+    assert sdar.split()[2:4] == ["sdar", "SDARForCausalLM"]
+    assert "block-causal, blocks of block_size (4 if absent)" in sdar
+    fast = next(line for line in rows if line.startswith("Fast-dLLM v2 "))
+    assert fast.split()[-2:] == ["yes", "151665"]                 # shifted; |<MASK>| by default
+    assert "LLaDA-MoE" in by_type and "model_type llada with num_experts is LLaDA-MoE" in text
+    assert "  diffusion_gemma: DiffusionGemma is a uniform-state diffusion model" in text
+
+
 def test_no_command_is_a_usage_error():
     proc = subprocess.run([sys.executable, "-m", "pvf_lmeval.cli.dlm"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)

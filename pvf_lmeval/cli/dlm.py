@@ -4,6 +4,7 @@
     pvf-dlm decoders            the decoders and the parameters each reads
     pvf-dlm presets             the PVF presets, their values and the bundled tasks that use them
     pvf-dlm vocab               the bundled planning-vocabulary artifacts (names for vocab=)
+    pvf-dlm models              the model families and how a checkpoint folder is recognised
 """
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ def vocab_text() -> str:
                            "made for"))
 
 
+def models_text() -> str:
+    from ..models.formats import FORMATS, REFUSED
+    from ..models.loader import MASK_TOKENS
+
+    rows = []
+    for f in FORMATS.values():
+        mask = dict(f.generate_defaults).get("mask_token_id")
+        rows.append((f.title, f.model_type, ", ".join(f.architectures) or "-", f.attention,
+                     "yes" if f.logit_shift else "no", "-" if mask is None else str(mask)))
+    table = _columns(rows, ("family", "model_type", "or architectures", "attention",
+                            "shifted logits", "default mask id"))
+    refused = "".join(f"  {t}: {why}\n" for t, why in REFUSED.items())
+    return (table + "\nconfig.json is read by its model_type, else by the first class in "
+            "architectures listed above; model_type llada with num_experts is LLaDA-MoE (its "
+            "released folders say llada).\nThe mask id is config.json's mask_token_id, else the "
+            f"tokenizer's {' / '.join(MASK_TOKENS)}, else the default above.\n"
+            f"Refused with one line:\n{refused}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pvf-dlm", description="What lm_eval --model pvf-dlm accepts, printed from the code.")
@@ -82,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("decoders", help="the decoders and the parameters each reads")
     sub.add_parser("presets", help="the PVF presets and the bundled tasks that use them")
     sub.add_parser("vocab", help="the bundled planning-vocabulary artifacts (names for vocab=)")
+    sub.add_parser("models", help="the model families and how a checkpoint folder is recognised")
     return p
 
 
@@ -89,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console script ``pvf-dlm``."""
     ns = parser().parse_args(argv)
     text = {"args": lambda: args_text(ns.markdown), "decoders": decoders_text,
-            "presets": presets_text, "vocab": vocab_text}[ns.command]()
+            "presets": presets_text, "vocab": vocab_text, "models": models_text}[ns.command]()
     sys.stdout.write(text)
     return 0
 

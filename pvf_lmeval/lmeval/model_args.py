@@ -59,7 +59,7 @@ def _preset_default(name: str) -> str:
 #: model-level keys (loading, batching, outputs), in the order ``pvf-dlm args`` prints them
 MODEL_ARGS = (
     ArgSpec("pretrained", "tiny-llada", "a checkpoint folder, a hub id, tiny-llada, tiny-dream",
-            "the model to load (LLaDA, Dream, LLaDA-MoE, LLaDA 2.x families)"),
+            "the model to load (the families of `pvf-dlm models`)"),
     ArgSpec("dtype", "auto", "auto, float32, bfloat16, float16",
             "weights and activations; auto is bfloat16 on CUDA, float32 on the CPU"),
     ArgSpec("device", "lm-eval's --device", "cuda, cuda:N, cpu",

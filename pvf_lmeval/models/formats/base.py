@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..transformer import TransformerConfig
 
-#: the layer prefix of Qwen-style weight names (Dream, LLaDA-MoE, LLaDA 2.x)
+#: the layer prefix of Qwen-style weight names (Dream, LLaDA-MoE, LLaDA 2.x, the Qwen3 families)
 QWEN_LAYER = r"model\.layers\.(?P<i>\d+)\."
 #: the expert index of a routed expert's weight name
 EXPERT = r"experts\.(?P<e>\d+)\."

@@ -58,5 +58,5 @@ FAST_DLLM = CheckpointFormat(
     tie_flag="tie_word_embeddings", tie_default=False, tokenizer_class="Qwen2Tokenizer",
     generate_defaults=FAST_DLLM_GENERATE_IDS, title="Fast-dLLM v2",
     architectures=("Fast_dLLM_QwenForCausalLM",),
-    attention=f"block-causal, blocks of config.json's bd_size ({FAST_DLLM_BLOCK_SIZE} when absent)",
+    attention=f"block-causal, blocks of bd_size ({FAST_DLLM_BLOCK_SIZE} if absent)",
 )

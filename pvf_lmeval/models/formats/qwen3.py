@@ -30,6 +30,8 @@ from .base import EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, c
 
 #: SDAR's block length when config.json has no ``block_size`` (the reference generate's default)
 SDAR_BLOCK_SIZE = 4
+#: the most layers a per-layer routed/dense table is built for (real checkpoints hold < 200)
+MAX_TABLE_LAYERS = 1 << 16
 #: RND1's mask id when config.json has none (its config class's default)
 RND1_GENERATE_IDS = (("mask_token_id", 151669),)
 
@@ -87,6 +89,10 @@ def _routed_layers(cfg: dict, n_layers: int, mt: str) -> tuple[bool, ...] | None
                                     f"checkpoint needs a list of layer indices")
     if step == 1 and not dense:
         return None                                      # every layer routed
+    if n_layers > MAX_TABLE_LAYERS:     # the weights' layer count is checked later: no 10**9 table
+        raise UnsupportedCheckpoint(f"config.json: num_hidden_layers={n_layers} with dense layers "
+                                    f"(decoder_sparse_step, mlp_only_layers); a {mt} checkpoint "
+                                    f"has at most {MAX_TABLE_LAYERS}")
     dense = set(dense)
     return tuple(i not in dense and (i + 1) % step == 0 for i in range(n_layers))
 
@@ -175,7 +181,7 @@ def _format(model_type, family, title, architecture, names, read, *, shift=0, de
         attention=attention)
 
 
-_SDAR_BLOCKS = f"block-causal, blocks of config.json's block_size ({SDAR_BLOCK_SIZE} when absent)"
+_SDAR_BLOCKS = f"block-causal, blocks of block_size ({SDAR_BLOCK_SIZE} if absent)"
 SDAR = _format("sdar", "sdar", "SDAR, TraDo", "SDARForCausalLM", QWEN3_NAMES, _sdar_read,
                attention=_SDAR_BLOCKS)
 SDAR_MOE = _format("sdar_moe", "sdar", "SDAR-MoE", "SDARMoeForCausalLM", QWEN3_MOE_NAMES,

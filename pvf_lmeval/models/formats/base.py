@@ -19,8 +19,31 @@ from ..transformer import TransformerConfig
 
 #: the layer prefix of Qwen-style weight names (Dream, LLaDA-MoE, LLaDA 2.x, the Qwen3 families)
 QWEN_LAYER = r"model\.layers\.(?P<i>\d+)\."
+
 #: the expert index of a routed expert's weight name
 EXPERT = r"experts\.(?P<e>\d+)\."
+
+
+def qwen_names(biases: str = "", qk_norm: bool = False) -> tuple[tuple[str, str], ...]:
+    """The name map of the Qwen layout (Qwen2/Qwen3 and their diffusion descendants): embedding,
+    per layer the q/k/v/o projections (a bias on each of ``biases``, e.g. "qkv"), per-head
+    ``q_norm``/``k_norm`` with ``qk_norm``, the two norms and a dense SwiGLU MLP; final norm, head."""
+    return (
+        (r"model\.embed_tokens\.weight", "embed.weight"),
+        (QWEN_LAYER + r"input_layernorm\.weight", "blocks.{i}.attn_norm.weight"),
+        *((QWEN_LAYER + rf"self_attn\.{p}_proj\.weight", f"blocks.{{i}}.attn.{p}_proj.weight")
+          for p in "qkvo"),
+        *((QWEN_LAYER + rf"self_attn\.{p}_proj\.bias", f"blocks.{{i}}.attn.{p}_proj.bias")
+          for p in biases),
+        *(((QWEN_LAYER + r"self_attn\.q_norm\.weight", "blocks.{i}.attn.q_norm.weight"),
+           (QWEN_LAYER + r"self_attn\.k_norm\.weight", "blocks.{i}.attn.k_norm.weight"))
+          if qk_norm else ()),
+        (QWEN_LAYER + r"post_attention_layernorm\.weight", "blocks.{i}.mlp_norm.weight"),
+        *((QWEN_LAYER + rf"mlp\.{p}_proj\.weight", f"blocks.{{i}}.mlp.{p}_proj.weight")
+          for p in ("gate", "up", "down")),
+        (r"model\.norm\.weight", "norm.weight"),
+        (r"lm_head\.weight", "lm_head.weight"),
+    )
 
 
 class UnsupportedCheckpoint(ValueError):

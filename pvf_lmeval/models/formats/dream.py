@@ -4,25 +4,10 @@ shifted by one (the output at ``i-1`` predicts ``i``)."""
 from __future__ import annotations
 
 from ..transformer import TransformerConfig
-from .base import QWEN_LAYER, CheckpointFormat, check_flags, need
+from .base import CheckpointFormat, check_flags, need, qwen_names
 
-DREAM_NAMES = (
-    (r"model\.embed_tokens\.weight", "embed.weight"),
-    (QWEN_LAYER + r"input_layernorm\.weight", "blocks.{i}.attn_norm.weight"),
-    (QWEN_LAYER + r"self_attn\.q_proj\.weight", "blocks.{i}.attn.q_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.k_proj\.weight", "blocks.{i}.attn.k_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.v_proj\.weight", "blocks.{i}.attn.v_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.q_proj\.bias", "blocks.{i}.attn.q_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.k_proj\.bias", "blocks.{i}.attn.k_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.v_proj\.bias", "blocks.{i}.attn.v_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.o_proj\.weight", "blocks.{i}.attn.o_proj.weight"),
-    (QWEN_LAYER + r"post_attention_layernorm\.weight", "blocks.{i}.mlp_norm.weight"),
-    (QWEN_LAYER + r"mlp\.gate_proj\.weight", "blocks.{i}.mlp.gate_proj.weight"),
-    (QWEN_LAYER + r"mlp\.up_proj\.weight", "blocks.{i}.mlp.up_proj.weight"),
-    (QWEN_LAYER + r"mlp\.down_proj\.weight", "blocks.{i}.mlp.down_proj.weight"),
-    (r"model\.norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),
-)
+#: Qwen2's names: q/k/v biases, no QK norm
+DREAM_NAMES = qwen_names(biases="qkv")
 
 
 #: (key, Dream's default when absent, values the native network implements). Dream is Qwen2

@@ -18,25 +18,9 @@ import json
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
 from .base import (EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need,
-                   positive, rotary_dim)
+                   positive, qwen_names, rotary_dim)
 
-LLADA_MOE_NAMES = (
-    (r"model\.embed_tokens\.weight", "embed.weight"),
-    (QWEN_LAYER + r"input_layernorm\.weight", "blocks.{i}.attn_norm.weight"),
-    (QWEN_LAYER + r"self_attn\.q_proj\.weight", "blocks.{i}.attn.q_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.k_proj\.weight", "blocks.{i}.attn.k_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.v_proj\.weight", "blocks.{i}.attn.v_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.o_proj\.weight", "blocks.{i}.attn.o_proj.weight"),
-    (QWEN_LAYER + r"self_attn\.q_proj\.bias", "blocks.{i}.attn.q_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.k_proj\.bias", "blocks.{i}.attn.k_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.v_proj\.bias", "blocks.{i}.attn.v_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.o_proj\.bias", "blocks.{i}.attn.o_proj.bias"),
-    (QWEN_LAYER + r"self_attn\.q_norm\.weight", "blocks.{i}.attn.q_norm.weight"),
-    (QWEN_LAYER + r"self_attn\.k_norm\.weight", "blocks.{i}.attn.k_norm.weight"),
-    (QWEN_LAYER + r"post_attention_layernorm\.weight", "blocks.{i}.mlp_norm.weight"),
-    (QWEN_LAYER + r"mlp\.gate_proj\.weight", "blocks.{i}.mlp.gate_proj.weight"),
-    (QWEN_LAYER + r"mlp\.up_proj\.weight", "blocks.{i}.mlp.up_proj.weight"),
-    (QWEN_LAYER + r"mlp\.down_proj\.weight", "blocks.{i}.mlp.down_proj.weight"),
+LLADA_MOE_NAMES = qwen_names(biases="qkvo", qk_norm=True) + (
     (QWEN_LAYER + r"mlp\.gate\.weight", "blocks.{i}.mlp.router.weight"),
     (QWEN_LAYER + r"mlp\.expert_bias", "blocks.{i}.mlp.expert_bias"),
     (QWEN_LAYER + r"mlp\." + EXPERT + r"gate_proj\.weight", "blocks.{i}.mlp.gate_proj"),
@@ -45,8 +29,6 @@ LLADA_MOE_NAMES = (
     (QWEN_LAYER + r"shared_expert\.gate_proj\.weight", "blocks.{i}.mlp.shared.gate_proj.weight"),
     (QWEN_LAYER + r"shared_expert\.up_proj\.weight", "blocks.{i}.mlp.shared.up_proj.weight"),
     (QWEN_LAYER + r"shared_expert\.down_proj\.weight", "blocks.{i}.mlp.shared.down_proj.weight"),
-    (r"model\.norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),
 )
 
 #: (key, the reference's default when absent, values the native network implements)

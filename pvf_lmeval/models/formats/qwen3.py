@@ -26,7 +26,8 @@ import json
 
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
-from .base import EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need
+from .base import (EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need,
+                   qwen_names)
 
 #: SDAR's block length when config.json has no ``block_size`` (the reference generate's default)
 SDAR_BLOCK_SIZE = 4
@@ -35,22 +36,9 @@ MAX_TABLE_LAYERS = 1 << 16
 #: RND1's mask id when config.json has none (its config class's default)
 RND1_GENERATE_IDS = (("mask_token_id", 151669),)
 
-_ATTENTION_NAMES = (
-    (r"model\.embed_tokens\.weight", "embed.weight"),
-    (QWEN_LAYER + r"input_layernorm\.weight", "blocks.{i}.attn_norm.weight"),
-    *((QWEN_LAYER + rf"self_attn\.{p}_proj\.{w}", f"blocks.{{i}}.attn.{p}_proj.{w}")
-      for p in "qkvo" for w in ("weight", "bias")),
-    (QWEN_LAYER + r"self_attn\.q_norm\.weight", "blocks.{i}.attn.q_norm.weight"),
-    (QWEN_LAYER + r"self_attn\.k_norm\.weight", "blocks.{i}.attn.k_norm.weight"),
-    (QWEN_LAYER + r"post_attention_layernorm\.weight", "blocks.{i}.mlp_norm.weight"),
-    (QWEN_LAYER + r"mlp\.gate_proj\.weight", "blocks.{i}.mlp.gate_proj.weight"),
-    (QWEN_LAYER + r"mlp\.up_proj\.weight", "blocks.{i}.mlp.up_proj.weight"),
-    (QWEN_LAYER + r"mlp\.down_proj\.weight", "blocks.{i}.mlp.down_proj.weight"),
-    (r"model\.norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),
-)
-QWEN3_NAMES = _ATTENTION_NAMES
-QWEN3_MOE_NAMES = _ATTENTION_NAMES + (
+#: Qwen3's names: per-head QK norm; biases present only with ``attention_bias``
+QWEN3_NAMES = qwen_names(biases="qkvo", qk_norm=True)
+QWEN3_MOE_NAMES = QWEN3_NAMES + (
     (QWEN_LAYER + r"mlp\.gate\.weight", "blocks.{i}.mlp.router.weight"),
     (QWEN_LAYER + r"mlp\." + EXPERT + r"gate_proj\.weight", "blocks.{i}.mlp.gate_proj"),
     (QWEN_LAYER + r"mlp\." + EXPERT + r"up_proj\.weight", "blocks.{i}.mlp.up_proj"),

@@ -32,6 +32,9 @@ demo: venv
 
 # Random test order (pytest-randomly) and a per-test timeout (pytest-timeout, pyproject.toml);
 # PYTEST_ARGS="--randomly-seed=N" reruns an order, "-p no:randomly" the file order.
+# Two worker processes (pytest-xdist), each test file whole on one of them (--dist loadfile:
+# a file's module fixtures run once); TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 # Without chromium and chromedriver the browser test skips, saying so in one line first (`make
 # browser` installs them; under CI=true it fails instead, tests/helpers/prerequisites.py).
 comma       := ,
@@ -39,7 +42,7 @@ HAS_BROWSER := $(shell { command -v chromium || command -v chromium-browser; } >
 NO_BROWSER  := PVF_ALLOW_MISSING=$(if $(PVF_ALLOW_MISSING),$(PVF_ALLOW_MISSING)$(comma))browser
 test: venv
 	@$(if $(HAS_BROWSER),:,echo "pvf-lmeval: no chromium/chromedriver, so the browser test (tests/test_trace.py) is skipped; make browser installs them")
-	$(OFFLINE) $(if $(HAS_BROWSER),,$(NO_BROWSER)) $(PY) -m pytest -q tests $(PYTEST_ARGS)
+	$(OFFLINE) $(if $(HAS_BROWSER),,$(NO_BROWSER)) $(PY) -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # chromium and chromedriver for the browser test (apt-get, as root or through sudo)
 browser:

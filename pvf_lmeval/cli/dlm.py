@@ -5,6 +5,9 @@
     pvf-dlm presets             the PVF presets, their values and the bundled tasks that use them
     pvf-dlm vocab               the bundled planning-vocabulary artifacts (names for vocab=)
     pvf-dlm models              the model families and how a checkpoint folder is recognised
+    pvf-dlm memory ARGS         weights and KV cache per rank, from config.json and the
+                                safetensors headers (ARGS: pretrained=PATH,tensor_parallel_size=N,
+                                batch_size=B,gen_length=L; see cli/memory.py)
 """
 
 from __future__ import annotations
@@ -103,12 +106,28 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("presets", help="the PVF presets and the bundled tasks that use them")
     sub.add_parser("vocab", help="the bundled planning-vocabulary artifacts (names for vocab=)")
     sub.add_parser("models", help="the model families and how a checkpoint folder is recognised")
+    m = sub.add_parser("memory", help="weights and KV cache per rank, from config.json and the "
+                                      "safetensors headers (no weight is read)")
+    m.add_argument("spec", metavar="ARGS",
+                   help="pretrained=PATH,tensor_parallel_size=N,batch_size=B,gen_length=L"
+                        "[,prompt_length=P,dtype=auto|bfloat16|float16|float32,"
+                        "parallel_layers=all|experts]")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``pvf-dlm``."""
     ns = parser().parse_args(argv)
+    if ns.command == "memory":
+        from . import memory
+
+        try:
+            text = memory.report(memory.parse(ns.spec))
+        except ValueError as error:          # the argument or the folder, in one line
+            print(f"pvf-dlm memory: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        sys.stdout.write(text)
+        return 0
     text = {"args": lambda: args_text(ns.markdown), "decoders": decoders_text,
             "presets": presets_text, "vocab": vocab_text, "models": models_text}[ns.command]()
     sys.stdout.write(text)

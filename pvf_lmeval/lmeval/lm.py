@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import json
 import logging
-import os
 import sys
 import zlib
 from collections import defaultdict
@@ -37,6 +36,7 @@ from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
 from .auto_batch import batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
+from .parallel import ParallelArgs, Ranks
 from .model_args import check_keys, exit_in_one_line, positive_int
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
@@ -111,6 +111,7 @@ class PVFDiffusionLM(LM):
         super().__init__()
         # Every argument is checked here, before the model loads: bad input fails fast, in one line.
         check_keys(decoder_args)
+        self.parallel = ParallelArgs.pop(decoder_args)
         self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
         self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
         self._decoder = self._explicit.pop("decoder", "threshold")
@@ -152,17 +153,11 @@ class PVFDiffusionLM(LM):
         from ..models.batch_invariant import support_error
         from ..models.loader import resolve_device, resolve_dtype
 
-        self.accelerator = None
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            from accelerate import Accelerator
-
-            # Without cpu=True accelerate ignores torchrun on a CPU-only machine (DistributedType.NO,
-            # every process rank 0 of 1) and each process evaluates every document.
-            on_cpu = not torch.cuda.is_available() or str(device or "").startswith("cpu")
-            self.accelerator = Accelerator(cpu=on_cpu)
-            self._rank = self.accelerator.process_index
-            self._world_size = self.accelerator.num_processes
-            dev = self.accelerator.device
+        # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
+        self.ranks = Ranks.launch(self.parallel, device)
+        self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
+        if self.ranks.world > 1:
+            dev = self.ranks.device
         elif _device_is_cli_default and not torch.cuda.is_available():
             _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {device!r}")
             dev = torch.device("cpu")
@@ -176,7 +171,9 @@ class PVFDiffusionLM(LM):
             err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
             if err:
                 raise ValueError(err)
-        self.model = load_model(pretrained, device=dev, dtype=dtype)
+        self.model = load_model(pretrained, device=dev, dtype=dtype, comm=self.ranks.comm,
+                                parallel_layers=self.parallel.layers)
+        self.model.check_ranks = self.parallel.check_ranks
         if one_block:
             # the model's own block (block-diffusion), else the default; task presets build on it
             self._explicit["block_length"] = default_block_length(self.model,
@@ -290,19 +287,14 @@ class PVFDiffusionLM(LM):
                                where=repr(self.pretrained))
 
     def all_gather(self, tensor):
-        return self.accelerator.gather(tensor)
+        return self.ranks.all_gather(tensor)
 
     def gather_object(self, obj, dst: int = 0) -> list:
         # lm-eval 0.4.13's evaluator calls gather_object(obj, dst=0); every rank gets the list.
-        import torch.distributed as dist
-
-        out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
+        return self.ranks.gather_object(obj)
 
     def barrier(self) -> None:
-        if self.accelerator is not None:
-            self.accelerator.wait_for_everyone()
+        self.ranks.barrier()
 
     def get_model_info(self) -> dict:
         return {"pvf": {
@@ -392,8 +384,9 @@ class PVFDiffusionLM(LM):
         call, seeded by ``seed`` and the request's task/document) and the one-step greedy check."""
         from ..decoding.likelihood import loglikelihood as elbo_loglikelihood
 
+        self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
         out = []
-        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.ranks.rank != 0,
                                      desc="pvf-dlm loglikelihood")):
             context, continuation = req.args[0], req.args[1]
             ctx_ids, cont_ids = self._encode_pair(context, continuation)
@@ -420,8 +413,9 @@ class PVFDiffusionLM(LM):
 
         bos = getattr(self.tokenizer, "bos_token_id", None)
         prefix = bos if bos is not None else self.model.eos_ids[0]
+        self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
         out = []
-        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.rank != 0,
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.ranks.rank != 0,
                                      desc="pvf-dlm loglikelihood_rolling")):
             (string,) = req.args[:1]
             ids = self.tokenizer.encode(string, add_special_tokens=False)
@@ -490,8 +484,9 @@ class PVFDiffusionLM(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         results: list = [None] * len(requests)
         seen: dict[int, list[int]] = defaultdict(list)
+        self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
         trace_file = None
-        if self.trace_path:
+        if self.trace_path and self.ranks.writes:     # one file per model copy
             path = self.trace_path if self.world_size == 1 else f"{self.trace_path}.rank{self.rank}"
             # a run starts its trace afresh (a rerun must not add duplicates), later calls of
             # the same run append; trace_append=true keeps what the file held
@@ -536,14 +531,17 @@ class PVFDiffusionLM(LM):
                         "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
             batch_size = self._batch_size_for(prepared)
             bar = tqdm(total=len(requests), initial=len(copies),
-                       disable=disable_tqdm or self.rank != 0, desc="pvf-dlm")
+                       disable=disable_tqdm or self.ranks.rank != 0, desc="pvf-dlm")
             for members in batches([c["params"] for c in prepared],
                                    [len(c["prompt_ids"]) for c in prepared], batch_size):
                 # one batch: requests with identical decoding parameters
                 chunk = [prepared[k] for k in members]
                 if self.online is not None and done:
                     self._online_update()   # between batches of requests, never inside one
-                outs = self._decode(chunk, trace=trace_file is not None)
+                # every rank of a model copy decodes alike, trace records included; mp rank 0
+                # writes them
+                outs = self._decode(chunk, trace=bool(self.trace_path))
+                self.ranks.same_on_every_rank("the committed tokens", [o.tokens for o in outs])
                 for c, out in zip(chunk, outs):
                     text, stats = self._finish(out, c["until"])
                     results[c["i"]] = GenerationText(text, meta=stats)
@@ -567,8 +565,10 @@ class PVFDiffusionLM(LM):
         if self.online is not None:
             self._online_update()
             self.vocab.requests += done
-            self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
-                            model_name=self.pretrained, rank=self.rank, world_size=self.world_size)
+            if self.ranks.writes:
+                self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
+                                model_name=self.pretrained, rank=self.rank,
+                                world_size=self.world_size)
         if self.world_size > 1:
             self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results
@@ -608,9 +608,7 @@ class PVFDiffusionLM(LM):
             rows = max(DECODERS[c["params"].decoder].rows_per_call(c["params"]) for c in prepared)
             size = self._auto_batch.size(self.model, canvas=canvas, gen_length=gen_length,
                                          rows_per_request=rows)
-        if self.world_size > 1:
-            size = min(self.gather_object(size))
-        return size
+        return min(self.ranks.gather_world(size))
 
     def _finish(self, out, until: list[str]) -> tuple[str, dict]:
         """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first

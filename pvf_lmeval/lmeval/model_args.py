@@ -17,6 +17,7 @@ from ..decoding.params import (BASE_RULES, CACHES, MAX_ROWS_PARAM, PICKS, PRESET
                                SPEC_DEFAULTS, DecodeParams)
 from ..decoding.rules import RULES
 from ..planning.vocab import VOCAB_ARGS
+from .parallel import ALIASES, LAYERS, habit_error
 from .request_checks import TRUNCATION_MODES
 
 #: ``batch_size=auto`` on the CPU (no memory to probe: host memory swaps before it runs out)
@@ -89,6 +90,18 @@ MODEL_ARGS = (
             "log-likelihood tasks: Monte Carlo draws of the ELBO per continuation"),
     ArgSpec("mc_batch", "32", "a positive integer",
             "log-likelihood tasks: draws per model call (memory, not the result)"),
+    ArgSpec("tensor_parallel_size", "1", "a positive integer dividing the launcher's processes",
+            "processes per model copy (alias tp_size): the network splits over them "
+            "(parallel_layers); launch with torchrun --nproc_per_node W -m lm_eval"),
+    ArgSpec("parallel_layers", "all", _one_of(LAYERS),
+            "tensor_parallel_size > 1: all splits attention heads, MLPs, the LM head and the "
+            "routed experts (logits within 1e-5 of one process); experts splits only the routed "
+            "experts (bit for bit one process's logits)"),
+    ArgSpec("data_parallel_size", "processes / tensor_parallel_size", "that number",
+            "model copies (alias dp_size): derived from the launch, checked when given"),
+    ArgSpec("check_ranks", "false", "true, false",
+            "tensor_parallel_size > 1: compare every model call's inputs across the ranks of a "
+            "copy (a divergence is a named error at its first call)"),
 )
 
 #: decoding parameters (``decoding.params.DecodeParams``); task generation_kwargs and
@@ -189,8 +202,11 @@ def did_you_mean(key: str, names=ARG_NAMES) -> str | None:
 def check_keys(keys) -> None:
     """Raise :class:`ModelArgError` for the first key (sorted) that is not a model arg."""
     for key in sorted(keys):
-        if key in ARG_NAMES or key in IGNORED_ARGS:
+        if key in ARG_NAMES or key in IGNORED_ARGS or key in ALIASES:
             continue
+        habit = habit_error(key)
+        if habit:
+            raise ModelArgError(habit)
         guess = did_you_mean(key)
         hint = f"did you mean {guess!r}? " if guess else ""
         raise ModelArgError(f"pvf-dlm: unknown model arg {key!r}; {hint}allowed: "

@@ -18,6 +18,7 @@ from ..tensors.compiling import compiled
 from . import ops
 from .batch_invariant import batch_invariant_ops, support_error
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
+from .parallel import RanksDiverged, call_fingerprint
 from .transformer import BidirectionalTransformer
 
 
@@ -50,7 +51,7 @@ class DiffusionLM:
     def __init__(self, net: BidirectionalTransformer, *, mask_id: int, eos_ids: tuple[int, ...],
                  pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
                  family: str = "", name: str = "", config: dict | None = None,
-                 weights_fingerprint: str | None = None):
+                 weights_fingerprint: str | None = None, shard=None, comm=None):
         if pad_id is not None and pad_id == mask_id:
             raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
         self.net = net.eval()
@@ -68,6 +69,12 @@ class DiffusionLM:
         #: in memory); calibrated vocabularies record it, and vocab=auto skips one of other weights
         self.weights_fingerprint = weights_fingerprint
         self.compile_scope: str | None = None      # what ``compile`` compiled: blocks or model
+        #: tensor parallel: this rank's part of the network (``parallel.Shard``) and its group's
+        #: collectives (``parallel.Comm``); None on one process
+        self.shard, self.comm = shard, comm
+        #: compare every call's inputs across the tensor-parallel ranks (see :meth:`logits`)
+        self.check_ranks = False
+        self._calls = 0
 
     @property
     def block_size(self) -> int | None:
@@ -143,6 +150,8 @@ class DiffusionLM:
         ``cache``: None, a per-request KV cache object, or ``[(cache_or_None, n_rows), ...]`` for
         batched requests (see ``kv.py``). The LM head runs on the requested positions only.
         """
+        if self.check_ranks and self.comm is not None:
+            self._same_call_on_every_rank(tokens, positions, attention_mask)
         segs = cache_segments(cache, tokens.shape[0])
         if is_cached_call(segs):
             rows = cached_rows(self.net, tokens, positions, attention_mask, segs, self.logit_shift)
@@ -156,6 +165,20 @@ class DiffusionLM:
         if segs is not None:
             keep_pending(segs, kv_out)
         return self._head(rows)
+
+    def _same_call_on_every_rank(self, tokens, positions, attention_mask) -> None:
+        """With ``check_ranks``: a fingerprint of the call's tokens, positions and mask,
+        compared across the tensor-parallel ranks before any of them computes (one gather and
+        one host read): ranks whose decoding took different turns stop here with
+        :class:`~.parallel.RanksDiverged`, never waiting on each other in a collective."""
+        self._calls += 1
+        mine = call_fingerprint(tokens, positions, attention_mask)
+        every = self.comm.gather(mine).tolist()
+        odd = [r for r, fp in enumerate(every) if fp != every[0]]
+        if odd:
+            raise RanksDiverged(f"pvf-dlm: tensor-parallel ranks diverged: model call "
+                                f"{self._calls} of rank {odd[0]} has other inputs than rank 0's "
+                                f"(fingerprints {every[0]} and {every[odd[0]]})")
 
     def _head(self, rows: torch.Tensor) -> torch.Tensor:
         out = self.net.head(rows).float()

@@ -8,6 +8,7 @@ weights are mapped onto the native network by the checkpoint format.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from pathlib import Path
 
@@ -16,9 +17,12 @@ import torch
 from ..files import atomic
 from .formats import CheckpointFormat, UnsupportedCheckpoint, format_for
 from .diffusion_lm import DiffusionLM
+from .parallel import Shard
 from .transformer import BidirectionalTransformer, TransformerConfig
 from .validation import (check_checkpoint, check_token_ids, read_config_file,
                          weight_files)
+
+log = logging.getLogger("pvf_lmeval")
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = ("tiny-llada", "tiny-dream")
@@ -156,12 +160,19 @@ def weights_fingerprint(folder: Path, sample: int = 1 << 20) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device) -> dict:
+def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, device,
+                      shard: Shard | None = None) -> dict:
     """Checkpoint tensors renamed to native names, cast and placed; unknown names are an error.
+
+    ``shard`` (``parallel.Shard``; None: one process) says what this rank reads of each tensor: another rank's expert is never read, a split tensor's part is read by
+    ``get_slice`` (its bytes only), so no process holds more than its part of the checkpoint.
+    The experts of a stacked parameter are copied into it one by one as they are read.
 
     A tied head (``fmt.tie_flag``, absent = the reference's default) is the embedding; a
     separate head weight next to it would be silently unused by the reference, so it is an error.
     """
+    if shard is None:
+        shard = Shard.plan(fmt.read_config(config), 1, 0)
     state, experts = {}, {}
     tied = fmt.ties_head(config)
     for file in _weight_files(folder):
@@ -178,21 +189,30 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
                         f"{file.name}: has a separate head weight {name!r} but config.json says "
                         f"{fmt.tie_flag}={'true' if fmt.tie_flag in config else 'absent (true)'}; "
                         f"set {fmt.tie_flag} to false")
+                part = shard.part(native, expert)
+                if part.skip:
+                    continue
                 try:
-                    tensor = f.get_tensor(name)
+                    tensor = part.read(f, name)
                 except Exception as exc:
                     raise UnsupportedCheckpoint(f"{file}: tensor {name!r} cannot be read "
                                                 f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-                tensor = tensor.to(device=device, dtype=dtype)
-                _check_finite(file, name, tensor)
                 if expert is None:
+                    tensor = tensor.to(device=device, dtype=dtype)
+                    _check_finite(file, name, tensor)
                     state[native] = tensor
                 else:
-                    experts.setdefault(native, {})[expert] = tensor
-    for native, parts in experts.items():
-        state[native] = _stack_experts(native, parts, fmt)
+                    stacked = experts.setdefault(native, _Stacked(shard.experts, tensor, dtype,
+                                                                  device))
+                    _check_finite(file, name, stacked.put(expert, tensor))
+    for native, stacked in experts.items():
+        state[native] = stacked.full(native, fmt)
     if tied and "embed.weight" in state:
-        state["lm_head.weight"] = state["embed.weight"]
+        head = state["embed.weight"]
+        if shard.head and shard.size > 1:      # the embedding is whole; the head is a span
+            lo, hi = shard.span(head.shape[0])
+            head = head[lo:hi]
+        state["lm_head.weight"] = head
     return state
 
 
@@ -210,14 +230,29 @@ def _check_finite(file: Path, name: str, tensor: torch.Tensor) -> None:
                                     f"damaged")
 
 
-def _stack_experts(native: str, parts: dict, fmt: CheckpointFormat) -> torch.Tensor:
-    """Per-expert tensors {e: [F, d]} as one [E, F, d] parameter; every index 0..E-1 present."""
-    n = max(parts) + 1
-    missing = [e for e in range(n) if e not in parts]
-    if missing:
-        raise UnsupportedCheckpoint(f"checkpoint has experts up to {n - 1} for {native!r} but lacks "
-                                    f"expert(s) {missing[:5]} (model_type={fmt.model_type})")
-    return torch.stack([parts[e] for e in range(n)])
+class _Stacked:
+    """A parameter stacked over the experts ``[lo, hi)`` [hi - lo, *expert shape], filled one
+    expert at a time (no second copy of the experts while loading)."""
+
+    def __init__(self, experts: tuple[int, int], first: torch.Tensor, dtype, device):
+        self.lo, self.hi = experts
+        self.data = torch.empty((self.hi - self.lo, *first.shape), dtype=dtype, device=device)
+        self.filled: set[int] = set()
+
+    def put(self, expert: int, tensor: torch.Tensor) -> torch.Tensor:
+        """Copy ``tensor`` in as expert ``expert``'s slice (cast and placed); that slice."""
+        slot = self.data[expert - self.lo]
+        slot.copy_(tensor)
+        self.filled.add(expert)
+        return slot
+
+    def full(self, native: str, fmt: CheckpointFormat) -> torch.Tensor:
+        """The parameter; every expert of ``[lo, hi)`` must have been put."""
+        missing = [e for e in range(self.lo, self.hi) if e not in self.filled]
+        if missing:
+            raise UnsupportedCheckpoint(f"checkpoint lacks expert(s) {missing[:5]} for "
+                                        f"{native!r} (model_type={fmt.model_type})")
+        return self.data
 
 
 def _special_ids(config: dict, tokenizer, defaults: dict | None = None
@@ -276,11 +311,15 @@ def load_tokenizer(folder: Path, fallback_class: str | None = None):
     return _load(folder, fallback_class)
 
 
-def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
+def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
+               parallel_layers: str = "all") -> DiffusionLM:
     """Load a supported diffusion LM checkpoint folder into the native network.
 
     ``device``: None/"auto" picks CUDA when present; ``dtype``: "auto" = bfloat16 on CUDA,
-    float32 elsewhere. Errors are one line and name the offending field.
+    float32 elsewhere. ``comm`` (``parallel.Comm`` of a tensor-parallel group of more than one
+    rank): this rank loads its part of the network (``parallel_layers``: all or experts; see
+    ``parallel``), after checking that the model can be split so, before any weight is read.
+    Errors are one line and name the offending field.
     """
     folder = checkpoint_folder(str(name_or_path))
     config_path = folder / "config.json"
@@ -296,6 +335,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
         raise UnsupportedCheckpoint(f"{config_path}: not a readable {fmt.model_type} config "
                                     f"({type(exc).__name__}: {_first_line(exc)})") from None
     check_checkpoint(folder, config, fmt, cfg)      # headers only: nothing allocated yet
+    shard = None if comm is None else Shard.plan(cfg, comm.size, comm.rank, parallel_layers)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(folder, fmt.tokenizer_class)
@@ -310,9 +350,12 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
                                     f"embeddings have {cfg.vocab_size} rows: ids from "
                                     f"{cfg.vocab_size} on could not be embedded")
 
+    if shard is not None and comm.rank == 0:
+        for note in shard.notes():
+            log.warning("pvf-dlm: %s", note)
     with torch.device("meta"):
-        net = BidirectionalTransformer(cfg)
-    state = load_native_state(folder, fmt, config, dt, dev)
+        net = BidirectionalTransformer(cfg, shard, comm)
+    state = load_native_state(folder, fmt, config, dt, dev, shard)
     missing = sorted(set(net.state_dict()) - set(state))
     if missing:
         raise UnsupportedCheckpoint(f"{folder.name}: checkpoint lacks weights for {missing[:3]} ...")
@@ -321,6 +364,7 @@ def load_model(name_or_path: str, device=None, dtype="auto") -> DiffusionLM:
         net, mask_id=mask_id, eos_ids=eos_ids, pad_id=pad_id, logit_shift=fmt.logit_shift,
         decodable=len(tokenizer), tokenizer=tokenizer, family=fmt.family,
         name=str(name_or_path), config=config, weights_fingerprint=weights_fingerprint(folder),
+        shard=shard, comm=comm,
     )
 
 

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ops
+from .parallel import row_parallel
 
 SCORE_FUNCTIONS = ("softmax", "sigmoid")
 
@@ -107,42 +108,69 @@ def route(logits: torch.Tensor, cfg: MoEConfig, expert_bias: torch.Tensor | None
 def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
            sizes: list[int]) -> torch.Tensor:
     """Expert SwiGLU over rows ``x`` [M, d] grouped by expert (``sizes[e]`` consecutive rows per
-    expert); ``gate``/``up`` [E, F, d], ``down`` [E, d, F]."""
-    h = F.silu(ops.grouped_linear(x, gate, sizes)) * ops.grouped_linear(x, up, sizes)
+    expert); ``gate``/``up`` [E, F, d], ``down`` [E, d, F].
+
+    The activation runs expert by expert: a CPU elementwise kernel computes the elements of a
+    tensor's last partial vector stride in scalar code, which may round differently, so an
+    element's value could depend on how many rows of other experts come before it. Per expert,
+    a row's activation depends on its own expert's rows only, as under expert parallel, where a
+    rank holds some of the experts (bit for bit one process's)."""
+    g, u = ops.grouped_linear(x, gate, sizes), ops.grouped_linear(x, up, sizes)
+    nonempty = [n for n in sizes if n]
+    h = torch.cat([F.silu(a) * b for a, b in zip(g.split(nonempty), u.split(nonempty))]) \
+        if nonempty else g
     return ops.grouped_linear(h, down, sizes)
 
 
 class SharedMLP(nn.Module):
-    """The shared experts: a SwiGLU MLP every token goes through."""
+    """The shared experts: a SwiGLU MLP every token goes through; with ``comm``, this rank's
+    span of its width, the down projection summed over the ranks."""
 
-    def __init__(self, d_model: int, hidden: int):
+    def __init__(self, d_model: int, hidden: int, comm=None):
         super().__init__()
         self.gate_proj = nn.Linear(d_model, hidden, bias=False)
         self.up_proj = nn.Linear(d_model, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, d_model, bias=False)
+        self.comm = comm
 
     def forward(self, x):
         g = ops.linear(x, self.gate_proj.weight)
-        return ops.linear(F.silu(g) * ops.linear(x, self.up_proj.weight), self.down_proj.weight)
+        h = F.silu(g) * ops.linear(x, self.up_proj.weight)
+        if self.comm is None:
+            return ops.linear(h, self.down_proj.weight)
+        return row_parallel(h, self.down_proj.weight, None, self.comm)
 
 
 class RoutedExperts(nn.Module):
     """[N, T, d] -> [N, T, d]: routed top-k experts (stacked weights ``gate_proj``/``up_proj``
-    [E, F, d] and ``down_proj`` [E, d, F]) plus the shared MLP."""
+    [E, F, d] and ``down_proj`` [E, d, F]) plus the shared MLP.
 
-    def __init__(self, d_model: int, cfg: MoEConfig):
+    Expert parallel (``shard``, ``comm``): this rank holds experts ``shard.experts`` = [lo, hi)
+    (the stacked weights are theirs only) and the whole router; every rank routes every token
+    the same way, computes the (token, slot) rows of its own experts exactly as one process
+    does (the same grouped products over the same rows), and one all-reduce of the rows, each
+    nonzero on its owner only, gives every rank every row bit for bit. The weighted sum over
+    the slots is then one process's. With ``shard.mlp`` the shared MLP is split as well."""
+
+    def __init__(self, d_model: int, cfg: MoEConfig, shard=None, comm=None):
         super().__init__()
         self.cfg = cfg
-        e, f = cfg.n_experts, cfg.expert_hidden
-        self.router = nn.Linear(d_model, e, bias=False)
+        self.experts = shard.experts if shard is not None else (0, cfg.n_experts)
+        self.comm = comm
+        e, f = self.experts[1] - self.experts[0], cfg.expert_hidden
+        self.router = nn.Linear(d_model, cfg.n_experts, bias=False)
         if cfg.expert_bias:
-            self.register_buffer("expert_bias", torch.zeros(e))
+            self.register_buffer("expert_bias", torch.zeros(cfg.n_experts))
         else:
             self.expert_bias = None
         self.gate_proj = nn.Parameter(torch.empty(e, f, d_model))
         self.up_proj = nn.Parameter(torch.empty(e, f, d_model))
         self.down_proj = nn.Parameter(torch.empty(e, d_model, f))
-        self.shared = SharedMLP(d_model, cfg.shared_hidden) if cfg.shared_hidden else None
+        self.shared = None
+        if cfg.shared_hidden:
+            split = shard is not None and shard.mlp
+            hidden = shard.width(cfg.shared_hidden, split) if shard else cfg.shared_hidden
+            self.shared = SharedMLP(d_model, hidden, comm if split else None)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Router logits [M, E] in float32 for rows ``h`` [M, d]."""
@@ -160,8 +188,17 @@ class RoutedExperts(nn.Module):
         order = flat.argsort(stable=True)
         # group sizes are the split points of the grouped product: one read back per layer
         sizes = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()
-        y = swiglu(h[order // k], self.gate_proj, self.up_proj, self.down_proj, sizes)
-        per_slot = torch.empty_like(y).index_copy_(0, order, y).view(-1, k, shape[-1])
+        lo, hi = self.experts
+        if self.comm is None:
+            y = swiglu(h[order // k], self.gate_proj, self.up_proj, self.down_proj, sizes)
+            per_slot = torch.empty_like(y).index_copy_(0, order, y)
+        else:       # this rank's experts own a contiguous run of the sorted slots
+            a, b = sum(sizes[:lo]), sum(sizes[:hi])
+            mine = order[a:b]
+            y = swiglu(h[mine // k], self.gate_proj, self.up_proj, self.down_proj, sizes[lo:hi])
+            per_slot = self.comm.all_reduce(
+                h.new_zeros(flat.shape[0], shape[-1]).index_copy_(0, mine, y))
+        per_slot = per_slot.view(-1, k, shape[-1])
         out = (per_slot.float() * weight[..., None]).sum(1).to(x.dtype)
         if self.shared is not None:
             out = out + self.shared(h)

@@ -1,7 +1,7 @@
 """The numeric entry points of the native network: every matrix product, attention and norm.
 
 The network (``transformer.py``, and any layer a model family adds, such as routed experts)
-computes through these four functions and nothing else for its reductions:
+computes through these functions and nothing else for its reductions:
 
     linear(x, weight, bias=None)              x [..., K] @ weight[N, K].T (+ bias)  -> [..., N]
     attention(q, k, v, bias, enable_gqa)      q [B, H, Q, D], k/v [B, Hkv, T, D], additive
@@ -10,6 +10,9 @@ computes through these four functions and nothing else for its reductions:
     grouped_linear(x, weight, group_sizes)    rows of x [M, K] in consecutive groups, group g
                                               multiplied by weight[g] [N, K].T -> [M, N]
                                               (routed experts: one product per expert)
+    rank_sum(x, comm)                         the sum over a tensor-parallel group's ranks of
+                                              their partial results x, in float32
+                                              (``parallel.Comm``)
 
 so that the implementation behind them can be swapped as a whole: :class:`TorchOps` calls
 torch's own kernels (the default); a batch-invariant implementation (fixed reduction order
@@ -49,6 +52,10 @@ class TorchOps:
         outs = [F.linear(part, w) for part, w in zip(x.split(group_sizes), weight) if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
 
+    def rank_sum(self, x: torch.Tensor, comm) -> torch.Tensor:
+        # the backend's all-reduce: its order of summation may follow the message size
+        return comm.all_reduce(x.float())
+
 
 TORCH = TorchOps()
 _active = TORCH
@@ -84,3 +91,7 @@ def rms_norm(x, weight, eps: float):
 
 def grouped_linear(x, weight, group_sizes):
     return _active.grouped_linear(x, weight, group_sizes)
+
+
+def rank_sum(x, comm):
+    return _active.rank_sum(x, comm)

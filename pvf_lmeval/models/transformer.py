@@ -19,6 +19,7 @@ from torch import nn
 
 from . import ops
 from .moe import MoEConfig, RoutedExperts
+from .parallel import row_parallel
 
 
 @dataclass(frozen=True)
@@ -144,10 +145,18 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """Grouped-query attention; with a ``shard`` that splits attention, this rank's heads only
+    (its query heads and the key/value heads they read), the output projection summed over the
+    ranks (``comm``)."""
+
+    def __init__(self, cfg: TransformerConfig, shard=None, comm=None):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        split = shard is not None and shard.attention
+        self.n_heads = shard.width(cfg.n_heads, split) if shard else cfg.n_heads
+        self.n_kv_heads = shard.width(cfg.n_kv_heads, split) if shard else cfg.n_kv_heads
+        self.head_dim = cfg.head_dim
+        self.comm = comm if split else None
+        q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.splits = (q_out, kv_out, kv_out)
         if cfg.fused_qkv:
             self.qkv_proj = nn.Linear(cfg.d_model, q_out + 2 * kv_out, bias=cfg.qkv_bias)
@@ -197,7 +206,13 @@ class Attention(nn.Module):
         k, v = self._kv(x, cos, sin)
         out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
         n, p = q.shape[0], q.shape[2]
-        return _project(self.o_proj, out.transpose(1, 2).reshape(n, p, -1)), k, v
+        return self._out(out.transpose(1, 2).reshape(n, p, -1)), k, v
+
+    def _out(self, x):
+        """The output projection of the heads' outputs ``x`` [N, P, heads * D]."""
+        if self.comm is None:
+            return _project(self.o_proj, x)
+        return row_parallel(x, self.o_proj.weight, self.o_proj.bias, self.comm)
 
     def forward_cached(self, x, cos, sin, ck, cv, attn_bias):
         """Queries ``x`` [R, Q, d] against cached keys/values ``ck``/``cv`` [R, Hkv, T, D] (one
@@ -208,29 +223,40 @@ class Attention(nn.Module):
         k = torch.cat([ck, k], dim=2)
         v = torch.cat([cv, v], dim=2)
         out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
-        return _project(self.o_proj, out.transpose(1, 2).reshape(r, t, -1))
+        return self._out(out.transpose(1, 2).reshape(r, t, -1))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """SwiGLU MLP of width ``hidden``; with ``comm``, this rank's span of a wider one, whose
+    down projection is summed over the ranks."""
+
+    def __init__(self, d_model: int, hidden: int, comm=None):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
-        self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
-        self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+        self.comm = comm
 
     def forward(self, x):
-        return _project(self.down_proj,
-                        F.silu(_project(self.gate_proj, x)) * _project(self.up_proj, x))
+        h = F.silu(_project(self.gate_proj, x)) * _project(self.up_proj, x)
+        if self.comm is None:
+            return _project(self.down_proj, h)
+        return row_parallel(h, self.down_proj.weight, None, self.comm)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: TransformerConfig, layer: int = 0):
+    def __init__(self, cfg: TransformerConfig, layer: int = 0, shard=None, comm=None):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, shard, comm)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         routed = cfg.moe is not None and cfg.moe.routed(layer)
-        self.mlp = RoutedExperts(cfg.d_model, cfg.moe) if routed else MLP(cfg)
+        if routed:
+            self.mlp = RoutedExperts(cfg.d_model, cfg.moe, shard, comm)
+        elif shard is not None and shard.mlp:
+            self.mlp = MLP(cfg.d_model, shard.width(cfg.ffn_hidden, True), comm)
+        else:
+            self.mlp = MLP(cfg.d_model, cfg.ffn_hidden)
 
     def forward(self, x, cos, sin, attn_bias):
         """[N, T, d] -> ([N, T, d], this layer's keys and values)."""
@@ -256,17 +282,25 @@ class BidirectionalTransformer(nn.Module):
     """Token ids -> final hidden states (``hidden``) and hidden states -> logits (``head``).
 
     Splitting the two lets callers run the LM head only on the rows they need.
+
+    ``shard``/``comm`` (``parallel.Shard``/``parallel.Comm``, tensor parallel): the network of
+    ``cfg`` as this rank holds it; its calls give every rank the logits of the whole network.
     """
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, shard=None, comm=None):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i, shard, comm) for i in range(cfg.n_layers))
         #: block diffusion's block size (None: fully bidirectional); see :meth:`hidden`
         self.block_size = cfg.block_size
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        split = shard is not None and shard.head
+        self.lm_head = nn.Linear(cfg.d_model, shard.width(cfg.vocab_size, split) if shard
+                                 else cfg.vocab_size, bias=False)
+        #: the vocabulary spans of the ranks, in order, when the head is split
+        self.head_spans = shard.widths(cfg.vocab_size) if split else None
+        self.comm = comm
 
     def init_weights(self, seed: int) -> None:
         """Deterministic small-normal init for training from scratch."""
@@ -349,7 +383,9 @@ class BidirectionalTransformer(nn.Module):
         return self.norm(x)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return _project(self.lm_head, hidden)
+        if self.head_spans is None:
+            return _project(self.lm_head, hidden)
+        return self.comm.gather_spans(_project(self.lm_head, hidden), self.head_spans)
 
     def forward(self, tokens, attention_mask=None, position_ids=None):
         return self.head(self.hidden(tokens, attention_mask, position_ids))

@@ -133,8 +133,11 @@ def weight_files(folder: Path) -> list[Path]:
         if not isinstance(weight_map, dict) or not weight_map:
             raise UnsupportedCheckpoint(f"{index}: weight_map must be a non-empty object of "
                                         f"weight name -> shard file")
-        shards = sorted(set(_inside(folder, s, index) for s in weight_map.values()))
-        return shards
+        shards: dict = {}        # each shard checked once: a 100B checkpoint names it 24k times
+        for name in weight_map.values():
+            if not (isinstance(name, str) and name in shards):
+                shards[name] = _inside(folder, name, index)
+        return sorted(set(shards.values()))
     single = folder / "model.safetensors"
     if single.exists():
         _inside(folder, single.name, single)

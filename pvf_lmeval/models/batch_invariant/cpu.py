@@ -19,7 +19,8 @@ the same kernel whatever the batch:
   @ [KEYS, D]`` product and the normaliser by a sum over the tile, both added up tile after
   tile: a wider batch only adds tiles of exact zeros at the end;
 - ``rms_norm``: the sum of squares by ``fixed_sum``;
-- ``grouped_linear``: each group through ``linear``.
+- ``grouped_linear``: each group through ``linear``;
+- ``rank_sum`` (tensor parallel): the ranks' partials gathered and added in rank order.
 
 The fixed shapes are verified properties of the CPU libraries rather than documented ones; the
 tests (tests/test_cpu_invariant.py) check them on every CI run.
@@ -230,6 +231,11 @@ class CpuInvariantOps:
         f = _matmul_op if _compiling() else matmul
         outs = [f(part, w, None) for part, w in zip(x.split(group_sizes), weight) if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
+
+    def rank_sum(self, x: Tensor, comm) -> Tensor:
+        # the partials gathered and added in rank order: an element's sum never depends on
+        # the message size, which an all-reduce's order may follow
+        return comm.ordered_sum(x.float())
 
 
 CPU_INVARIANT = CpuInvariantOps()

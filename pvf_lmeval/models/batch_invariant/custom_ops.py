@@ -73,5 +73,10 @@ class BatchInvariantOps:
                 if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
 
+    def rank_sum(self, x: torch.Tensor, comm) -> torch.Tensor:
+        # tensor parallel: the partials gathered and added in rank order, never an all-reduce
+        # whose order may follow the message size
+        return comm.ordered_sum(x.float())
+
 
 BATCH_INVARIANT = BatchInvariantOps()

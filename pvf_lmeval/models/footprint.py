@@ -1,0 +1,77 @@
+"""Will it fit: the bytes a rank holds for a checkpoint folder, from ``config.json`` and the
+safetensors headers alone (no tensor is read).
+
+Weights per rank are what the loader reads under the same :class:`.parallel.Shard` plan (each
+header's shape through :meth:`Shard.part`), at the dtype the run uses; the KV cache per rank is
+``layers x 2 (keys, values) x the rank's key/value heads x head_dim x tokens x requests x bytes``
+(a request's branches share its cache). Activations are not estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .formats import format_for
+from .parallel import Shard
+from .validation import read_config_file, read_header, weight_files
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes on each rank (the largest rank's, when the ranks differ)."""
+
+    model_type: str
+    size: int
+    layers: str
+    dtype: torch.dtype
+    experts: int             # routed experts' weights
+    other: int               # every other weight
+    kv_cache: int
+    whole: int               # the whole model's weights at ``dtype``
+    notes: tuple[str, ...]
+
+    @property
+    def weights(self) -> int:
+        return self.experts + self.other
+
+
+def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bfloat16,
+              batch_size: int = 1, tokens: int = 0) -> Footprint:
+    """The :class:`Footprint` of ``folder`` split over ``size`` ranks (``layers``: see
+    ``parallel``) at ``dtype``, with a KV cache for ``batch_size`` requests of ``tokens``
+    positions each. Errors are the loader's one-line ones."""
+    config = read_config_file(folder / "config.json")
+    fmt = format_for(config, str(folder / "config.json"))
+    cfg = fmt.read_config(config)
+    shards = [Shard.plan(cfg, size, rank, layers) for rank in range(size)]   # checks first
+    width = torch.empty((), dtype=dtype).element_size()
+    tensors = []        # (native name, expert index or None, shape) of every weight
+    for file in weight_files(folder):
+        for name, (_, shape) in read_header(file).items():
+            found = fmt.slot(name)
+            if found is not None:
+                tensors.append((*found, shape))
+    whole = sum(math.prod(shape) for _, _, shape in tensors) * width
+    per_rank = []
+    for shard in shards:
+        experts = other = 0
+        for native, expert, shape in tensors:
+            read = shard.part(native, expert).shape(shape)
+            if read is None:
+                continue
+            if expert is not None or native.endswith(("mlp.gate_proj", "mlp.up_proj",
+                                                      "mlp.down_proj")):
+                experts += math.prod(read) * width
+            else:
+                other += math.prod(read) * width
+        per_rank.append((experts + other, experts, other, shard))
+    _, experts, other, shard = max(per_rank, key=lambda r: r[0])
+    kv_heads = shard.width(cfg.n_kv_heads, shard.attention)
+    kv = cfg.n_layers * 2 * kv_heads * cfg.head_dim * tokens * batch_size * width
+    return Footprint(model_type=fmt.model_type, size=size, layers=layers, dtype=dtype,
+                     experts=experts, other=other, kv_cache=kv, whole=whole,
+                     notes=tuple(shard.notes()))

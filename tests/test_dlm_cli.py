@@ -38,13 +38,16 @@ def test_readme_model_args_table_is_the_generated_one():
 
 def test_the_table_lists_exactly_the_keys_the_adapter_accepts():
     pytest.importorskip("lm_eval")
+    from pvf_lmeval.lmeval import parallel
     from pvf_lmeval.lmeval.lm import DECODER_KEYS, VOCAB_KEYS, PVFDiffusionLM
     from pvf_lmeval.lmeval.model_args import ALL_ARGS, IGNORED_ARGS
 
     named = [p for p in inspect.signature(PVFDiffusionLM.__init__).parameters
              if p not in ("self", "decoder_args", "_device_is_cli_default", *IGNORED_ARGS)]
     specs = {a.name: a for a in ALL_ARGS}
-    assert sorted(specs) == sorted([*named, "vocab_force", *DECODER_KEYS, *VOCAB_KEYS[1:]])
+    taken = [k for k in parallel.KEYS if k not in parallel.ALIASES]   # ParallelArgs.pop's
+    assert sorted(specs) == sorted([*named, "vocab_force", *DECODER_KEYS, *VOCAB_KEYS[1:],
+                                    *taken])
     defaults = {p.name: p.default for p in inspect.signature(PVFDiffusionLM.__init__).parameters.values()}
     for name in ("pretrained", "dtype", "batch_size", "vocab", "mc_num", "mc_batch", "truncation"):
         assert specs[name].default == str(defaults[name]), name
@@ -58,7 +61,7 @@ def test_args_plain_lines():
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1] == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, freedave, pvf, explore  " in row
-    assert len(lines) == 1 + 47
+    assert len(lines) == 1 + 50
 
 
 def test_decoders_and_their_parameters():

@@ -7,7 +7,8 @@ ratio-of-sums rates), static decoding without early stop costs exactly ``gen_len
 ``--gen_kwargs`` overrides decoder parameters and ``max_gen_toks``, whose rounding up to whole
 blocks is recorded,
 ``--apply_chat_template`` applies the model's template, data parallel on gloo matches one process
-(padding copies not counted), and the CLI's default ``cuda:0`` falls back to the CPU.
+(padding copies not counted), tensor parallel on gloo gives one process's samples, and the CLI's
+default ``cuda:0`` falls back to the CPU.
 """
 
 from __future__ import annotations
@@ -101,9 +102,10 @@ def runs(tmp_path_factory) -> dict[str, Run]:
             4, "--gen_kwargs", f"threshold={LOOSE_THRESHOLD},max_gen_toks=80"),
     }
 
-    def run(item):
+    def run(item, env=None):
         name, cmd = item
-        proc = subprocess.run(cmd, cwd=root, env=_env(), capture_output=True, text=True, timeout=400)
+        proc = subprocess.run(cmd, cwd=root, env={**_env(), **(env or {})}, capture_output=True,
+                              text=True, timeout=400)
         return name, Run(name, proc, root / name)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -111,6 +113,10 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     # 3. data parallel: 2 gloo ranks, 5 documents -> rank 0 gets 3, rank 1 gets 2 (+1 padding copy)
     dp = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "lm_eval"]
     out["dp"] = run(("dp", dp + _lm_eval_args(BASE_ARGS, root / "dp", 5)))[1]
+    # 6. tensor parallel: 2 gloo ranks, one model copy (the ranks compare every call's inputs)
+    tp_args = f"{BASE_ARGS},tensor_parallel_size=2"
+    out["tp"] = run(("tp", dp + _lm_eval_args(tp_args, root / "tp", 8)),
+                    {"PVF_CHECK_RANKS": "1"})[1]
     return out
 
 
@@ -233,6 +239,8 @@ def test_data_parallel_matches_one_process(runs):
             want = sum(r[key] for r in ref) / 5
         assert dp.totals[key] == pytest.approx(want), key
     assert dp.metrics["exact_match,none"] == pytest.approx(sum(r["exact_match"] for r in ref) / 5)
+    assert dp.results["config"]["pvf"]["parallel"] == {
+        "tensor_parallel_size": 1, "data_parallel_size": 2, "parallel_layers": None, "notes": []}
 
 
 def test_runs_print_no_noise(runs):
@@ -244,3 +252,20 @@ def test_runs_print_no_noise(runs):
     err = runs["gen_kwargs"].proc.stderr
     (line,) = [ln for ln in err.split("\n") if "rounded up to whole blocks" in ln]
     assert "it/s" not in line.split("\r")[-1]
+
+
+def test_tensor_parallel_run_gives_the_samples_of_one_process(runs):
+    """torchrun --nproc_per_node 2 ... tensor_parallel_size=2: lm-eval sees one model copy, the
+    run writes one results file, and every document's answer, NFE and statistics are those of
+    the single-process run (tiny-llada's logits differ in the last bits only)."""
+    tp, one = runs["tp"].check(), runs["threshold"].check()
+    assert set(tp.samples) == set(one.samples) == set(range(8))
+    for i in range(8):
+        assert tp.samples[i]["resps"] == one.samples[i]["resps"], i
+        assert {k: tp.samples[i][k] for k in EXACT_KEYS if k in one.samples[i]} == \
+            {k: one.samples[i][k] for k in EXACT_KEYS if k in one.samples[i]}, i
+    assert tp.metrics["exact_match,none"] == one.metrics["exact_match,none"]
+    assert tp.results["config"]["pvf"]["parallel"] == {
+        "tensor_parallel_size": 2, "data_parallel_size": 1, "parallel_layers": "all",
+        "notes": []}
+    _check_consistent(tp)

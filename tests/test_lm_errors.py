@@ -43,7 +43,8 @@ CASES = [
 ]
 #: every key that works, in the order the unknown-key message lists them
 ALLOWED = ("pretrained, dtype, device, batch_size, batch_invariant, max_batch_size, compile, "
-           "compile_round, truncation, trace, trace_append, mc_num, mc_batch, decoder, preset, "
+           "compile_round, truncation, trace, trace_append, mc_num, mc_batch, "
+           "tensor_parallel_size, parallel_layers, data_parallel_size, decoder, preset, "
            "gen_length, block_length, threshold, factor, steps, temperature, seed, early_stop, cache, rules, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
            "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pvf_lmeval.lmeval.model_args import ModelArgError, check_keys
-from pvf_lmeval.lmeval.parallel import HABITS, ParallelArgError, ParallelArgs, Ranks
+from pvf_lmeval.lmeval.parallel import HABITS, ParallelArgs, Ranks
 from pvf_lmeval.models import loader
 from pvf_lmeval.models.moe import MoEConfig
 from pvf_lmeval.models.parallel import SKIP, WHOLE, ParallelLayoutError, Part, Shard, span
@@ -34,8 +34,8 @@ def test_aliases_and_derived_data_parallel():
     got = ParallelArgs.pop(args, W4)
     assert (got.tp, got.dp, got.world, got.layers, got.check_ranks) == (2, 2, 4, "all", False)
     assert args == {"decoder": "pvf"}                     # the parallel keys are taken out
-    got = ParallelArgs.pop({"tensor_parallel_size": 4, "parallel_layers": "experts",
-                            "check_ranks": "true"}, W4)
+    got = ParallelArgs.pop({"tensor_parallel_size": 4, "parallel_layers": "experts"},
+                           {**W4, "PVF_CHECK_RANKS": "1"})
     assert (got.tp, got.dp, got.layers, got.check_ranks) == (4, 1, "experts", True)
     assert ParallelArgs.pop({}, {}) == ParallelArgs(tp=1, dp=1, world=1)
     assert ParallelArgs.pop({}, W4).dp == 4               # plain data parallel
@@ -55,10 +55,10 @@ def test_aliases_and_derived_data_parallel():
     ({"tensor_parallel_size": 0}, W4, "tensor_parallel_size=0 must be a positive integer"),
     ({"tensor_parallel_size": "two"}, W4, "tensor_parallel_size='two' must be a positive"),
     ({"parallel_layers": "heads"}, W4, "parallel_layers='heads' must be one of all, experts"),
-    ({"check_ranks": "maybe"}, W4, "check_ranks='maybe' must be true or false"),
+    ({}, {**W4, "PVF_CHECK_RANKS": "maybe"}, "PVF_CHECK_RANKS='maybe' must be true or false"),
 ])
 def test_bad_parallel_args_are_one_line(args, env, says):
-    with pytest.raises(ParallelArgError) as e:
+    with pytest.raises(ModelArgError) as e:
         ParallelArgs.pop(dict(args), env)
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
 
@@ -69,7 +69,7 @@ def test_the_adapter_checks_before_loading_anything(monkeypatch):
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(loader, "checkpoint_folder", lambda *a: pytest.fail("looked it up"))
-    with pytest.raises(ParallelArgError, match="needs 2 processes per model copy"):
+    with pytest.raises(ModelArgError, match="needs 2 processes per model copy"):
         PVFDiffusionLM(pretrained="/no/such/folder", tp_size=2)
 
 

@@ -5,7 +5,9 @@ then bisect between the largest batch that fitted and the smallest that did not,
 is the largest that fits, not a power of two below it. A probe is one real forward of the run's
 canvas (``rows_per_request`` rows per request: a decoder's branches), made once per canvas
 size and cached. On the CPU nothing is probed (host memory swaps long before it runs out): the
-batch is ``CPU_AUTO_BATCH``, capped by ``max_batch_size``.
+batch is ``CPU_AUTO_BATCH``, capped by ``max_batch_size``. Under tensor parallel every rank of a
+model copy probes alone and a batch fits when it fits on all of them (:func:`probe`,
+:func:`on_every_rank`); the adapter then takes the smallest over all processes.
 """
 
 from __future__ import annotations
@@ -72,19 +74,42 @@ class AutoBatch:
         if torch.device(model.device).type == "cpu":
             return min(CPU_AUTO_BATCH, self.limit)
 
+        comm = getattr(model, "comm", None)
+
         def fits(batch: int) -> bool:
-            tokens = torch.full((batch * rows_per_request, canvas), model.mask_id,
-                                dtype=torch.long, device=model.device)
-            positions = torch.arange(canvas - gen_length, canvas, device=model.device)
-            try:
-                with torch.inference_mode():
-                    model.logits(tokens, positions)
-                return True
-            except torch.OutOfMemoryError:
-                return False
-            finally:
-                del tokens
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
+            here = probe(model, batch * rows_per_request, canvas, gen_length)
+            return here if comm is None else on_every_rank(comm, here, model.device)
 
         return largest_fitting(fits, self.limit)
+
+
+def probe(model, rows: int, canvas: int, gen_length: int) -> bool:
+    """Whether one forward of ``rows`` rows of a ``canvas`` canvas fits the device. Under
+    tensor parallel (``model.comm``) the rank probes alone: its collectives run locally, on
+    results of the same shapes (``Comm.local_only``), so a rank out of memory never leaves
+    another waiting in a collective."""
+    import contextlib
+
+    import torch
+
+    comm = getattr(model, "comm", None)
+    tokens = torch.full((rows, canvas), model.mask_id, dtype=torch.long, device=model.device)
+    positions = torch.arange(canvas - gen_length, canvas, device=model.device)
+    try:
+        with torch.inference_mode(), comm.local_only() if comm else contextlib.nullcontext():
+            model.logits(tokens, positions)
+        return True
+    except torch.OutOfMemoryError:
+        return False
+    finally:
+        del tokens
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def on_every_rank(comm, fits: bool, device) -> bool:
+    """Whether ``fits`` holds on every rank of the tensor-parallel group ``comm``: every rank
+    of a model copy probes the same batches in the same order and takes the same answer."""
+    import torch
+
+    return bool(comm.gather(torch.tensor([int(fits)], device=device)).min())

@@ -313,6 +313,7 @@ class PVFDiffusionLM(LM):
             **self.vocab.info(),
             "batch_size": self.batch_size,
             "batch_invariant": self.batch_invariant,
+            "parallel": self.ranks.info(self.model),
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
             "totals": self.totals.summary(),
             "compile": self._compile_info(),

@@ -99,9 +99,6 @@ MODEL_ARGS = (
             "experts (bit for bit one process's logits)"),
     ArgSpec("data_parallel_size", "processes / tensor_parallel_size", "that number",
             "model copies (alias dp_size): derived from the launch, checked when given"),
-    ArgSpec("check_ranks", "false", "true, false",
-            "tensor_parallel_size > 1: compare every model call's inputs across the ranks of a "
-            "copy (a divergence is a named error at its first call)"),
 )
 
 #: decoding parameters (``decoding.params.DecodeParams``); task generation_kwargs and

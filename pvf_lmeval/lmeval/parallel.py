@@ -37,8 +37,9 @@ HABITS = {
 #: accepted spellings of the parallel keys (SGLang's and dInfer's)
 ALIASES = {"tp_size": "tensor_parallel_size", "dp_size": "data_parallel_size"}
 #: the keys this module reads from the model args
-KEYS = ("tensor_parallel_size", "data_parallel_size", "parallel_layers", "check_ranks",
-        *ALIASES)
+KEYS = ("tensor_parallel_size", "data_parallel_size", "parallel_layers", *ALIASES)
+#: the environment variable that turns on the per-call check across the ranks (1, true)
+CHECK_RANKS = "PVF_CHECK_RANKS"
 LAYERS = ("all", "experts")
 
 
@@ -50,20 +51,6 @@ def habit_error(key: str) -> str | None:
             f"splits a model over N processes per copy: torchrun --nproc_per_node N -m lm_eval "
             f"--model pvf-dlm --model_args ...,tensor_parallel_size=N (the routed experts always "
             f"split over the same N ranks)")
-
-
-class ParallelArgError(ValueError):
-    """A bad parallel model arg or launch (a one-line message)."""
-
-
-def _size(name: str, value) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = 0
-    if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
-        raise ParallelArgError(f"{name}={value!r} must be a positive integer")
-    return number
 
 
 @dataclass(frozen=True)
@@ -81,8 +68,10 @@ class ParallelArgs:
     def pop(cls, args: dict, env=None) -> "ParallelArgs":
         """Take the parallel keys out of the model args ``args`` and check them against the
         launch (``env``: the launcher's environment, default ``os.environ``), before any
-        process group exists or any weight is read."""
+        process group exists or any weight is read: a bad value is a one-line
+        ``ModelArgError``."""
         from ..decoding.params import _bool
+        from .model_args import ModelArgError, positive_int
 
         env = os.environ if env is None else env
         given = {k: args.pop(k) for k in KEYS if k in args and args[k] is not None}
@@ -90,40 +79,40 @@ class ParallelArgs:
             if alias in given:
                 value = given.pop(alias)
                 if name in given and str(given[name]) != str(value):
-                    raise ParallelArgError(f"{alias}={value} and {name}={given[name]} disagree; "
+                    raise ModelArgError(f"{alias}={value} and {name}={given[name]} disagree; "
                                            f"give one of them")
                 given[name] = value
-        tp = _size("tensor_parallel_size", given.get("tensor_parallel_size", 1))
-        world = _size("WORLD_SIZE", env.get("WORLD_SIZE", "1"))
+        tp = positive_int("tensor_parallel_size", given.get("tensor_parallel_size", 1))
+        world = positive_int("WORLD_SIZE", env.get("WORLD_SIZE", "1"))
         layers = str(given.get("parallel_layers", "all")).strip().lower()
         if layers not in LAYERS:
-            raise ParallelArgError(f"parallel_layers={given['parallel_layers']!r} must be one of "
+            raise ModelArgError(f"parallel_layers={given['parallel_layers']!r} must be one of "
                                    f"{', '.join(LAYERS)}")
         if tp > 1 and world == 1:
-            raise ParallelArgError(
+            raise ModelArgError(
                 f"tensor_parallel_size={tp} needs {tp} processes per model copy and this run has "
                 f"one: launch it with torchrun --nproc_per_node {tp} -m lm_eval ... (or "
                 f"accelerate launch --num_processes {tp} -m lm_eval ...)")
         if world % tp:
-            raise ParallelArgError(f"tensor_parallel_size={tp} must divide the launcher's "
+            raise ModelArgError(f"tensor_parallel_size={tp} must divide the launcher's "
                                    f"{world} processes (WORLD_SIZE)")
         local = env.get("LOCAL_WORLD_SIZE")
         if tp > 1 and local is not None and int(local) % tp:
-            raise ParallelArgError(
+            raise ModelArgError(
                 f"tensor_parallel_size={tp} must divide the {local} processes per node "
                 f"(LOCAL_WORLD_SIZE): the ranks of a model copy share a node")
         dp = world // tp
         if "data_parallel_size" in given:
-            asked = _size("data_parallel_size", given["data_parallel_size"])
+            asked = positive_int("data_parallel_size", given["data_parallel_size"])
             if asked != dp:
-                raise ParallelArgError(
+                raise ModelArgError(
                     f"data_parallel_size={asked}, but {world} processes at "
                     f"tensor_parallel_size={tp} make {dp} model copies; launch {asked * tp} "
                     f"processes or drop data_parallel_size (it is derived)")
         try:
-            check = _bool("check_ranks", given.get("check_ranks", False))
+            check = _bool(CHECK_RANKS, env.get(CHECK_RANKS, "0"))
         except ValueError as error:
-            raise ParallelArgError(str(error)) from None
+            raise ModelArgError(str(error)) from None
         return cls(tp=tp, dp=dp, world=world, layers=layers, check_ranks=check)
 
 
@@ -176,6 +165,13 @@ class Ranks:
             self.comm = Comm(self.mesh["mp"].get_group(), self.args.tp, self.mp_rank)
         install_failure_notes(self.rank)
 
+    def info(self, model) -> dict:
+        """The layout the run used (the results' ``config.pvf.parallel``)."""
+        shard = getattr(model, "shard", None)
+        return {"tensor_parallel_size": self.args.tp, "data_parallel_size": self.args.dp,
+                "parallel_layers": self.args.layers if self.args.tp > 1 else None,
+                "notes": shard.notes() if shard is not None else []}
+
     @property
     def writes(self) -> bool:
         """Whether this process writes the run's files (mp rank 0 of each copy)."""
@@ -224,20 +220,15 @@ class Ranks:
 
     def same_on_every_rank(self, what: str, values) -> None:
         """Compare a crc of ``values`` (anything with a stable ``repr``) across the ranks of
-        this model copy; ranks that differ raise :class:`RanksDiverged` naming ``what``."""
+        this model copy; ranks that differ raise ``models.parallel.RanksDiverged`` naming
+        ``what``."""
         import torch
 
-        from ..models.parallel import RanksDiverged
+        from ..models.parallel import same_on_every_rank
 
-        if self.comm is None:
-            return
-        crc = zlib.crc32(repr(values).encode())
-        every = self.comm.gather(torch.tensor([crc], device=self.device)).view(-1).tolist()
-        odd = [r for r, c in enumerate(every) if c != every[0]]
-        if odd:
-            raise RanksDiverged(f"pvf-dlm: tensor-parallel ranks diverged: {what} of mp rank "
-                                f"{odd[0]} differ from mp rank 0's (crc {every[odd[0]]} and "
-                                f"{every[0]})")
+        if self.comm is not None:
+            crc = torch.tensor([zlib.crc32(repr(values).encode())], device=self.device)
+            same_on_every_rank(self.comm, crc, what)
 
 
 # ------------------------------------------------------------------ a rank that fails

@@ -18,7 +18,7 @@ from ..tensors.compiling import compiled
 from . import ops
 from .batch_invariant import batch_invariant_ops, support_error
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
-from .parallel import RanksDiverged, call_fingerprint
+from .parallel import call_fingerprint, same_on_every_rank
 from .transformer import BidirectionalTransformer
 
 
@@ -170,15 +170,10 @@ class DiffusionLM:
         """With ``check_ranks``: a fingerprint of the call's tokens, positions and mask,
         compared across the tensor-parallel ranks before any of them computes (one gather and
         one host read): ranks whose decoding took different turns stop here with
-        :class:`~.parallel.RanksDiverged`, never waiting on each other in a collective."""
+        ``parallel.RanksDiverged``, never waiting on each other in a collective."""
         self._calls += 1
-        mine = call_fingerprint(tokens, positions, attention_mask)
-        every = self.comm.gather(mine).tolist()
-        odd = [r for r, fp in enumerate(every) if fp != every[0]]
-        if odd:
-            raise RanksDiverged(f"pvf-dlm: tensor-parallel ranks diverged: model call "
-                                f"{self._calls} of rank {odd[0]} has other inputs than rank 0's "
-                                f"(fingerprints {every[0]} and {every[odd[0]]})")
+        same_on_every_rank(self.comm, call_fingerprint(tokens, positions, attention_mask),
+                           f"the inputs of model call {self._calls}")
 
     def _head(self, rows: torch.Tensor) -> torch.Tensor:
         out = self.net.head(rows).float()

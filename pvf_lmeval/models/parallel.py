@@ -69,9 +69,14 @@ class Part:
         ``get_tensor``, a part by ``get_slice`` (only its bytes are read)."""
         if not self.ranges:
             return handle.get_tensor(name)
-        sl = handle.get_slice(name)
+        return self.take(handle.get_slice(name))
+
+    def take(self, whole) -> torch.Tensor:
+        """The part of ``whole``: a tensor, or anything indexed like one (a safetensors slice)."""
+        if not self.ranges:
+            return whole[:]
         lead = (slice(None),) * self.dim
-        parts = [sl[lead + (slice(a, b),)] for a, b in self.ranges]
+        parts = [whole[lead + (slice(a, b),)] for a, b in self.ranges]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=self.dim)
 
 
@@ -258,6 +263,17 @@ def row_parallel(x: torch.Tensor, weight: torch.Tensor, bias, comm) -> torch.Ten
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype)
+
+
+def same_on_every_rank(comm: "Comm", fingerprint: torch.Tensor, what: str) -> None:
+    """Compare ``fingerprint`` (a small int64 tensor on this rank's device) across the ranks of
+    ``comm``'s group (one gather, one host read); ranks that differ raise :class:`RanksDiverged`
+    on every rank, naming ``what`` and the first rank that differs from rank 0."""
+    every = comm.gather(fingerprint.reshape(-1)).tolist()
+    odd = [r for r, fp in enumerate(every) if fp != every[0]]
+    if odd:
+        raise RanksDiverged(f"pvf-dlm: tensor-parallel ranks diverged: {what} of rank {odd[0]} "
+                            f"differ from rank 0's (fingerprints {every[odd[0]]} and {every[0]})")
 
 
 def call_fingerprint(*tensors) -> torch.Tensor:

@@ -82,6 +82,33 @@ def parameters(folder: str, layers: str | None, names) -> dict[str, torch.Tensor
     return {n: state[n] for n in names}
 
 
+def probe_alone(folder: str, layers: str) -> tuple[bool, bool]:
+    """batch_size=auto's probe on rank 0 only (rank 1 computes nothing: a collective would wait
+    for ever), then the ranks' agreement on rank 0 fitting and rank 1 not."""
+    import torch.distributed as dist
+
+    from pvf_lmeval.lmeval.auto_batch import on_every_rank, probe
+
+    m = model(folder, layers)
+    alone = probe(m, 3, 40, 20) if dist.get_rank() == 0 else True
+    return alone, on_every_rank(m.comm, dist.get_rank() == 0, "cpu")
+
+
+def compare_values(per_rank: list) -> str:
+    """``Ranks.same_on_every_rank`` of this rank's entry of ``per_rank``."""
+    import torch.distributed as dist
+
+    from pvf_lmeval.lmeval.parallel import ParallelArgs, Ranks
+
+    ranks = Ranks(ParallelArgs(tp=2, world=2), "cpu")
+    ranks.comm = comm()
+    try:
+        ranks.same_on_every_rank("the committed tokens", per_rank[dist.get_rank()])
+    except Exception as exc:          # noqa: BLE001  (the message is what the test checks)
+        return f"{type(exc).__name__}: {exc}"
+    return "same"
+
+
 def diverge(folder: str, layers: str) -> str:
     """Rank 1 calls the model with other tokens than rank 0: the call check must stop both."""
     import torch.distributed as dist
@@ -120,3 +147,4 @@ def _status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
+

@@ -4,7 +4,7 @@
   items, their prompts (the task's ``doc_to_text``), the task's answer extraction, and the
   arguments that select them;
 - the real shapes (:data:`SHAPES`, one table) and :func:`random_model`, a randomly initialised
-  model of one of them;
+  model of one of them (:func:`random_split_model`: also a tensor-parallel rank's part of it);
 - the device clock helpers (:func:`sync`, :func:`reset_peak`, :func:`peak_mib`) and the paper's
   call counts (:data:`PAPER_CALLS_PER_512`);
 - one request's KV cache outside the decode loop (:class:`KVCache`, :func:`call_view`: the
@@ -18,6 +18,7 @@ Scripts run as ``python bench/x.py`` find this module beside them (``bench/`` is
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import resource
@@ -121,6 +122,13 @@ SHAPES = {
         moe=MoEConfig(n_experts=128, top_k=8, expert_hidden=768, normalize=True,
                       normalize_single=True)), 1),
 }
+_MINI = SHAPES["llada2-mini"][0]
+#: LLaDA2.0-flash: the mini's layout at its published widths (hidden 4096, 32 layers, 32 query
+#: heads, a dense first layer of 9216, experts and the shared expert of 1024)
+SHAPES["llada2-flash"] = (dataclasses.replace(
+    _MINI, d_model=4096, n_layers=32, n_heads=32, ffn_hidden=9216,
+    moe=dataclasses.replace(_MINI.moe, expert_hidden=1024, shared_hidden=1024,
+                            layers=(False,) + (True,) * 31)), 0)
 #: the paper's Table 1 (LLaDA-8B-Instruct, GSM8K, L=512, B=64): calls per 512 tokens
 PAPER_CALLS_PER_512 = {"static": 512, "threshold": 89.77, "freedave": 135.65, "pvf": 31.34}
 
@@ -128,25 +136,54 @@ PAPER_CALLS_PER_512 = {"static": 512, "threshold": 89.77, "freedave": 135.65, "p
 def random_model(shape: str, device, dtype, *, config: TransformerConfig | None = None
                  ) -> DiffusionLM:
     """A DiffusionLM of :data:`SHAPES`\\ ``[shape]`` (or ``config``, e.g. a reduced copy of it)
-    with seeded random weights (norms 1, biases 0), allocated directly on ``device`` in
-    ``dtype``; the last three ids serve as mask, pad and end of text."""
+    with seeded random weights (:func:`random_split_model`), allocated directly on ``device`` in
+    ``dtype``."""
     cfg, shift = SHAPES[shape]
-    cfg = config or cfg
+    return random_split_model(config or cfg, device, dtype, name=f"random {shape}",
+                              logit_shift=shift, family=shape.split("-")[0])
+
+
+def random_split_model(cfg: TransformerConfig, device, dtype, shard=None, comm=None,
+                       name: str = "random", logit_shift: int = 0,
+                       family: str = "random") -> DiffusionLM:
+    """A DiffusionLM of ``cfg`` with random weights, whole (``shard`` None) or rank
+    ``shard.rank``'s part of it (``models.parallel.Shard``, ``comm``: its group), allocated on
+    ``device`` in ``dtype``. Every tensor (every expert's, one by one) is drawn from a
+    generator seeded by its name, then the rank takes its part: the ranks' parts are slices of
+    the whole model's tensors, and a rank never draws another rank's experts. Norms 1, biases
+    0; the last three ids serve as mask, pad and end of text."""
+    import zlib
+
     with torch.device("meta"):
-        net = BidirectionalTransformer(cfg)
-    net = net.to(dtype).to_empty(device=device)      # allocate in the target dtype directly
-    gen = torch.Generator(device=device).manual_seed(0)
+        whole = dict(BidirectionalTransformer(cfg).named_parameters())
+        net = BidirectionalTransformer(cfg, shard, comm)
+    net = net.to(dtype).to_empty(device=device)
+
+    def draw(key: str, out: Tensor) -> Tensor:
+        gen = torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
+        return out.normal_(0.0, 0.02, generator=gen)
+
     with torch.no_grad():
         for pname, p in net.named_parameters():
             if pname.endswith("norm.weight"):
                 p.fill_(1.0)
             elif pname.endswith(".bias"):
                 p.zero_()
+            elif pname.endswith(("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")):
+                lo = shard.experts[0] if shard is not None else 0
+                for i in range(p.shape[0]):
+                    draw(f"{pname}/{lo + i}", p[i])
+            elif shard is None:
+                draw(pname, p)
             else:
-                p.normal_(0.0, 0.02, generator=gen)
+                full = torch.empty(whole[pname].shape, dtype=dtype, device=device)
+                p.copy_(shard.part(pname, None).take(draw(pname, full)))
+        for buffer in net.buffers():            # the experts' selection bias
+            buffer.zero_()
     V = cfg.vocab_size
-    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2, logit_shift=shift,
-                       decodable=V, family=shape.split("-")[0], name=f"random {shape}")
+    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2,
+                       logit_shift=logit_shift, decodable=V, family=family, name=name,
+                       shard=shard, comm=comm)
 
 
 # ---------------------------------------------------------------- the device's clock

@@ -12,6 +12,11 @@
 #                batch 1/4/16/64, compile=true's scope (bench/e2e.py --shadow llada-8b)
 #   moe          LLaDA-MoE-7B-A1B and LLaDA2.0-mini shapes: replayed decodes and the expert
 #                layer against a dense one of the same active width (bench/moe_speed.py)
+#   parallel     two processes on the one GPU (gloo) at LLaDA2.0-mini's shape, random weights:
+#                expert parallel 2 against one process, logits equal, time per call
+#                (bench/parallel.py; no interconnect is measured)
+#   flash-shard  rank 0 of expert parallel 8 of LLaDA2.0-flash (32 of 256 experts, about 31
+#                GB), alone, its collectives local: time per call of one rank's compute
 #
 # Each part runs under its own timeout (they add up to at most 460 s) and keeps what it printed
 # when cut short. A device call brings back at most 8 files, so with $OUT set the raw output is
@@ -30,13 +35,16 @@ if [ "${1:-}" = "--tiny" ]; then
     DEV=cpu ITEMS=2 SIZES_INV=1,2 SIZES_LOOP="1 2" SIZES_SHADOW="1 2" PER_SIZE=2 TASK=arith
     SHAPE=llada-8b/16 INV="--dtype float32 --gen-length 32 --shape none" MOE="--reduce 16"
     COMPILE="" THREADS="--threads 1"
-    T_SYNC=300 T_INV=300 T_LOOP=300 T_ROUND=300 T_SHADOW=300 T_MOE=300
+    PAR="--reduce 16 --calls 1 --canvas 64 --gen 32 --layers experts all"
+    FLASH="--reduce 16 --calls 1 --canvas 64 --gen 32"
+    T_SYNC=300 T_INV=300 T_LOOP=300 T_ROUND=300 T_SHADOW=300 T_MOE=300 T_PAR=300 T_FLASH=300
 elif [ -n "${1:-}" ]; then
     echo "gpu_session.sh: unknown argument '$1'; allowed: --tiny (or nothing)" >&2; exit 2
 else
     DEV=cuda ITEMS=32 SIZES_INV=1,16 SIZES_LOOP="1 16" SIZES_SHADOW="1 4 16 64" PER_SIZE=8
     TASK=arith_var SHAPE=llada-8b INV="" MOE="" COMPILE="--compile" THREADS=""
-    T_SYNC=30 T_INV=130 T_LOOP=45 T_ROUND=80 T_SHADOW=120 T_MOE=55
+    PAR="--reduce 1 --calls 3 --rows 2 --layers experts" FLASH="--calls 3 --rows 2"
+    T_SYNC=30 T_INV=115 T_LOOP=40 T_ROUND=70 T_SHADOW=95 T_MOE=40 T_PAR=45 T_FLASH=25
 fi
 if [ -n "${OUT:-}" ]; then          # a device call: only the log and the pack go to $OUT
     DIR=$OUT WORK=$(mktemp -d)
@@ -76,4 +84,6 @@ part shadow "$T_SHADOW" $PY bench/e2e.py --shadow $SHAPE --fixtures tiny-llada -
     --caches dual dual_base --batch-sizes $SIZES_SHADOW --device $DEV $THREADS $COMPILE \
     --json "$WORK/shadow.json"
 part moe "$T_MOE" $PY bench/moe_speed.py --device $DEV $MOE
+part parallel "$T_PAR" $PY bench/parallel.py --device $DEV $PAR
+part flash-shard "$T_FLASH" $PY bench/parallel.py --flash-shard --device $DEV $FLASH
 echo "raw output: $DIR (packed: $DIR/session.tgz)" | tee -a "$LOG"

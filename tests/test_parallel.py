@@ -218,6 +218,17 @@ def test_batch_size_auto_probes_each_rank_alone_and_takes_every_rank_s_answer(po
         [(True, False), (True, False)]
 
 
+def test_a_row_split_product_with_a_bias_is_the_whole_product(pool, one_thread):
+    """Attention's output projection and the MLPs' down projections under tensor parallel: each
+    rank's span of the inner dimension, the partials summed in float32, the bias added once
+    (no folder here has an output-projection bias)."""
+    got = _same_on_both([[t] for t in pool.run(jobs.row_split_product, 5, 67, 9)])[0]
+    gen = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(5, 67, generator=gen), torch.randn(9, 67, generator=gen),
+               torch.randn(9, generator=gen))
+    assert (got - torch.nn.functional.linear(x, w, b)).abs().max() <= 1e-5
+
+
 def test_a_divergence_between_the_ranks_is_named(pool, folders):
     got = pool.run(jobs.diverge, folders["llada2"], "all")
     for message in got:

@@ -94,6 +94,20 @@ def probe_alone(folder: str, layers: str) -> tuple[bool, bool]:
     return alone, on_every_rank(m.comm, dist.get_rank() == 0, "cpu")
 
 
+def row_split_product(n: int, k: int, m: int) -> torch.Tensor:
+    """``parallel.row_parallel`` of a seeded x [n, k] and weight [m, k] with a bias: this rank
+    multiplies its span of k, the ranks' partials are summed, the bias added once."""
+    import torch.distributed as dist
+
+    from pvf_lmeval.models.parallel import row_parallel, span
+
+    gen = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(n, k, generator=gen), torch.randn(m, k, generator=gen),
+               torch.randn(m, generator=gen))
+    lo, hi = span(k, dist.get_world_size(), dist.get_rank())
+    return row_parallel(x[:, lo:hi], w[:, lo:hi], b, comm())
+
+
 def compare_values(per_rank: list) -> str:
     """``Ranks.same_on_every_rank`` of this rank's entry of ``per_rank``."""
     import torch.distributed as dist

@@ -110,15 +110,18 @@ def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Te
     """Expert SwiGLU over rows ``x`` [M, d] grouped by expert (``sizes[e]`` consecutive rows per
     expert); ``gate``/``up`` [E, F, d], ``down`` [E, d, F].
 
-    The activation runs expert by expert: a CPU elementwise kernel computes the elements of a
-    tensor's last partial vector stride in scalar code, which may round differently, so an
-    element's value could depend on how many rows of other experts come before it. Per expert,
-    a row's activation depends on its own expert's rows only, as under expert parallel, where a
-    rank holds some of the experts (bit for bit one process's)."""
+    On the CPU the activation runs expert by expert: a CPU elementwise kernel computes the
+    elements of each thread's last partial vector stride in scalar code, which may round
+    differently, so an element's value could depend on how many rows of other experts come
+    before it. Per expert, a row's activation depends on its own expert's rows only, as under
+    expert parallel, where a rank holds some of the experts (bit for bit one process's). A CUDA
+    elementwise kernel computes every element alike, so there it is one operation."""
     g, u = ops.grouped_linear(x, gate, sizes), ops.grouped_linear(x, up, sizes)
     nonempty = [n for n in sizes if n]
-    h = torch.cat([F.silu(a) * b for a, b in zip(g.split(nonempty), u.split(nonempty))]) \
-        if nonempty else g
+    if x.device.type != "cpu" or len(nonempty) < 2:
+        h = F.silu(g) * u
+    else:
+        h = torch.cat([F.silu(a) * b for a, b in zip(g.split(nonempty), u.split(nonempty))])
     return ops.grouped_linear(h, down, sizes)
 
 

@@ -165,6 +165,10 @@ def test_diffusion_gemma_is_refused_in_one_line(tmp_path):
     ("sdar_moe", {"mlp_only_layers": "0"}, "mlp_only_layers=\"0\"; a SDAR-MoE checkpoint needs a list"),
     ("fast_dllm", {"bd_size": "32"}, "bd_size=\"32\"; a Fast-dLLM v2 checkpoint needs it"),
     ("rnd1", {"num_experts": None}, "num_experts is null; a RND1 checkpoint needs it"),
+    # a per-layer table of 10**9 entries is never built: refused before, in one line
+    ("sdar_moe", {"num_hidden_layers": 10**9, "decoder_sparse_step": 2},
+     "num_hidden_layers=1000000000 with dense layers (decoder_sparse_step, mlp_only_layers); a "
+     "SDAR-MoE checkpoint has at most 65536"),
 ])
 def test_unsupported_config_is_one_line(folders, name, change, says):
     cfg = json.loads((folders[name] / "config.json").read_text())

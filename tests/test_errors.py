@@ -242,7 +242,7 @@ def test_out_of_memory_suggests_batch_size_dtype_cache(lm, monkeypatch, kind):
         what = "while decoding"
     elif kind == "loglikelihood":
         call = lambda: lm.loglikelihood([_ll("Question: 1 + 2?\nAnswer:", " 3")], disable_tqdm=True)  # noqa: E731
-        what = "while scoring a continuation"
+        what = "while scoring continuations"
     else:
         req = Instance(request_type="loglikelihood_rolling", doc={}, arguments=("one two three",),
                        idx=0, metadata=("wikitext", 0, 1))

@@ -1,5 +1,6 @@
-"""Log-likelihood requests: LLaDA's Monte Carlo ELBO (``pvf_lmeval.decoding.likelihood``) and its
-wiring into ``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
+"""Log-likelihood requests: LLaDA's Monte Carlo ELBO (``pvf_lmeval.decoding.likelihood``), its
+batched form against the one-request reference, HFLM's ``is_greedy`` as the decoder's greedy
+generation, and their wiring into ``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
 
 Exact checks use hand-written models; the held-out ``arith`` check runs on the bundled
 ``tiny-llada`` / ``tiny-dream`` fixtures once their weights exist; the variance check runs on a
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pvf_lmeval.decoding.likelihood import (elbo, greedy_match, loglikelihood, mask_draws,
-                                            rolling_loglikelihood)
+from pvf_lmeval.decoding.likelihood import (Continuation, elbo, elbo_batch, greedy_matches,
+                                            loglikelihood, mask_draws, rolling_loglikelihood)
 
 REPO = Path(__file__).resolve().parents[1]
 V, MASK = 16, 15
@@ -51,16 +52,24 @@ class ConstModel:
 
 class CopyModel:
     """Predicts, at every masked position, the token the unmasked canvas holds most often; so
-    draws differ with what is masked (a model with real Monte Carlo noise)."""
+    draws differ with what is masked (a model with real Monte Carlo noise); position p also
+    favours token ``p % 8``, so that reading another position's logits changes the result."""
 
     mask_id = MASK
     eos_ids = (0,)
 
+    def __init__(self):
+        self.calls: list[torch.Tensor] = []
+
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        assert attention_mask is None           # the likelihood path never pads
+        self.calls.append(tokens.clone())
         out = torch.zeros(tokens.shape[0], positions.shape[-1], V)
         for n, row in enumerate(tokens):
             seen = torch.bincount(row[row != MASK], minlength=V)[:V].float()
             out[n] = seen.log1p().unsqueeze(0) * 2.0
+        pos = positions.expand(tokens.shape[0], -1)
+        out.scatter_add_(-1, (pos % 8).unsqueeze(-1), torch.ones(*pos.shape, 1))
         out[..., MASK] = 5.0          # the mask's own logit must be ignored
         return out
 
@@ -121,22 +130,128 @@ def test_seeded_deterministic_and_independent_of_mc_batch():
     assert a.draws.std() > 0                                    # the model has real MC noise
     other = loglikelihood(m, prefix, target, mc_num=24, seed=4, request_index=7)
     assert not torch.equal(other.draws, a.draws)
-    assert a.nfe == 2 and b.nfe == 6                            # 1 or 5 ELBO calls + greedy
+    # the distinct canvases, 5 per call: the draws' distinct masks (the seeded draw of
+    # request 7, seed 3)
+    from pvf_lmeval.decoding.common import mix_seed
+
+    masks, _ = mask_draws(6, 24, torch.Generator().manual_seed(mix_seed(3, 7, 0)))
+    distinct = len({tuple(row.tolist()) for row in masks})
+    assert a.nfe == 1 and b.nfe == -(-distinct // 5)
 
 
-def test_is_greedy_is_the_one_step_prediction():
-    m = ConstModel(top=3, p=0.5, mask_logit=10.0)              # the mask never wins
-    assert greedy_match(m, [1], [3, 3, 3]) is True
-    assert greedy_match(m, [1], [3, 4]) is False
-    assert loglikelihood(m, [1], [3, 3], mc_num=2).is_greedy is True
-    assert loglikelihood(m, [1], [3, 3], mc_num=2, greedy=False).is_greedy is None
+def _reference_canvas(item: Continuation, masked_row) -> tuple[int, ...]:
+    return tuple(item.prefix) + tuple(MASK if hide else t for t, hide in zip(item.target, masked_row))
+
+
+def test_batch_equals_the_one_request_reference_and_computes_each_canvas_once():
+    """``elbo_batch`` gives every item the draws ``elbo`` gives it alone, bit for bit (the model
+    computes each row on its own), while the model sees each distinct canvas once, in calls of
+    at most ``rows_per_call`` rows of one length."""
+    from pvf_lmeval.decoding.common import mix_seed
+
+    items = [Continuation([1, 2, 2], [2, 5, 2, 9], 0), Continuation([1, 2, 2], [2, 5, 2, 4], 0),
+             Continuation([1, 2, 2], [7, 5, 2], 0),          # the choices of one question
+             Continuation([5, 5], [9], 1), Continuation([5, 5], [4], 1),   # one-token choices
+             Continuation([], [3, 3, 5, 1, 2, 6, 7], 2), Continuation([9, 1, 1, 4, 2, 6], [1], 3)]
+    for rows_per_call in (1, 3, 1000):
+        m = CopyModel()
+        got, calls = elbo_batch(m, items, mc_num=16, rows_per_call=rows_per_call, seed=5)
+        for item, draws in zip(items, got):
+            ref, _ = elbo(CopyModel(), item.prefix, item.target, mc_num=16, mc_batch=16, seed=5,
+                          request_index=item.key)
+            assert torch.equal(draws, ref)
+        rows = [tuple(r.tolist()) for call in m.calls for r in call]
+        want = set()
+        for item in items:
+            masks, _ = mask_draws(len(item.target), 16,
+                                  torch.Generator().manual_seed(mix_seed(5, item.key, 0)))
+            want |= {_reference_canvas(item, row.tolist()) for row in masks}
+        assert sorted(rows) == sorted(want)               # each distinct canvas exactly once
+        assert all(call.shape[0] <= rows_per_call for call in m.calls)
+        assert len(calls) == len(items) and min(calls) >= 1
+    # the one-token choices [9] and [4] after [5, 5] share their only canvas: [5, 5, MASK]
+    assert rows.count((5, 5, MASK)) == 1
+
+
+class PositionModel:
+    """Greedy generation is known in closed form: every masked position predicts token
+    ``1 + position % 4`` (probability 0.6); the mask's own logit is the largest and ignored."""
+
+    mask_id = MASK
+    eos_ids = (0,)
+
+    def __init__(self):
+        self.calls = 0
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        self.calls += 1
+        pos = positions if positions.dim() == 2 else positions.expand(tokens.shape[0], -1)
+        if attention_mask is not None:          # positions count real tokens: left padding off
+            pos = pos - (attention_mask == 0).sum(-1, keepdim=True)
+        probs = torch.full((*pos.shape, V), 0.4 / (V - 2))
+        probs.scatter_(-1, (1 + pos % 4).unsqueeze(-1), 0.6)
+        out = probs.log()
+        out[..., MASK] = 10.0
+        return out
+
+
+def test_is_greedy_is_the_decoders_greedy_generation():
+    """HFLM: ``max_equal = (greedy_tokens == cont_toks).all()``, the greedy generation starts
+    with the continuation. After a 3-token prefix the generation is 4 1 2 3 4 1 2 3 ...; the
+    canvas is gen_length (8 here), or a longer target's length in whole blocks (12)."""
+    from pvf_lmeval.decoding import make_params
+
+    m = PositionModel()
+    params = make_params("threshold", gen_length=8, block_length=4, temperature=0.7, seed=1)
+    prefix = [5, 6, 7]
+    targets = [[4, 1, 2], [4], [1], [4, 1, 2, 3, 4, 1, 2, 3, 4, 1], [4, 1, 2, 3, 4, 1, 2, 4]]
+    got = greedy_matches(m, [prefix] * len(targets), targets, params, keys=[0] * len(targets),
+                         batch_size=2)
+    assert got == [True, True, False, True, False]
+    # one decode for the shared prefix, on the canvas of its longest target: 12 positions, one
+    # call per position (confidence 0.6 < threshold 0.9: one commit per call)
+    assert m.calls == 12
+    other = greedy_matches(PositionModel(), [[5, 6], prefix], [[3, 4], [4, 1]], params,
+                           keys=[1, 2], batch_size=2)
+    assert other == [True, True]
+    # a context of 10 positions: after 3 prefix tokens gen_length 8 does not fit, so the canvas
+    # is the longest target in whole blocks: 4 (4 1 2 3); for a target of 8 it is 8 and the
+    # prefix keeps its last 2 tokens, so the generation starts at position 2: 3 4 1 2 3 4 1 2
+    short = PositionModel()
+    short.max_length = 10
+    assert greedy_matches(short, [prefix], [[4, 1, 2]], params, keys=[0], batch_size=1) == [True]
+    got = greedy_matches(short, [prefix] * 3, [[4, 1, 2, 3, 4, 1, 2, 3],
+                                              [3, 4, 1, 2, 3, 4, 1, 2], [3, 4]], params,
+                         keys=[0] * 3, batch_size=1)
+    assert got == [False, True, True]
+
+
+def test_adapter_is_greedy_for_the_models_own_answers():
+    """The issue's case: a continuation the model generates (``generate_until``, temperature 0,
+    the same decoder and gen_length) has is_greedy true; the same text with its last character
+    changed, false."""
+    from lm_eval.api.instance import Instance
+
+    lm = _fixture_lm("tiny-llada", mc_num=4, gen_length=96)       # unpadded: the same floats
+    items = ARITH[:6]
+    gens = lm.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
+                                       arguments=(_prompt(it), {"until": []}),
+                                       metadata=("arith", d, 1)) for d, it in enumerate(items)],
+                             disable_tqdm=True)
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=(_prompt(it), cont), idx=k,
+                     metadata=("arith", d, 1))
+            for d, (it, text) in enumerate(zip(items, gens))
+            for k, cont in enumerate((str(text), str(text)[:-1] + "#"))]
+    greedy = [g for _, g in lm.loglikelihood(reqs, disable_tqdm=True)]
+    assert greedy == [True, False] * len(items)
 
 
 def test_rolling_sums_the_windows():
     m = ConstModel(top=3, p=0.5)
     windows = [([0], [3, 3, 3]), ([3], [3, 3])]
     r = rolling_loglikelihood(m, windows, mc_num=6, mc_batch=4)
-    assert r.logprob == pytest.approx(5 * math.log(0.5), abs=1e-5) and r.nfe == 4
+    # every canvas of a constant model gives the same exact draw: the sum of the windows
+    assert r.logprob == pytest.approx(5 * math.log(0.5), abs=1e-5)
     assert r.draws.shape == (6,)
 
 
@@ -213,7 +328,7 @@ def test_variance_shrinks_with_mc_num_on_the_fixture():
         for item in ARITH[:4]:
             ctx = tok.encode(_prompt(item), add_special_tokens=False)
             cont = tok.encode(_prompt(item) + " " + item["answer"], add_special_tokens=False)[len(ctx):]
-            est = [loglikelihood(model, ctx, cont, mc_num=mc, mc_batch=32, seed=s, greedy=False).logprob
+            est = [loglikelihood(model, ctx, cont, mc_num=mc, mc_batch=32, seed=s).logprob
                    for s in range(5)]
             variances.append(torch.tensor(est, dtype=torch.float64).var().item())
         pooled[mc] = sum(variances) / len(variances)
@@ -275,3 +390,22 @@ def test_model_args_mc_num_and_mc_batch_are_validated(tmp_path):
         with pytest.raises(ValueError) as exc:
             PVFDiffusionLM.create_from_arg_string(f"pretrained=/nonexistent,{arg}")
         assert arg.split("=")[0] in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_adapter_batches_continuations_by_batch_size():
+    """HFLM scores ``batch_size`` requests per forward; here a batch's draws share model calls of
+    at most ``batch_size * mc_batch`` distinct canvases, and the estimates and is_greedy equal
+    those of ``batch_size=1`` (bit for bit: batch_invariant)."""
+    reqs = _requests(ARITH[:3])
+    calls, results = {}, {}
+    for size in (1, 4):
+        lm = _fixture_lm("tiny-llada", mc_num=8, mc_batch=4, batch_size=size, gen_length=32,
+                         batch_invariant=True)
+        rows, real = [], lm.model.logits
+        lm.model.logits = lambda tokens, *a, _r=real, _rows=rows, **k: (_rows.append(len(tokens)),
+                                                                        _r(tokens, *a, **k))[1]
+        results[size] = lm.loglikelihood(reqs, disable_tqdm=True)
+        calls[size] = rows
+        assert max(rows) <= size * 4
+    assert results[4] == results[1]
+    assert max(calls[1]) <= 4 < max(calls[4]) and len(calls[4]) < len(calls[1])

@@ -381,33 +381,71 @@ class PVFDiffusionLM(LM):
         return zlib.crc32(f"{task}/{doc if doc is not None else i}".encode())
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws, ``mc_batch`` per
-        call, seeded by ``seed`` and the request's task/document) and the one-step greedy check."""
-        from ..decoding.likelihood import loglikelihood as elbo_loglikelihood
+        """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws seeded by ``seed`` and
+        the request's task/document) and HFLM's ``is_greedy``: whether the configured decoder at
+        temperature 0 generates the continuation (``decoding.likelihood``).
+
+        As HFLM's ``Collator`` does, requests are sorted (longest context first, the choices of
+        one context together) and scored ``batch_size`` at a time: one batch's draws share model
+        calls of at most ``batch_size * mc_batch`` distinct canvases, and its distinct contexts
+        share one greedy decode each."""
+        from ..decoding.likelihood import Continuation, greedy_matches, loglikelihoods
 
         self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
-        out = []
-        for i, req in enumerate(tqdm(requests, disable=disable_tqdm or self.ranks.rank != 0,
-                                     desc="pvf-dlm loglikelihood")):
-            context, continuation = req.args[0], req.args[1]
-            ctx_ids, cont_ids = self._encode_pair(context, continuation)
+        out: list = [None] * len(requests)
+        items: dict[int, Continuation] = {}
+        for i, req in enumerate(requests):
+            ctx_ids, cont_ids = self._encode_pair(req.args[0], req.args[1])
             if not cont_ids:
-                out.append((0.0, True))
+                out[i] = (0.0, True)
                 continue
-            n = len(ctx_ids) + len(cont_ids)
-            self._check_context(n, "context + continuation")
-            with self._oom_guard("scoring a continuation", min(self.mc_batch, self.mc_num), n):
-                r = elbo_loglikelihood(self.model, ctx_ids, cont_ids, mc_num=self.mc_num,
-                                       mc_batch=self.mc_batch, seed=self.params.seed,
-                                       request_index=self._likelihood_key(req, i),
-                                       batch_invariant=self.batch_invariant)
-            out.append((r.logprob, bool(r.is_greedy)))
-            self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
+            self._check_context(len(ctx_ids) + len(cont_ids), "context + continuation")
+            items[i] = Continuation(ctx_ids, cont_ids, self._likelihood_key(req, i))
+        order = sorted(items, key=lambda i: (-len(items[i].prefix), items[i].prefix,
+                                             -len(items[i].target)))
+        size = self._likelihood_batch_size([items[i] for i in order])
+        params = self.params
+        if params.decoder in PLANNING_DECODERS:
+            params = self._with_vocab(params)
+        bar = tqdm(total=len(requests), initial=len(requests) - len(items),
+                   disable=disable_tqdm or self.ranks.rank != 0, desc="pvf-dlm loglikelihood")
+        try:
+            for a in range(0, len(order), size):
+                batch = order[a:a + size]
+                chunk = [items[i] for i in batch]
+                longest = max(len(c.prefix) + len(c.target) for c in chunk)
+                with self._oom_guard("scoring continuations", size * self.mc_batch, longest):
+                    scores = loglikelihoods(self.model, chunk, mc_num=self.mc_num,
+                                            rows_per_call=size * self.mc_batch,
+                                            seed=params.seed, batch_invariant=self.batch_invariant)
+                    greedy = greedy_matches(self.model, [c.prefix for c in chunk],
+                                            [c.target for c in chunk], params,
+                                            keys=[c.key for c in chunk], batch_size=size,
+                                            batch_invariant=self.batch_invariant,
+                                            online=self.online)
+                for i, r, g in zip(batch, scores, greedy):
+                    out[i] = (r.logprob, bool(g))
+                    self.cache_hook.add_partial("loglikelihood", requests[i].args[:2], out[i])
+                bar.update(len(batch))
+        finally:
+            bar.close()
         return out
+
+    def _likelihood_batch_size(self, items) -> int:
+        """Continuations per batch of ``loglikelihood``: ``batch_size``, or for
+        ``batch_size=auto`` the largest batch of ``mc_batch`` rows per continuation whose
+        longest canvas fits (the smallest over the ranks)."""
+        if self._auto_batch is None:
+            return self.batch_size
+        if not items:
+            return self._auto_fit(None, 0, 0)
+        return self._auto_fit(max(len(c.prefix) + len(c.target) for c in items),
+                              max(len(c.target) for c in items), self.mc_batch)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Sum of ELBO estimates over lm-eval's disjoint rolling windows of the model's context
-        (each window conditioned on one token before it, as lm-eval does for causal models)."""
+        (each window conditioned on one token before it, as lm-eval does for causal models); the
+        windows of one text share model calls of at most ``batch_size * mc_batch`` canvases."""
         from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
         from ..decoding.likelihood import rolling_loglikelihood
@@ -423,12 +461,12 @@ class PVFDiffusionLM(LM):
             windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
                 token_list=ids, prefix_token=prefix, max_seq_len=self.model.max_length - 1,
                 context_len=1)]
-            with self._oom_guard("scoring a rolling window", min(self.mc_batch, self.mc_num),
-                                 self.model.max_length):
+            rows = (self.batch_size if self._auto_batch is None else 1) * self.mc_batch
+            with self._oom_guard("scoring a rolling window", rows, self.model.max_length):
                 r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
-                                          mc_batch=self.mc_batch, seed=self.params.seed,
+                                          mc_batch=rows, seed=self.params.seed,
                                           request_index=self._likelihood_key(req, i),
-                                       batch_invariant=self.batch_invariant)
+                                          batch_invariant=self.batch_invariant)
             out.append(r.logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
         return out
@@ -602,13 +640,19 @@ class PVFDiffusionLM(LM):
         the ranks."""
         if self._auto_batch is None:
             return self.batch_size
-        size = self._auto_batch.limit
-        if prepared:
-            canvas = max(len(c["prompt_ids"]) + c["params"].gen_length for c in prepared)
-            gen_length = max(c["params"].gen_length for c in prepared)
-            rows = max(DECODERS[c["params"].decoder].rows_per_call(c["params"]) for c in prepared)
-            size = self._auto_batch.size(self.model, canvas=canvas, gen_length=gen_length,
-                                         rows_per_request=rows)
+        if not prepared:
+            return self._auto_fit(None, 0, 0)
+        return self._auto_fit(
+            max(len(c["prompt_ids"]) + c["params"].gen_length for c in prepared),
+            max(c["params"].gen_length for c in prepared),
+            max(DECODERS[c["params"].decoder].rows_per_call(c["params"]) for c in prepared))
+
+    def _auto_fit(self, canvas: int | None, gen_length: int, rows: int) -> int:
+        """``batch_size=auto``: the largest batch of ``rows`` rows per request on a canvas of
+        ``canvas`` tokens (the last ``gen_length`` predicted) that fits (None: no request, the
+        limit), the smallest over the ranks."""
+        size = self._auto_batch.limit if canvas is None else self._auto_batch.size(
+            self.model, canvas=canvas, gen_length=gen_length, rows_per_request=rows)
         return min(self.ranks.gather_world(size))
 
     def _finish(self, out, until: list[str]) -> tuple[str, dict]:

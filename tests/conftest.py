@@ -50,6 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from pvf_lmeval.models import load_model  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def lm_evals_default_torch_seed():
+    """Every test starts from the torch seed lm-eval's runs start from (``--seed``'s default,
+    1234 for torch): the adapter without a ``seed`` model arg draws from it (its sampling, the
+    likelihood's masks), so a test's draws do not depend on the tests that ran before it."""
+    torch.manual_seed(1234)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Small CPU forwards: one torch thread is several times faster than two on a shared 2-core box."""

@@ -78,20 +78,28 @@ def test_on_the_cpu_the_stated_default_without_probing():
     assert model.calls == []
 
 
-def test_batch_size_args():
+def test_batch_size_args(caplog):
+    """As HFLM: ``max_batch_size`` bounds ``auto`` and nothing else (lm-eval's CLI passes it with
+    any ``--batch_size``); ``auto:N`` (HFLM's re-detection schedule) runs as ``auto``, saying so
+    in one line."""
     size, auto = batch_size_arg("auto", None)
     assert size == "auto" and auto.limit == 64
     assert batch_size_arg("auto", 16)[1].limit == 16
     assert batch_size_arg(4, None) == (4, None)
     assert batch_size_arg("3", None) == (3, None)
+    assert batch_size_arg(4, 8) == (4, None)
     with pytest.raises(ModelArgError, match=r"^max_batch_size=0 must be a positive integer$"):
         batch_size_arg("auto", 0)
-    with pytest.raises(ModelArgError, match=r"^batch_size='auto:4': pvf-dlm probes once per canvas "
-                                            r"size already; use batch_size=auto$"):
-        batch_size_arg("auto:4", None)
-    with pytest.raises(ModelArgError, match=r"^max_batch_size=8 applies only to batch_size=auto "
-                                            r"\(batch_size=4\)$"):
-        batch_size_arg(4, 8)
+    with pytest.raises(ModelArgError, match=r"^max_batch_size=0 must be a positive integer$"):
+        batch_size_arg(4, 0)
+    assert caplog.records == []
+    size, auto = batch_size_arg("auto:4", 8)
+    assert size == "auto" and auto.limit == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "pvf-dlm: batch_size=auto:4 runs as batch_size=auto (the batch is probed once per canvas "
+        "size, which covers HFLM's re-detection schedule)"]
+    with pytest.raises(ValueError, match=r"^batch_size='auto:x': auto:N needs a number N > 0"):
+        batch_size_arg("auto:x", None)
     with pytest.raises(ModelArgError, match=r"^batch_size='x' must be a positive integer$"):
         batch_size_arg("x", None)
 

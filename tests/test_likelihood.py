@@ -341,7 +341,6 @@ def test_adapter_is_deterministic_and_variance_shrinks_with_mc_num(tmp_path):
     pytest.importorskip("lm_eval")
     from test_models_oracle import make_temp_checkpoint
 
-    from pvf_lmeval.decoding.params import override
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     ckpt = make_temp_checkpoint(tmp_path / "ckpt", "llada", seed=1)
@@ -351,8 +350,8 @@ def test_adapter_is_deterministic_and_variance_shrinks_with_mc_num(tmp_path):
         lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", mc_num=mc, mc_batch=64)
         reqs = _requests([item])[:1]
         vals = []
-        for seed in range(8):
-            lm.params = override(lm.params, seed=seed)
+        for seed in range(8):        # lm-eval's --seed: torch.manual_seed before the requests
+            torch.manual_seed(seed)
             vals.append(lm.loglikelihood(reqs, disable_tqdm=True)[0][0])
         assert lm.loglikelihood(reqs, disable_tqdm=True)[0][0] == vals[-1]   # same seed, same value
         spread[mc] = torch.tensor(vals, dtype=torch.float64).var().item()
@@ -367,7 +366,7 @@ def test_rolling_through_the_adapter(tmp_path):
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     ckpt = make_temp_checkpoint(tmp_path / "ckpt", "llada", seed=2)
-    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", mc_num=4, mc_batch=4)
+    lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", mc_num=4, mc_batch=4, seed=0)
     text = " ".join(ARITH[i]["answer"] for i in range(6))          # longer than one window
     n_tok = len(lm.tokenizer.encode(text, add_special_tokens=False))
     assert n_tok > lm.model.max_length

@@ -225,3 +225,39 @@ def test_lazy_string_resolves_to_the_class(tmp_path):
         tmp_path,
     )
     assert out == {"name": TARGET, "is_lm": True, "hf": True}
+
+
+HINT = ("pvf-lmeval: arith: a task of pvf-lmeval, which lm-eval finds only through "
+        "--include_path: add --include_path \"$(pvf-tasks-path)\" (from Python: "
+        "TaskManager(include_path=pvf_lmeval.tasks_path()))")
+
+
+def test_a_package_task_without_include_path_is_one_line(tmp_path):
+    """lm-eval 0.4.13 finds tasks only in its own folder and ``--include_path`` (no entry
+    points): ``lm_eval --tasks arith`` without it ends with one line naming
+    ``$(pvf-tasks-path)``, before the model loads; ``simple_evaluate`` in a script too."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = subprocess.run([str(BIN / "lm_eval"), "--model", NAME, "--tasks", "arith,nosuchtask",
+                           "--limit", "1"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == HINT + " (not found either: nosuchtask)"
+    script = ("from lm_eval.tasks import TaskManager\n"
+              "TaskManager(include_defaults=False).load(['arith'])\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == HINT
+
+
+def test_the_task_hint_keeps_every_other_error():
+    import pvf_lmeval_hook as hook
+
+    assert hook.missing_tasks(ValueError("Tasks not found: a, b")) == ["a", "b"]
+    assert hook.missing_tasks(KeyError("Spec 'arith' is not a registered task/group/tag name or "
+                                       "valid YAML path")) == ["arith"]
+    assert hook.missing_tasks(ValueError("Tasks not found")) == []
+    assert hook.missing_tasks(RuntimeError("Tasks not found: arith")) == []
+    assert hook.package_tasks(["gsm8k", "arith", "arith_var"]) == ["arith", "arith_var"]

@@ -162,8 +162,9 @@ def test_few_shot_runs_are_separate_and_explicit_defaults_are_the_same_run(runs,
                                                                           capsys):
     # --num_fewshot 2: the same model args, another task variant (never replacing the 0-shot one)
     evaluate(f"pretrained={MODEL},decoder=threshold,{GEN}", tmp_path / "shots", num_fewshot=2)
-    # the defaults spelled out: threshold=0.9 and seed=0 are what the first run applied
-    evaluate(f"pretrained={MODEL},decoder=threshold,{GEN},threshold=0.9,seed=0,cache=none",
+    # the defaults spelled out: threshold=0.9 and seed=1234 (lm-eval's --seed for torch, which
+    # draws without a seed model arg) are what the first run applied
+    evaluate(f"pretrained={MODEL},decoder=threshold,{GEN},threshold=0.9,seed=1234,cache=none",
              tmp_path / "explicit")
     table = report.build([runs / "first" / "threshold", tmp_path / "shots", tmp_path / "explicit"])
     assert sorted(c.name for c in table.columns) == ["arith [num_fewshot=0]", "arith [num_fewshot=2]"]

@@ -24,9 +24,9 @@ B1 = _record(gen_length=32)     # a request that made no call and took no time
 WANT_A = {"requests": 2, "nfe": 8.0, "branch_rows": 10.0, "gen_length": 64.0, "gen_tokens": 15.0,
           "committed": 16.0, "wall_s": 0.375, "tokens_base": 8.0, "tokens_plan": 4.0,
           "tokens_ar": 1.0, "tokens_forced": 1.5, "tokens_explore": 0.5,
-          "tpf": 1.875, "tps": 40.0, "nfe_total": 16, "truncated_prompts": 3}
+          "tpf": 1.875, "tps": 40.0, "nfe_total": 16, "truncated_prompts": 3, "from_cache": 1}
 WANT_B = {"requests": 1, **dict.fromkeys(MEAN_KEYS, 0.0), "gen_length": 32.0,
-          "tpf": 0.0, "tps": 0.0, "nfe_total": 0, "truncated_prompts": 0}
+          "tpf": 0.0, "tps": 0.0, "nfe_total": 0, "truncated_prompts": 0, "from_cache": 0}
 
 
 def _fill(totals: StatTotals, records) -> StatTotals:
@@ -35,6 +35,8 @@ def _fill(totals: StatTotals, records) -> StatTotals:
             totals.count(task, "truncated_prompts")
         elif isinstance(rec, int):
             totals.count(task, "truncated_prompts", rec)
+        elif rec is A2:                 # read from --use_cache: counted, and its costs too
+            totals.add(task, rec, from_cache=True)
         else:
             totals.add(task, rec)
     return totals
@@ -59,7 +61,7 @@ def test_ranks_merge_to_the_whole_and_state_round_trips():
     states = [json.loads(json.dumps(r.state())) for r in ranks]
     assert states[2] == {}
     assert states[0] == {"b": {"requests": 1.0, **dict.fromkeys(MEAN_KEYS, 0.0), "gen_length": 32.0},
-                         "a": {"truncated_prompts": 1.0, "requests": 1.0,
+                         "a": {"truncated_prompts": 1.0, "requests": 1.0, "from_cache": 1.0,
                                **{k: float(v) for k, v in A2.items()}}}
     assert states[1]["ab"] == {"truncated_prompts": 4.0}
     merged = StatTotals.merged(states).summary()

@@ -8,6 +8,13 @@ to be imported and, right after the module has run (so the built-ins are registe
 first), registers ``"pvf-dlm"`` as the lazy string ``"pvf_lmeval.lmeval.lm:PVFDiffusionLM"``.
 The plugin itself (torch, ...) is imported only when lm-eval asks for that model.
 
+lm-eval 0.4.13 finds tasks only in its own folder and in ``--include_path`` (``TaskManager``
+reads no entry points either), so the package's tasks need ``--include_path
+"$(pvf-tasks-path)"``. When ``lm_eval`` is imported the finder also chains a ``sys.excepthook``
+that turns lm-eval's uncaught "task not found" error for one of those tasks (the CLI's
+``ValueError: Tasks not found: ...``, ``TaskManager``'s ``KeyError: "Spec ... is not a
+registered task ..."``) into one line saying so; any other error keeps its traceback.
+
 Rules this module keeps:
 - It imports nothing but ``sys`` at start-up (cost: well under a millisecond), and never
   imports lm_eval itself: registering anything before ``lm_eval.models`` has run would
@@ -26,6 +33,8 @@ import sys
 MODEL_NAME = "pvf-dlm"
 TARGET = "pvf_lmeval.lmeval.lm:PVFDiffusionLM"
 TRIGGER = "lm_eval.models"
+#: the import that installs the missing-task hint
+HINT_TRIGGER = "lm_eval"
 
 # Attribute that marks our finder on sys.meta_path, whichever copy of this module made it.
 _MARK = "_pvf_lmeval_hook"
@@ -49,13 +58,73 @@ def register(registry=None):
         return False
 
 
+def missing_tasks(error) -> list:
+    """The task names of lm-eval's "task not found" errors (0.4.13), else []."""
+    text = str(error.args[0]) if getattr(error, "args", None) else ""
+    if isinstance(error, ValueError) and text.startswith("Tasks not found: "):
+        return [t.strip() for t in text[len("Tasks not found: "):].split(",") if t.strip()]
+    if isinstance(error, KeyError) and text.startswith("Spec '") and "not a registered task" in text:
+        return [text.split("'")[1]]
+    return []
+
+
+def package_tasks(names) -> list:
+    """Those of ``names`` that are tasks of this package (read from its task YAMLs)."""
+    try:
+        from pvf_lmeval.files.paths import tasks_dir
+        from pvf_lmeval.lmeval.task_loading import task_names
+
+        ours = set()
+        for folder in tasks_dir().iterdir():
+            if folder.is_dir():
+                ours |= task_names(folder)
+        return [n for n in names if n in ours]
+    except Exception:  # an install without its tasks: no hint
+        return []
+
+
+def hint_line(ours, missing) -> str:
+    """The one line for missing tasks ``missing``, ``ours`` of them the package's."""
+    what = "a task" if len(ours) == 1 else "tasks"
+    others = [n for n in missing if n not in ours]
+    rest = f" (not found either: {', '.join(others)})" if others else ""
+    return (f"pvf-lmeval: {', '.join(ours)}: {what} of pvf-lmeval, which lm-eval finds only "
+            f"through --include_path: add --include_path \"$(pvf-tasks-path)\" (from Python: "
+            f"TaskManager(include_path=pvf_lmeval.tasks_path())){rest}")
+
+
+def install_task_hint():
+    """Chain the missing-task hint onto ``sys.excepthook`` (once)."""
+    if getattr(sys.excepthook, _MARK, False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        missing = missing_tasks(value)
+        ours = package_tasks(missing)
+        if ours:
+            sys.stderr.write(hint_line(ours, missing) + "\n")
+        else:
+            previous(kind, value, tb)
+
+    setattr(hook, _MARK, True)
+    sys.excepthook = hook
+
+
 class _Finder:
     """One-shot meta path finder: patches the loader of ``lm_eval.models`` so that,
-    once the module has executed, MODEL_NAME is registered; then removes itself."""
+    once the module has executed, MODEL_NAME is registered; then removes itself. On the
+    way it sees ``lm_eval`` imported, and installs the missing-task hint."""
 
     _pvf_lmeval_hook = True
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname == HINT_TRIGGER:
+            try:
+                install_task_hint()
+            except Exception:
+                pass
+            return None
         if fullname != TRIGGER:
             return None
         try:

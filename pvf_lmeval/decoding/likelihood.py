@@ -273,7 +273,8 @@ def greedy_canvas(params: DecodeParams, prefix_len: int, target_len: int,
 
 def greedy_matches(model, prefixes: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                    params: DecodeParams, *, keys: Sequence[int], batch_size: int,
-                   batch_invariant: bool = False, online=None) -> list[bool]:
+                   batch_invariant: bool = False, online=None,
+                   context: int | None = None) -> list[bool]:
     """lm-eval's ``is_greedy`` per (prefix, target): whether the decoder of ``params`` at
     temperature 0 generates ``target`` as the first tokens after ``prefix``.
 
@@ -282,10 +283,11 @@ def greedy_matches(model, prefixes: Sequence[Sequence[int]], targets: Sequence[S
     starts with the continuation. A diffusion model's generation is its decoder's, so the check
     runs it: one decode per distinct prefix (the choices of a question share it) on the canvas
     :func:`greedy_canvas` of its longest target (a prefix that leaves no room for it in the
-    model's ``max_length`` loses its first tokens, as generation's ``truncation=left`` does),
+    ``context``, the model's ``max_length`` by default, loses its first tokens, as generation's
+    ``truncation=left`` does),
     ``batch_size`` prefixes per batch, seeded by the first of its ``keys`` (the explore decoder
     draws even at temperature 0)."""
-    context = getattr(model, "max_length", None)
+    context = getattr(model, "max_length", None) if context is None else context
     canvas: dict[tuple, int] = {}
     key_of: dict[tuple, int] = {}
     for p, t, k in zip(prefixes, targets, keys):

@@ -12,26 +12,39 @@ model copy probes alone and a batch fits when it fits on all of them (:func:`pro
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
-from .model_args import AUTO_MAX_BATCH, CPU_AUTO_BATCH, ModelArgError, positive_int
+from .model_args import AUTO_MAX_BATCH, CPU_AUTO_BATCH, positive_int
 
 
 def batch_size_arg(batch_size, max_batch_size) -> tuple[int | str, "AutoBatch | None"]:
     """``(batch_size, AutoBatch or None)`` from the model args ``batch_size`` (a positive
-    integer or ``auto``) and ``max_batch_size`` (``batch_size=auto`` only)."""
-    if str(batch_size).strip().lower() == "auto":
-        limit = AUTO_MAX_BATCH if max_batch_size is None else positive_int("max_batch_size",
-                                                                            max_batch_size)
-        return "auto", AutoBatch(limit)
-    if str(batch_size).strip().lower().startswith("auto:"):
-        raise ModelArgError(f"batch_size={batch_size!r}: pvf-dlm probes once per canvas size "
-                            f"already; use batch_size=auto")
-    size = positive_int("batch_size", batch_size)
-    if max_batch_size is not None:   # lm-eval's CLI always passes it, as None by default
-        raise ModelArgError(f"max_batch_size={max_batch_size!r} applies only to batch_size=auto "
-                            f"(batch_size={batch_size})")
-    return size, None
+    integer, ``auto`` or ``auto:N``) and ``max_batch_size``, as HFLM reads them.
+
+    HFLM's ``max_batch_size`` is the "upper bound for batch size when using automatic batch size
+    detection": with a fixed ``batch_size`` it bounds nothing, and lm-eval's CLI passes it
+    along with ``--batch_size`` (so ``--batch_size 4 --max_batch_size 8`` is accepted). HFLM's
+    ``auto:N`` re-detects the batch size N times over a run, as its sorted requests shorten;
+    ``auto`` here probes once per canvas size already, so ``auto:N`` runs as ``auto``, with a
+    one-line notice."""
+    if max_batch_size is not None:
+        max_batch_size = positive_int("max_batch_size", max_batch_size)
+    text = str(batch_size).strip().lower()
+    if text == "auto" or text.startswith("auto:"):
+        if text != "auto":
+            schedule = text.split(":", 1)[1]
+            try:
+                if float(schedule) <= 0:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"batch_size={batch_size!r}: auto:N needs a number N > 0 "
+                                 "(HFLM's re-detection schedule)") from None
+            logging.getLogger("pvf_lmeval").warning(
+                f"pvf-dlm: batch_size={batch_size} runs as batch_size=auto (the batch is probed "
+                "once per canvas size, which covers HFLM's re-detection schedule)")
+        return "auto", AutoBatch(AUTO_MAX_BATCH if max_batch_size is None else max_batch_size)
+    return positive_int("batch_size", batch_size), None
 
 
 def largest_fitting(fits: Callable[[int], bool], limit: int) -> int:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 
 class GenerationText(str):
-    """A generated string with its decoding statistics in ``.meta`` (SPEC "Statistics").
+    """A generated string with its decoding statistics in ``.meta`` (SPEC "Statistics") and the
+    name of its ``task``.
 
     lm-eval passes it unchanged through the default ``take_first`` filter into a task's
-    ``process_results``; it pickles with its ``meta`` (so ``--use_cache`` keeps the statistics).
+    ``process_results``; it pickles with its ``meta`` and ``task`` (so an answer read back from
+    ``--use_cache`` still carries its statistics, and the run's totals count them).
     """
 
-    def __new__(cls, text: str, meta: dict | None = None):
+    def __new__(cls, text: str, meta: dict | None = None, task: str | None = None):
         obj = super().__new__(cls, text)
         obj.meta = dict(meta or {})
+        obj.task = task
         return obj
 
     def __reduce__(self):
-        return (GenerationText, (str(self), self.meta))
+        return (GenerationText, (str(self), self.meta, self.task))
 
 
 def cut_at_stop(text: str, until: list[str]) -> int:

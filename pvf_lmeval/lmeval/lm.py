@@ -37,7 +37,7 @@ from .generation import GenerationText, cut_at_stop, tokens_before
 from .auto_batch import batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
 from .parallel import ParallelArgs, Ranks
-from .model_args import check_keys, exit_in_one_line, positive_int
+from .model_args import check_keys, exit_in_one_line, one_line_errors, positive_int
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
 from .task_presets import task_preset
@@ -106,7 +106,9 @@ class PVFDiffusionLM(LM):
                  mc_num: int | str = 128, mc_batch: int | str = 32,
                  compile: bool | str = False, compile_round: bool | str = False,
                  truncation: str = "left",
-                 batch_invariant: bool | str = False, _device_is_cli_default: bool = False,
+                 batch_invariant: bool | str = False, revision: str | None = None,
+                 tokenizer: str | None = None, add_bos_token: bool | str | None = None,
+                 max_length: int | str | None = None, _device_is_cli_default: bool = False,
                  **decoder_args):
         super().__init__()
         # Every argument is checked here, before the model loads: bad input fails fast, in one line.
@@ -117,6 +119,8 @@ class PVFDiffusionLM(LM):
         self._decoder = self._explicit.pop("decoder", "threshold")
         # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
         self._preset_given = "preset" in decoder_args
+        # without a seed model arg, every random draw follows lm-eval's --seed (_run_seed)
+        self._seed_given = "seed" in self._explicit
         # Without block_length, a block-diffusion model gives its own once loaded: until then
         # the rules that involve it are checked with gen_length as one block.
         one_block = ({} if "block_length" in self._explicit else
@@ -125,6 +129,8 @@ class PVFDiffusionLM(LM):
                                   **self._explicit, **one_block)
         self._preset_params: dict = {}
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
+        # task -> parameter -> the values its requests ran with, where they differ from the run's
+        self._task_params: dict[str, dict[str, set]] = {}
         self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
         self._compile = _compile_scope(compile)
         self._compile_round = _bool("compile_round", compile_round)
@@ -135,6 +141,11 @@ class PVFDiffusionLM(LM):
         self._round_options = {} if self._compile_round else None
         check_options(batch_invariant=self.batch_invariant, compile_round=self._round_options)
         self.truncation = truncation_mode(truncation)
+        # HFLM's add_bos_token: None keeps the default (contexts encoded without special tokens)
+        self.add_bos_token = None if add_bos_token is None else _bool("add_bos_token", add_bos_token)
+        self._max_length = None if max_length is None else positive_int("max_length", max_length)
+        self.revision = None if revision is None else str(revision)
+        self.tokenizer_source = None if tokenizer is None else str(tokenizer)
         self.mc_num = self._positive_int("mc_num", mc_num)
         #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
         self.trace_append = _bool("trace_append", trace_append)
@@ -151,7 +162,7 @@ class PVFDiffusionLM(LM):
 
         from ..models import load_model
         from ..models.batch_invariant import support_error
-        from ..models.loader import resolve_device, resolve_dtype
+        from ..models.loader import is_hub_id, resolve_device, resolve_dtype
 
         # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
         self.ranks = Ranks.launch(self.parallel, device)
@@ -171,9 +182,20 @@ class PVFDiffusionLM(LM):
             err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
             if err:
                 raise ValueError(err)
+        if self.revision is not None and not is_hub_id(str(pretrained)):
+            _notice(f"pvf-dlm: revision={self.revision} is for hub ids; pretrained={pretrained} is "
+                    "a local or bundled folder, which has no revisions (transformers ignores it "
+                    "there too)")
         self.model = load_model(pretrained, device=dev, dtype=dtype, comm=self.ranks.comm,
-                                parallel_layers=self.parallel.layers)
+                                parallel_layers=self.parallel.layers, revision=self.revision,
+                                tokenizer=self.tokenizer_source)
         self.model.check_ranks = self.parallel.check_ranks
+        if self._max_length is not None and self._max_length > self.model.max_length:
+            raise ValueError(f"max_length={self._max_length} is longer than the checkpoint's "
+                             f"context of {self.model.max_length} tokens; use at most that")
+        if self.add_bos_token and self.model.tokenizer.bos_token_id is None:
+            raise ValueError(f"add_bos_token=true: the tokenizer of {pretrained!r} has no BOS "
+                             "token; drop add_bos_token")
         if one_block:
             # the model's own block (block-diffusion), else the default; task presets build on it
             self._explicit["block_length"] = default_block_length(self.model,
@@ -191,11 +213,30 @@ class PVFDiffusionLM(LM):
 
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
-        self.local_totals = StatTotals()   # this rank's requests
-        self.totals = self.local_totals    # every rank's, merged after each generate_until
+        # The statistics of the evaluation under way: this rank's requests not yet shared with
+        # the other ranks (gather_object shares them), and the evaluation's totals, which
+        # get_model_info reports and closes (lm-eval asks for it once, at each evaluation's end).
+        self._pending = StatTotals()
+        self.totals = StatTotals()
         self._length_notices: set = set()
 
     # ------------------------------------------------------------------ construction
+
+    @property
+    def max_length(self) -> int:
+        """The context in tokens: the ``max_length`` model arg (as HFLM's: prompts are cut to
+        it), else the checkpoint's."""
+        return self._max_length or self.model.max_length
+
+    def _encode_context(self, text: str) -> list[int]:
+        """A context's token ids: no special tokens, or with ``add_bos_token=true`` the BOS token
+        first unless the text starts with it already (HFLM's ``tok_encode``: a chat template may
+        have written it)."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        bos = self.tokenizer.bos_token
+        if self.add_bos_token and not (bos and text.startswith(bos)):
+            ids = [self.tokenizer.bos_token_id, *ids]
+        return ids
 
     def _with_vocab(self, params):
         """``params`` carrying the planning vocabulary, resolved once on first need."""
@@ -265,48 +306,130 @@ class PVFDiffusionLM(LM):
         return self.pretrained.replace("/", "__")
 
     def _no_chat_template(self) -> ValueError:
-        return ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no chat "
-                          "template (a base checkpoint?); drop --apply_chat_template or use an "
-                          "instruct checkpoint")
+        error = ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no "
+                           "chat template (a base checkpoint?); drop --apply_chat_template or use "
+                           "an instruct checkpoint")
+        exit_in_one_line(error)
+        return error
 
-    def chat_template(self, chat_template=False) -> str | None:
-        template = getattr(self.tokenizer, "chat_template", None)
-        if chat_template and not template:
-            # lm-eval asks for the template before any request when --apply_chat_template is on
-            raise self._no_chat_template()
-        return template
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The chat template, chosen as HFLM's (lm-eval's ``TemplateLM.chat_template``): a
+        tokenizer with named templates gives the one ``--apply_chat_template NAME`` names (an
+        unknown name is a one-line error listing them) or its ``default``; a tokenizer with one
+        template gives it (a name is then ignored, with lm-eval's warning). lm-eval's CLI asks
+        for it before any request (to log it); the template chosen is also the one
+        :meth:`apply_chat_template` applies (HFLM logs the named one but applies the
+        tokenizer's default)."""
+        from lm_eval.api.model import TemplateLM
 
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not chat_template:
+            return getattr(self.tokenizer, "chat_template", None)
         if not getattr(self.tokenizer, "chat_template", None):
             raise self._no_chat_template()
-        # in a worker process with a time, memory and output limit: the template is the
-        # checkpoint's program (models/chat_render.py)
-        return RENDERER.render(self.tokenizer, chat_history,
-                               add_generation_prompt=add_generation_prompt,
-                               continue_final_message=not add_generation_prompt,
-                               where=repr(self.pretrained))
+        try:
+            chosen = TemplateLM.chat_template(self, chat_template)
+        except ValueError as error:
+            exit_in_one_line(error)
+            raise
+        named = isinstance(chat_template, str) and isinstance(self.tokenizer.chat_template, dict)
+        self._chat_template_name = chat_template if named else None
+        return chosen
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """``chat_history`` rendered by the chosen template (:meth:`chat_template`) in a worker
+        process with a time, memory and output limit (the template is the checkpoint's program:
+        ``models/chat_render.py``). As HFLM's: a template that rejects it (jinja2's
+        ``TemplateError``: many refuse a system message) is tried once more without the system
+        messages, with HFLM's warning."""
+        from ..models.chat_render import TemplateRejected
+
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise self._no_chat_template()
+
+        def render(history):
+            return RENDERER.render(self.tokenizer, history,
+                                   add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=not add_generation_prompt,
+                                   where=repr(self.pretrained),
+                                   template=getattr(self, "_chat_template_name", None))
+        try:
+            return render(chat_history)
+        except TemplateRejected:
+            _notice("Failed to apply chat template. removing the system role in chat history.")
+            return render([m for m in chat_history if m["role"] != "system"])
 
     def all_gather(self, tensor):
         return self.ranks.all_gather(tensor)
 
     def gather_object(self, obj, dst: int = 0) -> list:
-        # lm-eval 0.4.13's evaluator calls gather_object(obj, dst=0); every rank gets the list.
-        return self.ranks.gather_object(obj)
+        """Every model copy's ``obj``, on every process (lm-eval 0.4.13's evaluator calls it
+        with dst=0).
+
+        Each gather also carries every copy's statistics not yet shared, which each process adds
+        to the evaluation's totals. lm-eval's evaluator gathers its metrics on every rank at the
+        end of each evaluation, so rank 0 reports every copy's requests, those answered from
+        ``--use_cache`` included, and ``generate_until`` needs no collective of its own (a rank
+        answered wholly from the cache never calls it)."""
+        out = self.ranks.gather_object((obj, self._pending.state()))
+        self._pending = StatTotals()
+        for _, state in out:
+            self.totals.absorb(state)
+        return [o for o, _ in out]
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """lm-eval's ``--use_cache`` hands its database over here, before any request: the
+        database is claimed for this run's decoding identity (another decoding's cache is a
+        one-line error), and the answers read from it count in the totals with the costs of
+        the run that made them (``response_cache``)."""
+        super().set_cache_hook(cache_hook)
+        db = getattr(cache_hook, "dbdict", None)
+        if db is None:
+            return
+        from .response_cache import cache_identity, claim, count_reads
+
+        try:
+            claim(db, cache_identity(self._info(), self.mc_num))
+        except ValueError as error:
+            exit_in_one_line(error)
+            raise
+        count_reads(db, lambda text: self._pending.add(text.task, text.meta, from_cache=True))
 
     def barrier(self) -> None:
         self.ranks.barrier()
 
     def get_model_info(self) -> dict:
-        return {"pvf": {
+        """``config.pvf`` of the results: what ran, and the totals of the evaluation's requests.
+
+        lm-eval calls it once per evaluation, at its end (``simple_evaluate``), so the report
+        closes the evaluation: each evaluation on one model instance reports its own requests
+        (a second call without new requests reports none)."""
+        self.totals.absorb(self._pending.state())   # under data parallel: shared already
+        self._pending = StatTotals()
+        totals, self.totals = self.totals.summary(), StatTotals()
+        info = {"pvf": {**self._info(), "totals": totals}}
+        self._task_params = {}
+        return info
+
+    def _info(self) -> dict:
+        """What ran: model, device, decoder and parameters (the seed that draws), vocabulary,
+        batching, likelihood settings, compile."""
+        params = self._public_params(self.params)
+        params["seed"] = self._run_seed()
+        return {
             "pretrained": self.pretrained,
             "model_family": self.model.family,
             "device": str(self.model.device),       # what ran, not lm-eval's --device default
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "truncation": self.truncation,
+            # what shapes the prompts besides the checkpoint (None: the checkpoint's own)
+            "max_length": self._max_length, "add_bos_token": self.add_bos_token,
+            "tokenizer": self.tokenizer_source, "revision": self.revision,
             "decoder": self.params.decoder,
-            "params": {k: v for k, v in self._public_params(self.params).items()},
+            "params": params,
+            "seed_from": "seed model arg" if self._seed_given else "lm-eval --seed (torch's seed)",
             "early_stop": self.params.early_stop,
             "task_presets": dict(self.task_presets),
+            "task_params": self._task_params_info(),
             # a block-diffusion model's cache is exact (docs/decoding.md, "Block-diffusion models")
             "block_size": block_size_of(self.model),
             "cache_exact": cache_exact(self.params.cache, block_size_of(self.model)),
@@ -315,9 +438,23 @@ class PVFDiffusionLM(LM):
             "batch_invariant": self.batch_invariant,
             "parallel": self.ranks.info(self.model),
             "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
-            "totals": self.totals.summary(),
             "compile": self._compile_info(),
-        }}
+        }
+
+    def _run_seed(self) -> int:
+        """The seed of every random draw (sampling, the explore pick, the likelihood's masks): the
+        ``seed`` model arg, else lm-eval's ``--seed``. lm-eval seeds python, numpy and torch
+        globally (``simple_evaluate``: ``torch.manual_seed(torch_random_seed)``, the third value
+        of ``--seed``, 1234 by default) and passes no seed to the model; HFLM samples from torch's
+        global generator, so its samples follow ``--seed`` but depend on the batch. Here that
+        seed is read back (``torch.initial_seed()``) and each request draws from its own
+        generator seeded by it and the request's task, document and repeat: the same ``--seed``
+        reproduces a run bit for bit, whatever the batch."""
+        if self._seed_given:
+            return self.params.seed
+        import torch
+
+        return torch.initial_seed() % (1 << 63)
 
     def _compile_info(self) -> dict | None:
         """None when nothing runs compiled; else ``scope``, what ``compile`` resolved to (None:
@@ -331,6 +468,26 @@ class PVFDiffusionLM(LM):
         return {"scope": self.model.compile_scope if self._compile else None,
                 "round": self._compile_round,
                 "compile_s": None if now is None or s0 is None else round(now - s0, 3)}
+
+    def _record_task_params(self, task: str, params, run: dict) -> None:
+        """Note the decoding parameters of one of ``task``'s requests that differ from the run's
+        (``run``: its public parameters): its preset's, its ``max_gen_toks``, its generation
+        kwargs (``temperature``, ...)."""
+        mine = self._task_params.setdefault(task, {})
+        for k, v in self._public_params(params).items():
+            if v != run[k]:
+                mine.setdefault(k, set()).add(tuple(v) if isinstance(v, list) else v)
+
+    def _task_params_info(self) -> dict:
+        """``config.pvf.task_params``: per task, each decoding parameter its requests ran with
+        where it differs from ``params``: the value, or the sorted values when they differed."""
+        def shown(values: set):
+            out = sorted(values, key=repr)
+            out = [list(v) if isinstance(v, tuple) else v for v in out]
+            return out[0] if len(out) == 1 else out
+
+        return {task: {k: shown(v) for k, v in sorted(ps.items())}
+                for task, ps in sorted(self._task_params.items())}
 
     @staticmethod
     def _public_params(params) -> dict:
@@ -355,7 +512,7 @@ class PVFDiffusionLM(LM):
                 batch_size=self.batch_size, mc_batch=self.mc_batch)) from None
 
     def _check_context(self, n_tokens: int, what: str) -> None:
-        limit = self.model.max_length
+        limit = self.max_length
         if n_tokens > limit:
             raise ValueError(f"pvf-dlm: {what} is {n_tokens} tokens, longer than the model's context "
                              f"of {limit} tokens; shorten the prompt (fewer few-shot examples) or "
@@ -368,8 +525,8 @@ class PVFDiffusionLM(LM):
         if n_spaces:
             continuation = context[-n_spaces:] + continuation
             context = context[:-n_spaces]
-        whole = self.tokenizer.encode(context + continuation, add_special_tokens=False)
-        ctx = self.tokenizer.encode(context, add_special_tokens=False) if context else []
+        whole = self._encode_context(context + continuation)
+        ctx = self._encode_context(context) if context or self.add_bos_token else []
         return whole[:len(ctx)], whole[len(ctx):]
 
     @staticmethod
@@ -380,6 +537,7 @@ class PVFDiffusionLM(LM):
         doc = getattr(req, "doc_id", None)
         return zlib.crc32(f"{task}/{doc if doc is not None else i}".encode())
 
+    @one_line_errors
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws seeded by ``seed`` and
         the request's task/document) and HFLM's ``is_greedy``: whether the configured decoder at
@@ -404,7 +562,7 @@ class PVFDiffusionLM(LM):
         order = sorted(items, key=lambda i: (-len(items[i].prefix), items[i].prefix,
                                              -len(items[i].target)))
         size = self._likelihood_batch_size([items[i] for i in order])
-        params = self.params
+        params = override(self.params, seed=self._run_seed())
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
         bar = tqdm(total=len(requests), initial=len(requests) - len(items),
@@ -421,6 +579,7 @@ class PVFDiffusionLM(LM):
                     greedy = greedy_matches(self.model, [c.prefix for c in chunk],
                                             [c.target for c in chunk], params,
                                             keys=[c.key for c in chunk], batch_size=size,
+                                            context=self.max_length,
                                             batch_invariant=self.batch_invariant,
                                             online=self.online)
                 for i, r, g in zip(batch, scores, greedy):
@@ -442,6 +601,7 @@ class PVFDiffusionLM(LM):
         return self._auto_fit(max(len(c.prefix) + len(c.target) for c in items),
                               max(len(c.target) for c in items), self.mc_batch)
 
+    @one_line_errors
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Sum of ELBO estimates over lm-eval's disjoint rolling windows of the model's context
         (each window conditioned on one token before it, as lm-eval does for causal models); the
@@ -459,12 +619,12 @@ class PVFDiffusionLM(LM):
             (string,) = req.args[:1]
             ids = self.tokenizer.encode(string, add_special_tokens=False)
             windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
-                token_list=ids, prefix_token=prefix, max_seq_len=self.model.max_length - 1,
+                token_list=ids, prefix_token=prefix, max_seq_len=self.max_length - 1,
                 context_len=1)]
             rows = (self.batch_size if self._auto_batch is None else 1) * self.mc_batch
-            with self._oom_guard("scoring a rolling window", rows, self.model.max_length):
+            with self._oom_guard("scoring a rolling window", rows, self.max_length):
                 r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
-                                          mc_batch=rows, seed=self.params.seed,
+                                          mc_batch=rows, seed=self._run_seed(),
                                           request_index=self._likelihood_key(req, i),
                                           batch_invariant=self.batch_invariant)
             out.append(r.logprob)
@@ -481,9 +641,10 @@ class PVFDiffusionLM(LM):
                 self._decoder, preset=None if preset in ("", "none") else preset, **self._explicit)
         return self._preset_params[preset]
 
-    def _request_params(self, gen_kwargs: dict, task: str | None = None):
+    def _request_params(self, gen_kwargs: dict, task: str | None = None, seed: int | None = None):
         """Decoder parameters for one request: model args, the preset of its ``task`` (or of
-        its generation kwargs), then the request's own overrides."""
+        its generation kwargs), the run's ``seed`` (without a seed model arg), then the
+        request's own overrides."""
         kwargs = dict(gen_kwargs)
         for alias in ("max_new_tokens", "max_tokens"):
             if alias in kwargs:
@@ -497,6 +658,8 @@ class PVFDiffusionLM(LM):
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in DECODER_KEYS}
         if do_sample is False:
             overrides["temperature"] = 0.0
+        if seed is not None and not self._seed_given:
+            overrides.setdefault("seed", seed)
         ignored = sorted(kwargs)
         if ignored and tuple(ignored) not in self._length_notices:
             self._length_notices.add(tuple(ignored))
@@ -520,6 +683,7 @@ class PVFDiffusionLM(LM):
             params = override(params, gen_length=length)
         return params, until, ignored
 
+    @one_line_errors
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         results: list = [None] * len(requests)
         seen: dict[int, list[int]] = defaultdict(list)
@@ -535,6 +699,9 @@ class PVFDiffusionLM(LM):
         nfe_sum = 0
         done = 0
         copies: list[tuple[int, int]] = []
+        seed = self._run_seed()
+        run_params = self._public_params(self.params if self._seed_given else
+                                         override(self.params, seed=seed))
         try:
             # Every request is prepared (parameters, prompt fitted to the context) before any is
             # decoded: bad generation kwargs or truncation=error stop the run before any work.
@@ -553,20 +720,21 @@ class PVFDiffusionLM(LM):
                 occurrences.append(i)
                 context, gen_kwargs = req.args
                 task = getattr(req, "task_name", None) or "unknown"
-                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs), task)
+                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs), task, seed)
+                self._record_task_params(task, params, run_params)
                 doc = getattr(req, "doc_id", i)
                 prompt_ids, cut = fit_prompt(
-                    self.tokenizer.encode(context, add_special_tokens=False), params.gen_length,
-                    self.model.max_length, self.truncation, where=f"task {task} doc_id {doc}")
+                    self._encode_context(context), params.gen_length,
+                    self.max_length, self.truncation, where=f"task {task} doc_id {doc}")
                 if cut:
                     truncated += 1
-                    self.local_totals.count(task, "truncated_prompts")
+                    self._pending.count(task, "truncated_prompts")
                 key = f"{task}/{doc}/{getattr(req, 'idx', 0)}"
                 prepared.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
                                      task=task, key=key, repeat_index=repeat_index))
             if truncated:
                 _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
-                        f"context of {self.model.max_length} tokens with gen_length and were "
+                        f"context of {self.max_length} tokens with gen_length and were "
                         "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
             batch_size = self._batch_size_for(prepared)
             bar = tqdm(total=len(requests), initial=len(copies),
@@ -583,8 +751,8 @@ class PVFDiffusionLM(LM):
                 self.ranks.same_on_every_rank("the committed tokens", [o.tokens for o in outs])
                 for c, out in zip(chunk, outs):
                     text, stats = self._finish(out, c["until"])
-                    results[c["i"]] = GenerationText(text, meta=stats)
-                    self.local_totals.add(c["task"], stats)
+                    results[c["i"]] = GenerationText(text, meta=stats, task=c["task"])
+                    self._pending.add(c["task"], stats)
                     if trace_file is not None:
                         trace_file.write(json.dumps(trace_record(
                             out, request=c["key"], prompt_ids=c["prompt_ids"],
@@ -608,8 +776,6 @@ class PVFDiffusionLM(LM):
                 self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
                                 model_name=self.pretrained, rank=self.rank,
                                 world_size=self.world_size)
-        if self.world_size > 1:
-            self.totals = StatTotals.merged(self.gather_object(self.local_totals.state()))
         return results
 
     def _decode(self, chunk: list[dict], *, trace: bool) -> list:

@@ -9,6 +9,7 @@ adapter's constructor, ``planning.vocab.RunVocab.settings``), all before the mod
 from __future__ import annotations
 
 import difflib
+import functools
 import sys
 from dataclasses import dataclass, fields
 
@@ -61,11 +62,15 @@ def _preset_default(name: str) -> str:
 MODEL_ARGS = (
     ArgSpec("pretrained", "tiny-llada", "a checkpoint folder, a hub id, tiny-llada, tiny-dream",
             "the model to load (the families of `pvf-dlm models`)"),
+    ArgSpec("revision", "the hub's default", "a branch, tag or commit",
+            "hub ids: the revision of the checkpoint (and of tokenizer), as HFLM's"),
+    ArgSpec("tokenizer", "pretrained's", "a checkpoint folder, a hub id, a bundled name",
+            "read the tokenizer from there, as HFLM's (its ids must fit the checkpoint)"),
     ArgSpec("dtype", "auto", "auto, float32, bfloat16, float16",
             "weights and activations; auto is bfloat16 on CUDA, float32 on the CPU"),
     ArgSpec("device", "lm-eval's --device", "cuda, cuda:N, cpu",
             "where the model runs; lm-eval's default falls back to the CPU when there is no GPU"),
-    ArgSpec("batch_size", "1", "a positive integer, auto",
+    ArgSpec("batch_size", "1", "a positive integer, auto (auto:N runs as auto)",
             "requests decoded together (outputs do not depend on it); auto: the largest batch "
             "whose canvas fits the GPU, probed once per canvas size; "
             f"{CPU_AUTO_BATCH} on the CPU"),
@@ -74,14 +79,18 @@ MODEL_ARGS = (
             "products, attention and norms: Triton kernels on CUDA, fixed-shape products on the "
             "CPU in float32)"),
     ArgSpec("max_batch_size", str(AUTO_MAX_BATCH), "a positive integer",
-            "batch_size=auto only: the largest batch it may pick"),
+            "the largest batch batch_size=auto may pick (bounds nothing else, as in HFLM)"),
     ArgSpec("compile", "false", _one_of(COMPILE_SCOPES),
             "torch.compile the model call: true/blocks each layer, model the whole stack"),
     ArgSpec("compile_round", "false", "true, false",
             "torch.compile the decode step around each model call (selections, early stop, "
             "the next call's layout)"),
+    ArgSpec("max_length", "the checkpoint's", "a positive integer, at most the checkpoint's",
+            "the context in tokens, as HFLM's: prompts are fitted to it (truncation)"),
     ArgSpec("truncation", "left", _one_of(TRUNCATION_MODES),
             "a prompt longer than the context minus gen_length: keep its last tokens, or stop"),
+    ArgSpec("add_bos_token", "false", "true, false",
+            "start every context with the tokenizer's BOS token, as HFLM's"),
     ArgSpec("trace", "none", "a file path",
             "write one JSONL record per request (render with pvf-trace); a run empties it first"),
     ArgSpec("trace_append", "false", "true, false",
@@ -119,7 +128,8 @@ DECODER_ARGS = (
     ArgSpec("steps", "gen_length", "a multiple of the number of blocks",
             "static only: denoising steps"),
     ArgSpec("temperature", "0", "a finite number >= 0", "> 0: Gumbel-max sampling, seeded"),
-    ArgSpec("seed", _field_default("seed"), "a 64-bit integer", "seed of every random draw"),
+    ArgSpec("seed", "lm-eval's --seed", "a 64-bit integer",
+            "seed of every random draw; without it, the torch seed of --seed (1234 by default)"),
     ArgSpec("early_stop", _field_default("early_stop"), "true, false",
             "stop once end-of-text is committed with everything before it unmasked"),
     ArgSpec("cache", _field_default("cache"), _one_of(CACHES),
@@ -242,3 +252,19 @@ def exit_in_one_line(error: BaseException) -> None:
 
     hook.pvf_one_line = True
     sys.excepthook = hook
+
+
+def one_line_errors(method):
+    """Decorate an lm-eval entry point (``generate_until``, ``loglikelihood``, ...): a
+    ``ValueError`` it raises, the adapter's one-line report of bad input (a mistyped
+    ``--gen_kwargs`` key, a prompt that does not fit), reaches the top of lm-eval's CLI as that
+    one line, as a bad model arg does (:func:`exit_in_one_line`)."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except ValueError as error:
+            exit_in_one_line(error)
+            raise
+
+    return wrapper

@@ -8,8 +8,9 @@ from collections import defaultdict
 MEAN_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "wall_s",
              "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
 
-#: per-task counters reported as totals, not means
-COUNT_KEYS = ("truncated_prompts",)
+#: per-task counters reported as totals, not means: prompts cut to fit the context, and requests
+#: answered from lm-eval's ``--use_cache`` (their statistics are those of the run that made them)
+COUNT_KEYS = ("truncated_prompts", "from_cache")
 
 
 class StatTotals:
@@ -18,11 +19,13 @@ class StatTotals:
     def __init__(self):
         self.sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
-    def add(self, task: str, stats: dict) -> None:
+    def add(self, task: str, stats: dict, *, from_cache: bool = False) -> None:
         row = self.sums[task]
         row["requests"] += 1
         for k in MEAN_KEYS:
             row[k] += stats[k]
+        if from_cache:
+            row["from_cache"] += 1
 
     def count(self, task: str, key: str, n: int = 1) -> None:
         """Add ``n`` to a per-task counter that is reported as a total (``truncated_prompts``)."""
@@ -31,14 +34,18 @@ class StatTotals:
     def state(self) -> dict:
         return {t: dict(r) for t, r in self.sums.items()}
 
+    def absorb(self, state: dict) -> None:
+        """Add another ``state()`` (a rank's) to these totals, key by key."""
+        for task, row in state.items():
+            for k, v in row.items():
+                self.sums[task][k] += v
+
     @classmethod
     def merged(cls, states: list[dict]) -> "StatTotals":
         """The totals of several ``state()`` dicts (one per rank), summed key by key."""
         out = cls()
         for st in states:
-            for task, row in st.items():
-                for k, v in row.items():
-                    out.sums[task][k] += v
+            out.absorb(st)
         return out
 
     def summary(self) -> dict:

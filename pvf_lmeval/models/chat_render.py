@@ -37,6 +37,11 @@ _MAX_REPLY = 6 * MAX_CHARS + 1024
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_worker.py")
 
 
+class TemplateRejected(ValueError):
+    """The template itself refused the messages (jinja2's ``TemplateError``, e.g. a template
+    that does not accept a system message): lm-eval's HFLM retries without the system role."""
+
+
 class ChatRenderer:
     """Renders chat templates in one worker process (see the module docstring)."""
 
@@ -80,11 +85,12 @@ class ChatRenderer:
         return out
 
     def render(self, tokenizer, messages: list[dict], *, add_generation_prompt: bool,
-               continue_final_message: bool, where: str) -> str:
-        """``messages`` through ``tokenizer``'s chat template; ``where`` names the model in
-        errors."""
+               continue_final_message: bool, where: str, template: str | None = None) -> str:
+        """``messages`` through ``tokenizer``'s chat template (``template``: the name of one of
+        its named templates; None: its default); ``where`` names the model in errors."""
         request = json.dumps({
-            "template": tokenizer.get_chat_template(), "special": tokenizer.special_tokens_map,
+            "template": tokenizer.get_chat_template(template),
+            "special": tokenizer.special_tokens_map,
             "messages": [{k: v for k, v in m.items() if v is not None} for m in messages],
             "add_generation_prompt": add_generation_prompt,
             "continue_final_message": continue_final_message}).encode()
@@ -103,7 +109,8 @@ class ChatRenderer:
                 raise ValueError(f"pvf-dlm: the chat template of {where} could not be rendered "
                                  f"(its renderer stopped: over {WORKER_MEMORY >> 20} MiB?)") from None
         if "error" in reply:
-            raise ValueError(f"pvf-dlm: the chat template of {where} failed: {reply['error']}")
+            kind = TemplateRejected if reply.get("template_error") else ValueError
+            raise kind(f"pvf-dlm: the chat template of {where} failed: {reply['error']}")
         return reply["text"]
 
 

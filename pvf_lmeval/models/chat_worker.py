@@ -6,7 +6,9 @@ package: it limits its own address space first, then imports transformers' templ
 only (no torch, no pvf_lmeval), so it starts small and fast.
 Protocol on stdin/stdout: an 8-byte big-endian length, then that many bytes of UTF-8 JSON.
 Request: ``{"template", "messages", "add_generation_prompt", "continue_final_message",
-"special"}``; reply: ``{"text": ...}`` or ``{"error": "one line"}``.
+"special"}``; reply: ``{"text": ...}`` or ``{"error": "one line", "template_error": bool}``
+(``template_error``: the template raised jinja2's ``TemplateError``, as templates that refuse a
+message do).
 """
 
 import json
@@ -30,6 +32,7 @@ def _read(stream, n: int) -> bytes:
 def main() -> None:
     max_chars, memory = int(sys.argv[1]), int(sys.argv[2])
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    from jinja2.exceptions import TemplateError
     from transformers.utils.chat_template_utils import render_jinja_template
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -52,7 +55,7 @@ def main() -> None:
         except MemoryError:
             reply = {"error": "it needs more memory than the renderer's limit"}
         except Exception as exc:  # noqa: BLE001  (a template's own error, reported in one line)
-            reply = {"error": _one_line(exc)}
+            reply = {"error": _one_line(exc), "template_error": isinstance(exc, TemplateError)}
         _send(stdout, reply)
 
 

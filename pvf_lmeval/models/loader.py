@@ -36,6 +36,8 @@ MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "|<MASK>|")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: what a hub download fetches: configs, weights, tokenizer data; never the repository's code
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+#: what a download for ``tokenizer=`` fetches: the tokenizer files only
+TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 
 
 def resolve_device(device) -> torch.device:
@@ -79,45 +81,60 @@ def looks_local(name: str) -> bool:
 MAX_NAME = 4096
 
 
-def checkpoint_folder(name_or_path: str, patterns=HUB_PATTERNS) -> Path:
+def is_hub_id(name: str) -> bool:
+    """Whether :func:`checkpoint_folder` would look ``name`` up on the hub (owner/name, not a
+    bundled name, an existing folder or a name written as a local path)."""
+    try:
+        exists = Path(name).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+    return name not in BUNDLED and not exists and not looks_local(name) and name.count("/") == 1
+
+
+def checkpoint_folder(name_or_path: str, patterns=HUB_PATTERNS, revision: str | None = None,
+                      what: str = "pretrained") -> Path:
     """The local folder for a bundled name, a path, or a hub id (downloaded when the hub allows;
-    ``patterns``: the files a download fetches). A name written as a local path (see
-    :func:`looks_local`) that does not exist is an error naming it, never a download."""
+    ``patterns``: the files a download fetches; ``revision``: the hub's branch, tag or commit,
+    None for its default, unused for a folder as in transformers). A name written as a local
+    path (see :func:`looks_local`) that does not exist is an error naming it, never a download.
+    ``what``: the model arg named in errors."""
     if name_or_path in BUNDLED:
         return FIXTURES_DIR / name_or_path
     if len(name_or_path) > MAX_NAME or "\0" in name_or_path:
-        raise ValueError(f"pretrained={name_or_path[:60]!r}... ({len(name_or_path)} characters) is "
+        raise ValueError(f"{what}={name_or_path[:60]!r}... ({len(name_or_path)} characters) is "
                          f"not a checkpoint folder, hub id or bundled model name (at most "
                          f"{MAX_NAME} characters, no NUL)")
     path = Path(name_or_path).expanduser()
     try:
         is_dir, exists = path.is_dir(), path.exists()
     except OSError as exc:        # a component longer than the file system allows, ...
-        raise ValueError(f"pretrained={name_or_path!r}: not a usable path "
+        raise ValueError(f"{what}={name_or_path!r}: not a usable path "
                          f"({exc.strerror or exc})") from None
     if is_dir:
         return path
     bundled = f"bundled models: {', '.join(BUNDLED)}"
     if exists:
-        raise ValueError(f"pretrained={name_or_path!r} is a file, not a checkpoint folder "
+        raise ValueError(f"{what}={name_or_path!r} is a file, not a checkpoint folder "
                          f"({bundled})")
     if looks_local(name_or_path):
-        raise ValueError(f"pretrained={name_or_path!r}: no such checkpoint folder (written as a "
+        raise ValueError(f"{what}={name_or_path!r}: no such checkpoint folder (written as a "
                          f"local path, so it is not looked up on the hub; {bundled})")
     if name_or_path.count("/") != 1:
         raise ValueError(
-            f"pretrained={name_or_path!r} is neither a checkpoint folder, a hub id (owner/name), "
+            f"{what}={name_or_path!r} is neither a checkpoint folder, a hub id (owner/name), "
             f"nor a bundled model ({', '.join(BUNDLED)})"
         )
+    at = "" if revision is None else f" at revision {revision!r}"
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(
             name_or_path,
+            revision=revision,
             allow_patterns=list(patterns),
         ))
     except Exception as exc:  # offline, unknown repo, gated: say which and why in one line
-        raise ValueError(f"pretrained={name_or_path!r}: could not fetch from the hub "
+        raise ValueError(f"{what}={name_or_path!r}: could not fetch from the hub{at} "
                          f"({type(exc).__name__}: {_first_line(exc)})") from None
 
 
@@ -312,16 +329,19 @@ def load_tokenizer(folder: Path, fallback_class: str | None = None):
 
 
 def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
-               parallel_layers: str = "all") -> DiffusionLM:
+               parallel_layers: str = "all", *, revision: str | None = None,
+               tokenizer: str | None = None) -> DiffusionLM:
     """Load a supported diffusion LM checkpoint folder into the native network.
 
     ``device``: None/"auto" picks CUDA when present; ``dtype``: "auto" = bfloat16 on CUDA,
     float32 elsewhere. ``comm`` (``parallel.Comm`` of a tensor-parallel group of more than one
     rank): this rank loads its part of the network (``parallel_layers``: all or experts; see
     ``parallel``), after checking that the model can be split so, before any weight is read.
-    Errors are one line and name the offending field.
+    ``revision``: the hub revision of a hub id (and of ``tokenizer``); ``tokenizer``: another
+    folder, hub id or bundled name to read the tokenizer from (its ids must fit the
+    checkpoint's embeddings). Errors are one line and name the offending field.
     """
-    folder = checkpoint_folder(str(name_or_path))
+    folder = checkpoint_folder(str(name_or_path), revision=revision)
     config_path = folder / "config.json"
     if not config_path.exists():
         raise ValueError(f"pretrained={name_or_path!r}: {folder} has no config.json")
@@ -338,7 +358,9 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
     shard = None if comm is None else Shard.plan(cfg, comm.size, comm.rank, parallel_layers)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    tokenizer = load_tokenizer(folder, fmt.tokenizer_class)
+    tok_folder = folder if tokenizer is None else checkpoint_folder(
+        str(tokenizer), TOKENIZER_PATTERNS, revision=revision, what="tokenizer")
+    tokenizer = load_tokenizer(tok_folder, fmt.tokenizer_class)
     mask_id, eos_ids, pad_id = _special_ids(config, tokenizer, dict(fmt.generate_defaults))
     check_token_ids({"mask_token_id": mask_id, "eos_token_id": list(eos_ids),
                      "pad_token_id": pad_id}, cfg.vocab_size,

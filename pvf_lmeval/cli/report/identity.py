@@ -4,7 +4,8 @@ with another decoder holds fixed (its budget).
 An identity is a flat, JSON-able dict: model, model type and dtype, the decoder and every decoding
 parameter it reads (as the run applied them: after presets and defaults, so passing a default
 explicitly is the same run), the planning vocabulary (and ``vocab=online``'s settings), prompt
-truncation, ``--gen_kwargs`` overrides, ``--limit``, chat template and system instruction; and
+truncation, the model args that shape prompts when given (``max_length``, ``add_bos_token``,
+``tokenizer``, ``revision``), ``--gen_kwargs`` overrides, ``--limit``, chat template and system instruction; and
 per task its name, version, few-shot count (and seed, when there are shots), effective generation
 length and, for likelihood tasks, the Monte Carlo draws. Two results with equal identities are two
 runs of the same thing; the run part (without ``TASK_KEYS``) makes a table row, the task part a
@@ -173,6 +174,9 @@ def run_identity(r: dict) -> dict:
             ident.update({f"online.{k}": canon(v) for k, v in pvf["online"].items() if k != "updates"})
         if "truncation" in pvf:
             ident["truncation"] = canon(pvf["truncation"])
+        for key in ("max_length", "add_bos_token", "tokenizer", "revision"):  # given: the prompts
+            if pvf.get(key) is not None:
+                ident[key] = canon(pvf[key])
         kind = str(pvf.get("device") or "").split(":")[0]
         if kind:
             ident["device"] = kind

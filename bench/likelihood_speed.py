@@ -26,7 +26,7 @@ import torch
 
 from benchlib import held_out
 from pvf_lmeval.decoding import make_params
-from pvf_lmeval.decoding.common import invariant_mode
+from pvf_lmeval.decoding.options import invariant_mode
 from pvf_lmeval.decoding.likelihood import (Continuation, elbo, elbo_batch, greedy_matches,
                                             loglikelihoods)
 from pvf_lmeval.models import load_model

@@ -168,10 +168,12 @@ def test_standard_generation_keys_are_not_errors(ckpt, caplog):
     lm = PVFDiffusionLM(pretrained=str(ckpt), device="cpu", decoder="threshold", gen_length=16,
                         block_length=8)
     with caplog.at_level("WARNING", logger="pvf_lmeval"):
-        out = lm.generate_until([_gen_kwargs({"top_p": 0.95, "do_sample": False, "temperature": 0.0,
+        out = lm.generate_until([_gen_kwargs({"top_p": 0.95, "repetition_penalty": 1.1,
+                                              "do_sample": False, "temperature": 0.0,
                                               "max_new_tokens": 16})], disable_tqdm=True)
     assert len(out) == 1
-    assert any("['top_p']" in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records)
+    assert any("['repetition_penalty']" in r.getMessage() and "ignored" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_context_longer_than_model_loglikelihood(lm):

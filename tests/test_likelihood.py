@@ -132,7 +132,7 @@ def test_seeded_deterministic_and_independent_of_mc_batch():
     assert not torch.equal(other.draws, a.draws)
     # the distinct canvases, 5 per call: the draws' distinct masks (the seeded draw of
     # request 7, seed 3)
-    from pvf_lmeval.decoding.common import mix_seed
+    from pvf_lmeval.decoding.batch import mix_seed
 
     masks, _ = mask_draws(6, 24, torch.Generator().manual_seed(mix_seed(3, 7, 0)))
     distinct = len({tuple(row.tolist()) for row in masks})
@@ -147,7 +147,7 @@ def test_batch_equals_the_one_request_reference_and_computes_each_canvas_once():
     """``elbo_batch`` gives every item the draws ``elbo`` gives it alone, bit for bit (the model
     computes each row on its own), while the model sees each distinct canvas once, in calls of
     at most ``rows_per_call`` rows of one length."""
-    from pvf_lmeval.decoding.common import mix_seed
+    from pvf_lmeval.decoding.batch import mix_seed
 
     items = [Continuation([1, 2, 2], [2, 5, 2, 9], 0), Continuation([1, 2, 2], [2, 5, 2, 4], 0),
              Continuation([1, 2, 2], [7, 5, 2], 0),          # the choices of one question

@@ -197,10 +197,11 @@ def test_every_per_request_parameter_is_recorded(monkeypatch):
     lm = _lm(seed=3)
     lm.generate_until([_gen("Question: 1 + 2?\nAnswer:", temperature=0.5, do_sample=True),
                        _gen("Question: 2 + 2?\nAnswer:", temperature=0.7, do_sample=True,
-                            threshold=0.8)], disable_tqdm=True)
+                            threshold=0.8, top_p=0.95)], disable_tqdm=True)
     info = lm.get_model_info()["pvf"]
     assert info["params"]["temperature"] == 0 and info["params"]["threshold"] == 0.9
     # arith's requests run with its preset (reveal_next 5), then their own kwargs
     assert info["task_params"] == {"arith": {"preset": "arith", "reveal_next": 5,
-                                             "temperature": [0.5, 0.7], "threshold": 0.8}}
+                                             "temperature": [0.5, 0.7], "threshold": 0.8,
+                                             "top_p": 0.95}}
     assert lm.get_model_info()["pvf"]["task_params"] == {}      # the next evaluation's own

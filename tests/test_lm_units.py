@@ -218,8 +218,10 @@ def test_request_params_rounding_and_gen_kwargs_overrides(lm):
     assert until == ["Question:"] and ignored == [] and params.temperature == 0.0
     assert lm._request_params({"max_new_tokens": 65})[0].gen_length == 128
     assert lm._request_params({"max_gen_toks": 64})[0].gen_length == 64
-    params, _, ignored = lm._request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1})
-    assert params.threshold == 0.5 and lm.params.threshold == 0.9 and ignored == ["top_p"]
+    params, _, ignored = lm._request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1,
+                                             "num_beams": 1})
+    assert params.threshold == 0.5 and lm.params.threshold == 0.9 and params.top_p is None
+    assert ignored == ["num_beams"]                    # top_p is a decoding parameter
     with pytest.raises(ValueError, match="unknown generation kwarg 'foo'"):
         lm._request_params({**ARITH_KWARGS, "foo": 1})
     assert lm._request_params({**ARITH_KWARGS, "gen_length": 64})[0].gen_length == 64

@@ -80,6 +80,7 @@ class Batch:
         self.eos = upload(sorted({int(e) for e in model.eos_ids}), self.device)
         self.early_stop = params.early_stop
         self.temperature = params.temperature
+        self.top_k, self.top_p = params.top_k, params.top_p
         self.reveal = reveal
         self.vocab = vocab
         self.idx = torch.arange(self.L, device=self.device)

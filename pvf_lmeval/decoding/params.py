@@ -102,6 +102,8 @@ class DecodeParams:
     factor: float | None = None
     steps: int | None = None
     temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
     early_stop: bool = True
     seed: int = 0
     draft_steps: int = 4
@@ -274,6 +276,10 @@ def validate_params(p: DecodeParams) -> DecodeParams:
         raise ValueError(f"temperature={p.temperature} must be >= 0")
     if not math.isfinite(p.temperature):     # inf/inf is NaN: every position would sample the mask
         raise ValueError(f"temperature={p.temperature} must be a finite number")
+    if p.top_k is not None and p.top_k < 1:
+        raise ValueError(f"top_k={p.top_k} must be a positive integer (0 or none: no limit)")
+    if p.top_p is not None and not 0.0 < p.top_p <= 1.0:
+        raise ValueError(f"top_p={p.top_p} must be in (0, 1]")
     if p.draft_steps < 1:
         raise ValueError(f"draft_steps={p.draft_steps} must be >= 1")
     _choice("base_rule", p.base_rule, BASE_RULES)
@@ -316,15 +322,22 @@ def _caps(p: DecodeParams) -> None:
         raise ValueError(f"seed={p.seed} must be a 64-bit integer in [{lo}, {hi}]")
 
 
-_INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", "reveal_next")
-_FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo")
+_INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", "reveal_next",
+         "top_k")
+_FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo", "top_p")
+#: the values that switch a sampling filter off, as in transformers (``top_k=0``, ``top_p=1``)
+_NO_FILTER = {"top_k": 0, "top_p": 1.0}
 _BOOLS = ("early_stop", "plan_self_check")
 _CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS,
             "cache": CACHES}
 
 
 def coerce(name: str, v: Any) -> Any:
-    """Type one loose argument value (int/float/bool from strings, ``band`` from ``lo:hi``)."""
+    """Type one loose argument value (int/float/bool from strings, ``band`` from ``lo:hi``;
+    ``top_k=0`` and ``top_p=1`` are None: no filter)."""
+    if name in _NO_FILTER:
+        v = _int(name, v) if name in _INTS else _float(name, v)
+        return None if v == _NO_FILTER[name] else v
     if name in _INTS:
         return _int(name, v)
     if name in _FLOATS:

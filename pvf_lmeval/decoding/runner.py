@@ -204,10 +204,12 @@ class Runner:
         cur = gen.gather(1, gpos)
         if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
             tok, conf, pmax, pcur = stats_from_logits(logits, cur, b.mask_id, b.temperature,
-                                                      noise, fixed=b.invariant)
+                                                      noise, fixed=b.invariant, top_k=b.top_k,
+                                                      top_p=b.top_p)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
-                logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step)
+                logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step,
+                top_k=b.top_k, top_p=b.top_p)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)

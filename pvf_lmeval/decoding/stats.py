@@ -60,14 +60,41 @@ class Stats:
                        for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
 
 
+def sampling_scores(lg: Tensor, temperature: float, top_k: int | None = None,
+                    top_p: float | None = None, *, fixed: bool = False) -> Tensor:
+    """``lg / temperature`` [..., V] with the tokens outside transformers' sampling filters at
+    -inf, in its order (``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
+    ``TopPLogitsWarper``): ``top_k`` keeps the scores at least the k-th largest; ``top_p`` keeps
+    the smallest set of the most probable tokens whose probability reaches ``top_p`` (a token
+    goes when the tokens before it in descending order hold ``top_p`` already; the most probable
+    always stays). Gumbel-max over the result samples the renormalised filtered distribution
+    exactly; every operation is per row, so a row's filter never depends on its batch
+    (``fixed``: the normaliser in :func:`fixed_sum`'s order)."""
+    z = lg / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        ordered, order = z.sort(dim=-1, descending=True, stable=True)
+        ex = (ordered - ordered[..., :1]).exp()
+        total = fixed_sum(ex) if fixed else ex.sum(dim=-1)
+        before = (ex / total.unsqueeze(-1)).cumsum(dim=-1) - ex / total.unsqueeze(-1)
+        drop = torch.zeros_like(before, dtype=torch.bool).scatter_(-1, order, before >= top_p)
+        z = z.masked_fill(drop, float("-inf"))
+    return z
+
+
 def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,
-                      noise: Tensor | None = None, *, fixed: bool = False
+                      noise: Tensor | None = None, *, fixed: bool = False,
+                      top_k: int | None = None, top_p: float | None = None
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
 
     The mask token's logit is set to -inf first. ``noise`` [P, V] or [N, P, V] (Gumbel) is added
-    to ``logits / temperature`` for the choice of ``tok`` only; it is shared by every row of a
-    request so that branches of one call compare like with like.
+    to ``logits / temperature``, filtered by ``top_k`` / ``top_p`` (:func:`sampling_scores`), for
+    the choice of ``tok`` only; it is shared by every row of a request so that branches of one
+    call compare like with like. At temperature 0 ``tok`` is the argmax, which every filter
+    keeps: the filters change nothing there.
 
     One read of the vocabulary for the maximum and two passes for the normaliser, in place: the
     float32 ``logits`` are overwritten (the decoder owns the tensor the model returns; a copy
@@ -79,7 +106,7 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
     lg[..., mask_id] = float("-inf")
     mx, tok = lg.max(dim=-1)
     if temperature > 0:
-        tok = (lg / temperature + noise).argmax(dim=-1)
+        tok = (sampling_scores(lg, temperature, top_k, top_p, fixed=fixed) + noise).argmax(dim=-1)
         at_tok = lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
     at_cur = lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1)
     shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)

@@ -16,7 +16,7 @@ TRUNCATION_MODES = ("left", "error")
 #: generation kwargs that lm-eval tasks and ``--gen_kwargs`` use for autoregressive models; the
 #: ones that mean nothing to diffusion decoding are ignored with a notice (not an error)
 LM_EVAL_GEN_KEYS = ("until", "max_gen_toks", "max_new_tokens", "max_tokens", "do_sample",
-                    "temperature", "top_p", "top_k", "min_p", "num_beams", "repetition_penalty",
+                    "temperature", "min_p", "num_beams", "repetition_penalty",
                     "length_penalty", "no_repeat_ngram_size", "seed", "num_return_sequences")
 
 

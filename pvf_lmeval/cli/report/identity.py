@@ -32,7 +32,8 @@ TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length"
 #: identity keys shown as table columns of their own, never in the settings label
 COLUMN_KEYS = ("model", "decoder", "threshold")
 #: decoding parameters of the shared loop: every decoder reads them (a comparison holds them fixed)
-LOOP_PARAMS = ("gen_length", "block_length", "cache", "early_stop", "temperature", "seed")
+LOOP_PARAMS = ("gen_length", "block_length", "cache", "early_stop", "temperature", "top_k",
+               "top_p", "seed")
 #: parameters each decoder reads besides the loop's (mirrors pvf_lmeval/decoding/<decoder>.py);
 #: a parameter no list names (a new one) is kept in every identity
 DECODER_PARAMS = {

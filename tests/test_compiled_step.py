@@ -67,17 +67,20 @@ def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypat
     seen = []
     real = compiled.compiled_stats_from_logits
 
-    def spy(logits, cur, mask_id, temperature=0.0, noise=None, *, options=None):
+    def spy(logits, cur, mask_id, temperature=0.0, noise=None, *, options=None, top_k=None,
+            top_p=None):
         seen.append((options, cur.shape == logits.shape[:-1], mask_id, temperature,
-                     None if noise is None else noise.shape[-2:] == logits.shape[-2:]))
-        return real(logits, cur, mask_id, temperature, noise, options=options)
+                     None if noise is None else noise.shape[-2:] == logits.shape[-2:],
+                     top_k, top_p))
+        return real(logits, cur, mask_id, temperature, noise, options=options, top_k=top_k,
+                    top_p=top_p)
     monkeypatch.setattr("pvf_lmeval.decoding.runner.compiled_stats_from_logits", spy)
-    kw = dict(gen_length=16, block_length=8, temperature=0.7, seed=5)
+    kw = dict(gen_length=16, block_length=8, temperature=0.7, seed=5, top_k=7, top_p=0.9)
     want = decode(RandomModel(3), PROMPT, "threshold", **kw)
     assert seen == []
     got = decode(RandomModel(3), PROMPT, "threshold", compile_step={"backend": "eager"}, **kw)
     assert (got.tokens, got.nfe, got.routes) == (want.tokens, want.nfe, want.routes)
-    assert seen == [({"backend": "eager"}, True, 23, 0.7, True)] * got.nfe
+    assert seen == [({"backend": "eager"}, True, 23, 0.7, True, 7, 0.9)] * got.nfe
 
 
 def test_compile_true_is_the_device_mapping():

@@ -160,6 +160,8 @@ def test_moe_layer_freq_is_read_as_the_reference_reads_it(freq, routed):
     ("llada2", {"num_key_value_heads": 0}, "num_key_value_heads=0; a llada2_moe checkpoint needs a positive divisor"),
     ("llada2", {"n_group": 3}, "n_groups=3 must divide n_experts=8"),
     ("llada2", {"norm_head": True}, "norm_head=true is not supported"),
+    # the per-layer routed table is never built for a layer count no checkpoint has
+    ("llada2", {"num_hidden_layers": 65537}, "num_hidden_layers=65537; a llada2_moe checkpoint has at most 65536"),
 ])
 def test_unsupported_config_is_one_line(folders, tmp_path, name, change, says):
     import shutil

@@ -20,6 +20,9 @@ from ..transformer import TransformerConfig
 #: the layer prefix of Qwen-style weight names (Dream, LLaDA-MoE, LLaDA 2.x, the Qwen3 families)
 QWEN_LAYER = r"model\.layers\.(?P<i>\d+)\."
 
+#: the most layers a per-layer routed/dense table is built for (real checkpoints hold < 200); the
+#: weights' layer count is checked later, so a config claiming 10**9 layers must fail before a table
+MAX_TABLE_LAYERS = 1 << 16
 #: the expert index of a routed expert's weight name
 EXPERT = r"experts\.(?P<e>\d+)\."
 

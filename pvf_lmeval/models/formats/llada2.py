@@ -16,8 +16,8 @@ import json
 
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
-from .base import (EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need,
-                   positive, rotary_dim)
+from .base import (EXPERT, MAX_TABLE_LAYERS, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint,
+                   check_flags, need, positive, rotary_dim)
 
 #: block length of LLaDA2's reference ``generate`` (its default ``block_length``)
 LLADA2_BLOCK_SIZE = 32
@@ -80,6 +80,9 @@ def _llada2_reader(model_type: str, zero_kv_means_all: bool):
             raise UnsupportedCheckpoint(f"config.json: first_k_dense_replace={json.dumps(dense)} must "
                                         f"be a non-negative integer")
         moe = None
+        if n_layers > MAX_TABLE_LAYERS:
+            raise UnsupportedCheckpoint(f"config.json: num_hidden_layers={n_layers}; a {mt} "
+                                        f"checkpoint has at most {MAX_TABLE_LAYERS}")
         routed = tuple(i >= dense for i in range(n_layers))
         if cfg.get("num_experts") is not None and any(routed):
             shared = cfg.get("num_shared_experts", 0) or 0

@@ -26,13 +26,11 @@ import json
 
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
-from .base import (EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need,
-                   qwen_names)
+from .base import (EXPERT, MAX_TABLE_LAYERS, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint,
+                   check_flags, need, qwen_names)
 
 #: SDAR's block length when config.json has no ``block_size`` (the reference generate's default)
 SDAR_BLOCK_SIZE = 4
-#: the most layers a per-layer routed/dense table is built for (real checkpoints hold < 200)
-MAX_TABLE_LAYERS = 1 << 16
 #: RND1's mask id when config.json has none (its config class's default)
 RND1_GENERATE_IDS = (("mask_token_id", 151669),)
 

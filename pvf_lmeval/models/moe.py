@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ops
-from .parallel import row_parallel
+from .mlp import MLP
 
 SCORE_FUNCTIONS = ("softmax", "sigmoid")
 
@@ -125,25 +125,6 @@ def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Te
     return ops.grouped_linear(h, down, sizes)
 
 
-class SharedMLP(nn.Module):
-    """The shared experts: a SwiGLU MLP every token goes through; with ``comm``, this rank's
-    span of its width, the down projection summed over the ranks."""
-
-    def __init__(self, d_model: int, hidden: int, comm=None):
-        super().__init__()
-        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
-        self.up_proj = nn.Linear(d_model, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, d_model, bias=False)
-        self.comm = comm
-
-    def forward(self, x):
-        g = ops.linear(x, self.gate_proj.weight)
-        h = F.silu(g) * ops.linear(x, self.up_proj.weight)
-        if self.comm is None:
-            return ops.linear(h, self.down_proj.weight)
-        return row_parallel(h, self.down_proj.weight, None, self.comm)
-
-
 class RoutedExperts(nn.Module):
     """[N, T, d] -> [N, T, d]: routed top-k experts (stacked weights ``gate_proj``/``up_proj``
     [E, F, d] and ``down_proj`` [E, d, F]) plus the shared MLP.
@@ -173,7 +154,7 @@ class RoutedExperts(nn.Module):
         if cfg.shared_hidden:
             split = shard is not None and shard.mlp
             hidden = shard.width(cfg.shared_hidden, split) if shard else cfg.shared_hidden
-            self.shared = SharedMLP(d_model, hidden, comm if split else None)
+            self.shared = MLP(d_model, hidden, comm if split else None)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Router logits [M, E] in float32 for rows ``h`` [M, d]."""

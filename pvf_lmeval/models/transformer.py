@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ops
+from .mlp import MLP
 from .moe import MoEConfig, RoutedExperts
 from .parallel import row_parallel
 
@@ -224,24 +225,6 @@ class Attention(nn.Module):
         v = torch.cat([cv, v], dim=2)
         out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads)
         return self._out(out.transpose(1, 2).reshape(r, t, -1))
-
-
-class MLP(nn.Module):
-    """SwiGLU MLP of width ``hidden``; with ``comm``, this rank's span of a wider one, whose
-    down projection is summed over the ranks."""
-
-    def __init__(self, d_model: int, hidden: int, comm=None):
-        super().__init__()
-        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
-        self.up_proj = nn.Linear(d_model, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, d_model, bias=False)
-        self.comm = comm
-
-    def forward(self, x):
-        h = F.silu(_project(self.gate_proj, x)) * _project(self.up_proj, x)
-        if self.comm is None:
-            return _project(self.down_proj, h)
-        return row_parallel(h, self.down_proj.weight, None, self.comm)
 
 
 class Block(nn.Module):

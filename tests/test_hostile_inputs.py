@@ -231,3 +231,25 @@ def test_a_checkpoints_template_that_never_ends_is_stopped_at_the_time_limit(tmp
     # the worker was stopped; the next render has a fresh one
     lm.tokenizer.chat_template = "<{{ messages[0]['content'] }}>"
     assert lm.apply_chat_template([{"role": "user", "content": "1 + 2?"}]) == "<1 + 2?>"
+
+
+def test_pvf_calibrate_renders_a_checkpoints_template_in_the_worker(tmp_path, capsys):
+    """pvf-calibrate --apply-chat-template goes through the same renderer: a template that
+    raises is one line naming the checkpoint, exit 2, before any prompt is measured."""
+    import shutil
+
+    from pvf_lmeval.cli.calibrate import main
+    from pvf_lmeval.models.loader import FIXTURES_DIR
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES_DIR / "tiny-llada", folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('no user role here') }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    code = main(["--model", str(folder), "--no-progress", "--family", "math", "--data", "arith",
+                 "--apply-chat-template", "--out", str(tmp_path / "v.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == (f"pvf-calibrate: the chat template of {str(folder)!r} failed: TemplateError: "
+                   f"no user role here")
+    assert not (tmp_path / "v.json").exists()

@@ -138,6 +138,21 @@ def test_concurrent_fetches_into_one_folder_keep_every_dataset_in_the_manifest(t
         both_started.wait()
         return specs[w.project][1]
 
+    # each fetch reads the manifest, then waits (up to 3 s) for the other to have read it too:
+    # without the lock both read it before either writes, and the second write drops the first's
+    # dataset; with it the second read waits for the first write
+    both_read = threading.Barrier(2, timeout=3)
+    read = data._read_manifest
+
+    def read_then_wait(root):
+        manifest = read(root)
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return manifest
+
+    monkeypatch.setattr(data, "_read_manifest", read_then_wait)
     errors = []
 
     def run(name):

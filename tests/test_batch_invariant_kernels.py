@@ -107,6 +107,27 @@ def test_rms_norm_rows_do_not_depend_on_the_batch(dtype, D):
     assert bool(((y.double() - ref).abs() <= bound).all())
 
 
+def test_rms_norm_weight_in_float32_rounds_once():
+    """``weight_fp32`` (SDAR's fused flash-attn norm): float32 ``x * r * w`` rounded to the dtype
+    once; without it the normalised row is rounded first. Rows of exact sums of squares (36, 100
+    over 4 values, ``eps`` 0): the reciprocal root is fl32(1/3), fl32(1/5) in any order, so both
+    results are exact bits (as in ``test_rms_norm_rounding.py``). In float16: the interpreter
+    casts float32 to bfloat16 by truncation (a GPU rounds to nearest), to float16 by numpy's
+    rounding to nearest, as a GPU; the kernel's casts are the same code for both dtypes."""
+    X = torch.tensor([[5.0, 1.0, -1.0, 3.0], [9.0, -3.0, 3.0, 1.0], [7.0, 5.0, -5.0, 1.0]])
+    R = torch.tensor([[1 / 3], [1 / 5], [1 / 5]], dtype=torch.float32)
+    W = torch.tensor([1 + 7 / 1024, 1 + 13 / 1024, 1 + 13 / 1024, 1 + 7 / 1024])  # float16's
+    one = (X * R * W).half()
+    two = ((X * R).half().float() * W).half()
+    assert int((one != two).sum()) == 8
+    x, w = X.half(), W.half()
+    y = norm.rms_norm(x, w, 0.0, weight_fp32=True)
+    assert torch.equal(y, one)
+    assert torch.equal(norm.rms_norm(x, w, 0.0), two)
+    assert torch.equal(norm.rms_norm(x[1:2].clone(), w, 0.0, weight_fp32=True)[0], y[1])
+    assert torch.equal(bi_ops.BATCH_INVARIANT.rms_norm(x, w, 0.0, True), one)
+
+
 def _pad_bias(pads: list[int], T: int, dtype) -> torch.Tensor:
     bias = torch.zeros(len(pads), 1, 1, T, dtype=dtype)
     for b, k in enumerate(pads):

@@ -6,7 +6,12 @@ computes through these functions and nothing else for its reductions:
     linear(x, weight, bias=None)              x [..., K] @ weight[N, K].T (+ bias)  -> [..., N]
     attention(q, k, v, bias, enable_gqa)      q [B, H, Q, D], k/v [B, Hkv, T, D], additive
                                               bias broadcastable to [B, H, Q, T] -> [B, H, Q, D]
-    rms_norm(x, weight, eps)                  normalised in float32, returned in x's dtype
+    rms_norm(x, weight, eps, weight_fp32)     normalised in float32, returned in x's dtype;
+                                              the weight multiplied in x's dtype after the
+                                              normalised x is rounded to it (Hugging Face's
+                                              RMSNorm), or with ``weight_fp32`` in float32
+                                              before the one rounding (flash-attn's fused
+                                              ``rms_norm_fn``); the same in float32
     grouped_linear(x, weight, group_sizes)    rows of x [M, K] in consecutive groups, group g
                                               multiplied by weight[g] [N, K].T -> [M, N]
                                               (routed experts: one product per expert)
@@ -42,10 +47,14 @@ class TorchOps:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=False,
                                               enable_gqa=enable_gqa)
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        # Normalise in float32 as the reference models do, then return to the working dtype.
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 weight_fp32: bool = False) -> torch.Tensor:
+        # Normalise in float32 as the reference models do, then return to the working dtype:
+        # rounded before the weight (two roundings below float32) or after it (one).
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        if weight_fp32:
+            return (xf * weight.float()).to(x.dtype)
         return weight * xf.to(x.dtype)
 
     def grouped_linear(self, x: torch.Tensor, weight: torch.Tensor, group_sizes: list[int]):
@@ -85,8 +94,8 @@ def attention(q, k, v, bias, enable_gqa: bool = False):
     return _active.attention(q, k, v, bias, enable_gqa)
 
 
-def rms_norm(x, weight, eps: float):
-    return _active.rms_norm(x, weight, eps)
+def rms_norm(x, weight, eps: float, weight_fp32: bool = False):
+    return _active.rms_norm(x, weight, eps, weight_fp32)
 
 
 def grouped_linear(x, weight, group_sizes):

@@ -48,6 +48,11 @@ class TransformerConfig:
     rotary_dim: int | None = None
     #: RMSNorm over ``head_dim`` on every query and key head, before rotary
     qk_norm: bool = False
+    #: every RMSNorm multiplies by its weight in float32 and rounds to the working dtype once
+    #: (flash-attn's fused ``rms_norm_fn``, SDAR's file); False: the normalised value is rounded
+    #: to the working dtype and then multiplied by the weight there (Hugging Face's RMSNorm).
+    #: Only matters below float32.
+    norm_weight_fp32: bool = False
     #: one fused query/key/value projection (``qkv_proj``: queries, then keys, then values)
     fused_qkv: bool = False
     #: bias on the attention output projection
@@ -90,13 +95,17 @@ def additive_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    """``ops.rms_norm`` over the last dim; ``weight_fp32`` as
+    ``TransformerConfig.norm_weight_fp32``."""
+
+    def __init__(self, dim: int, eps: float, weight_fp32: bool = False):
         super().__init__()
         self.eps = eps
+        self.weight_fp32 = weight_fp32
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.rms_norm(x, self.weight, self.eps)
+        return ops.rms_norm(x, self.weight, self.eps, self.weight_fp32)
 
 
 def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -167,8 +176,8 @@ class Attention(nn.Module):
             self.v_proj = nn.Linear(cfg.d_model, kv_out, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(q_out, cfg.d_model, bias=cfg.o_bias)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps, cfg.norm_weight_fp32)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps, cfg.norm_weight_fp32)
         self.qk_norm = cfg.qk_norm
 
     def _weights(self, which: int):
@@ -230,9 +239,9 @@ class Attention(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int = 0, shard=None, comm=None):
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.norm_weight_fp32)
         self.attn = Attention(cfg, shard, comm)
-        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.norm_weight_fp32)
         routed = cfg.moe is not None and cfg.moe.routed(layer)
         if routed:
             self.mlp = RoutedExperts(cfg.d_model, cfg.moe, shard, comm)
@@ -277,7 +286,7 @@ class BidirectionalTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, i, shard, comm) for i in range(cfg.n_layers))
         #: block diffusion's block size (None: fully bidirectional); see :meth:`hidden`
         self.block_size = cfg.block_size
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.norm_weight_fp32)
         split = shard is not None and shard.head
         self.lm_head = nn.Linear(cfg.d_model, shard.width(cfg.vocab_size, split) if shard
                                  else cfg.vocab_size, bias=False)

@@ -160,13 +160,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
     return out[:, :rows].reshape(B, H, Q, D)
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor, eps: float, weight_fp32: bool = False) -> Tensor:
     """``weight * (x / sqrt(mean(x**2) + eps))`` over the last dim of ``x``, normalised in
-    float32 and returned in ``x``'s dtype; the sum of squares by ``fixed_sum``."""
+    float32 and returned in ``x``'s dtype, the weight applied as ``TorchOps.rms_norm`` does
+    (``weight_fp32``: in float32 before the rounding); the sum of squares by ``fixed_sum``."""
     _check("rms_norm", x)
     xf = x.float()
-    r = torch.rsqrt(fixed_sum(xf * xf) / x.shape[-1] + eps)
-    return weight * (xf * r[..., None]).to(x.dtype)
+    xf = xf * torch.rsqrt(fixed_sum(xf * xf) / x.shape[-1] + eps)[..., None]
+    if weight_fp32:
+        return (xf * weight.float()).to(x.dtype)
+    return weight * xf.to(x.dtype)
 
 
 @torch.library.custom_op("pvf_cpu::matmul", mutates_args=())
@@ -191,12 +194,12 @@ def _(q, k, v, bias, enable_gqa):
 
 
 @torch.library.custom_op("pvf_cpu::rms_norm", mutates_args=())
-def _rms_norm_op(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    return rms_norm(x, weight, eps)
+def _rms_norm_op(x: Tensor, weight: Tensor, eps: float, weight_fp32: bool) -> Tensor:
+    return rms_norm(x, weight, eps, weight_fp32)
 
 
 @_rms_norm_op.register_fake
-def _(x, weight, eps):
+def _(x, weight, eps, weight_fp32):
     return torch.empty_like(x)
 
 
@@ -222,8 +225,9 @@ class CpuInvariantOps:
     def attention(self, q, k, v, bias, enable_gqa: bool):
         return (_attention_op if _compiling() else attention)(q, k, v, bias, bool(enable_gqa))
 
-    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        return (_rms_norm_op if _compiling() else rms_norm)(x, weight, float(eps))
+    def rms_norm(self, x: Tensor, weight: Tensor, eps: float, weight_fp32: bool = False) -> Tensor:
+        return (_rms_norm_op if _compiling() else rms_norm)(x, weight, float(eps),
+                                                             bool(weight_fp32))
 
     def grouped_linear(self, x: Tensor, weight: Tensor, group_sizes: list[int]):
         # each group's rows in the fixed-shape chunks: a row's result depends on its own values

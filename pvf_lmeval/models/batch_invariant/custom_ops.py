@@ -41,12 +41,13 @@ def _(q, k, v, bias, enable_gqa):
 
 
 @torch.library.custom_op("pvf_bi::rms_norm", mutates_args=())
-def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return _norm_mod.rms_norm(x, weight, eps)
+def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 weight_fp32: bool) -> torch.Tensor:
+    return _norm_mod.rms_norm(x, weight, eps, weight_fp32)
 
 
 @_rms_norm_op.register_fake
-def _(x, weight, eps):
+def _(x, weight, eps, weight_fp32):
     return torch.empty_like(x)
 
 
@@ -63,8 +64,9 @@ class BatchInvariantOps:
     def attention(self, q, k, v, bias, enable_gqa: bool):
         return _attention_op(q, k, v, bias, bool(enable_gqa))
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return _rms_norm_op(x, weight, float(eps))
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 weight_fp32: bool = False) -> torch.Tensor:
+        return _rms_norm_op(x, weight, float(eps), bool(weight_fp32))
 
     def grouped_linear(self, x: torch.Tensor, weight: torch.Tensor, group_sizes: list[int]):
         # each group's rows through the one fixed-order product: a row's result depends on its

@@ -9,6 +9,10 @@ Qwen3 attention: per-head RMSNorm on queries and keys (``q_norm``/``k_norm``) be
   the key is absent, the reference ``generate``'s default), no logit shift, ``mask_token_id``
   from config.json.
 - SDAR-MoE: SDAR's attention and blocks with Qwen3-MoE feed-forward layers (below).
+- SDAR's every RMSNorm (input, post-attention, final, per-head q/k) is flash-attn's fused
+  ``rms_norm_fn``: times the weight in float32, one rounding (``norm_weight_fp32``); SDAR-MoE's
+  own file is not public, so it follows SDAR's. RND1's norms are transformers' Qwen3-MoE ones
+  (vLLM's with ``moe_backend="vllm"``, the same rounding): rounded, then times the weight.
 - RND1 (``modeling_rnd.py``): Qwen3-MoE, bidirectional, shifted logits (the output at ``i-1``
   predicts ``i``, ``sampling.py``), mask 151669 (its config class's default). Its config class
   overwrites the routing keys with Qwen3-30B-A3B's values whatever config.json says (every layer
@@ -84,9 +88,10 @@ def _routed_layers(cfg: dict, n_layers: int, mt: str) -> tuple[bool, ...] | None
 
 
 def _qwen3(cfg: dict, mt: str, *, head_dim_default: int | None, moe: MoEConfig | None = None,
-           block_size: int | None = None) -> TransformerConfig:
+           block_size: int | None = None, norm_weight_fp32: bool = False) -> TransformerConfig:
     """The network of a Qwen3-layout config; ``head_dim_default``: the reference's ``head_dim``
-    when the key is absent (None: ``hidden_size // num_attention_heads``)."""
+    when the key is absent (None: ``hidden_size // num_attention_heads``); ``norm_weight_fp32``:
+    the reference's norms are flash-attn's fused kernel (``TransformerConfig``)."""
     check_flags(cfg, QWEN3_FLAGS, mt)
     d_model, n_heads = need(cfg, "hidden_size", mt), need(cfg, "num_attention_heads", mt)
     head_dim = cfg.get("head_dim", head_dim_default) or d_model // n_heads
@@ -100,7 +105,7 @@ def _qwen3(cfg: dict, mt: str, *, head_dim_default: int | None, moe: MoEConfig |
         norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=bias, o_bias=bias, max_seq_len=cfg.get("max_position_embeddings", 32768),
         head_size=head_dim if head_dim != d_model // n_heads else None, qk_norm=True,
-        moe=moe, block_size=block_size)
+        norm_weight_fp32=norm_weight_fp32, moe=moe, block_size=block_size)
 
 
 def _qwen3_moe(cfg: dict, mt: str, n_layers: int, normalize: bool) -> MoEConfig:
@@ -111,14 +116,16 @@ def _qwen3_moe(cfg: dict, mt: str, n_layers: int, normalize: bool) -> MoEConfig:
 
 
 def _sdar_read(cfg: dict) -> TransformerConfig:
-    return _qwen3(cfg, "SDAR", head_dim_default=128, block_size=_block_size(cfg, "SDAR"))
+    return _qwen3(cfg, "SDAR", head_dim_default=128, block_size=_block_size(cfg, "SDAR"),
+                  norm_weight_fp32=True)
 
 
 def _sdar_moe_read(cfg: dict) -> TransformerConfig:
     mt = "SDAR-MoE"
     moe = _qwen3_moe(cfg, mt, need(cfg, "num_hidden_layers", mt),
                      normalize=bool(cfg.get("norm_topk_prob", False)))
-    return _qwen3(cfg, mt, head_dim_default=None, moe=moe, block_size=_block_size(cfg, mt))
+    return _qwen3(cfg, mt, head_dim_default=None, moe=moe, block_size=_block_size(cfg, mt),
+                  norm_weight_fp32=True)
 
 
 def _rnd1_read(cfg: dict) -> TransformerConfig:

@@ -246,8 +246,12 @@ def exit_in_one_line(error: BaseException) -> None:
     error.pvf_one_line = True
     if getattr(sys.excepthook, "pvf_one_line", False):
         return
-    previous = sys.excepthook
+    sys.excepthook = one_line_hook(sys.excepthook)
 
+
+def one_line_hook(previous):
+    """A ``sys.excepthook`` that prints an error marked by :func:`exit_in_one_line` as one line
+    and hands any other to ``previous``; marked itself, so that no second one is chained."""
     def hook(kind, value, tb):
         if getattr(value, "pvf_one_line", False):
             print(_one_line(value), file=sys.stderr)
@@ -255,7 +259,7 @@ def exit_in_one_line(error: BaseException) -> None:
             previous(kind, value, tb)
 
     hook.pvf_one_line = True
-    sys.excepthook = hook
+    return hook
 
 
 def one_line_errors(method):

@@ -278,9 +278,9 @@ def install_failure_notes(rank: int) -> None:
     """
     import torch.distributed as dist
 
-    from .model_args import _one_line as user_line
+    from .model_args import one_line_hook
 
-    previous = sys.excepthook
+    report = one_line_hook(sys.excepthook)
     world = dist.get_world_size()
 
     def hook(kind, value, tb):
@@ -296,10 +296,7 @@ def install_failure_notes(rank: int) -> None:
                 store.set(f"{FAILED}{rank}", _one_line(value))
             except Exception:   # the store went with a rank that ended first
                 pass
-        if getattr(value, "pvf_one_line", False):
-            print(user_line(value), file=sys.stderr)
-        else:
-            previous(kind, value, tb)
+        report(kind, value, tb)
 
     hook.pvf_one_line = True
     sys.excepthook = hook

@@ -16,6 +16,7 @@ pytest.importorskip("lm_eval")
 torch = pytest.importorskip("torch")
 
 from lm_eval.api.instance import Instance  # noqa: E402
+from helpers.edited_folders import DROP, edit_json, edited_copy, strip_added_token  # noqa: E402
 from test_models_oracle import make_temp_checkpoint  # noqa: E402
 
 from pvf_lmeval.lmeval.lm import PVFDiffusionLM, PVFOutOfMemoryError  # noqa: E402
@@ -52,17 +53,8 @@ def _ll(context: str, continuation: str, doc: int = 0) -> Instance:
 
 
 def test_checkpoint_without_mask_token(ckpt, tmp_path):
-    folder = tmp_path / "no-mask"
-    shutil.copytree(ckpt, folder)
-    config = json.loads((folder / "config.json").read_text())
-    del config["mask_token_id"]
-    (folder / "config.json").write_text(json.dumps(config))
-    tj = json.loads((folder / "tokenizer.json").read_text())
-    tj["added_tokens"] = [t for t in tj["added_tokens"] if t["content"] != "<|mdm_mask|>"]
-    (folder / "tokenizer.json").write_text(json.dumps(tj))
-    tc = json.loads((folder / "tokenizer_config.json").read_text())
-    tc.pop("mask_token", None)
-    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
+    folder = edited_copy(ckpt, tmp_path / "no-mask", mask_token_id=DROP)
+    strip_added_token(folder, "<|mdm_mask|>")
     with pytest.raises(ValueError) as exc:
         PVFDiffusionLM(pretrained=str(folder), device="cpu")
     msg = one_line(exc)
@@ -190,9 +182,7 @@ def test_context_longer_than_model_loglikelihood(lm):
 def test_chat_template_missing_with_apply_chat_template(ckpt, tmp_path):
     folder = tmp_path / "base-model"
     shutil.copytree(ckpt, folder)
-    tc = json.loads((folder / "tokenizer_config.json").read_text())
-    tc.pop("chat_template", None)
-    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
+    edit_json(folder / "tokenizer_config.json", {"chat_template": DROP})
     for extra in folder.glob("chat_template.*"):
         extra.unlink()
     base = PVFDiffusionLM(pretrained=str(folder), device="cpu")

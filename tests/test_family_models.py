@@ -10,10 +10,10 @@ Logit equality with each family's published modeling code is checked outside the
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
+from helpers.edited_folders import DROP, edited_copy
 from helpers.hub_folders import make_mmada_folder
 from helpers.qwen_folders import (QWEN_CHAT_TEMPLATE, make_fast_dllm_folder, make_rnd1_folder,
                                   make_sdar_folder)
@@ -93,11 +93,7 @@ def test_rnd1_is_bidirectional_shifted_and_always_renormalised(folders, models):
 
 
 def test_rnd1_mask_is_its_config_class_default_when_absent(folders, tmp_path):
-    folder = tmp_path / "rnd1"
-    shutil.copytree(folders["rnd1"], folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    del cfg["mask_token_id"]
-    (folder / "config.json").write_text(json.dumps(cfg))
+    folder = edited_copy(folders["rnd1"], tmp_path / "rnd1", mask_token_id=DROP)
     assert load_model(str(folder), device="cpu", dtype="float32").mask_id == 151669
 
 

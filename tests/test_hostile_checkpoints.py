@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bounds import bounded
+from helpers.edited_folders import DROP, edit_config
 import torch
 
 from pvf_lmeval.models.formats import UnsupportedCheckpoint
@@ -28,19 +29,6 @@ def _copy(tmp_path: Path, family: str = "llada") -> Path:
     return folder
 
 
-def _edit_config(folder: Path, **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    for key, value in changes.items():
-        if value is _DROP:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    (folder / "config.json").write_text(json.dumps(config))
-
-
-_DROP = object()
-
-
 def _fails(folder: Path, *needles: str, error=UnsupportedCheckpoint) -> str:
     with bounded():
         with pytest.raises(error) as exc:
@@ -56,21 +44,21 @@ def _fails(folder: Path, *needles: str, error=UnsupportedCheckpoint) -> str:
 
 def test_a_billion_layers_fail_before_any_module_is_built(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, n_layers=10 ** 9)
+    edit_config(folder, n_layers=10 ** 9)
     msg = _fails(folder, str(folder / "config.json"), "n_layers=1000000000")
     assert msg.endswith("but the weights hold layers 0..3 (4 layers)")
 
 
 def test_fewer_layers_than_the_weights_hold(tmp_path):
     folder = _copy(tmp_path, "dream")
-    _edit_config(folder, num_hidden_layers=3)
+    edit_config(folder, num_hidden_layers=3)
     _fails(folder, "num_hidden_layers=3", "layers 0..3 (4 layers)")
 
 
 @pytest.mark.parametrize("family,key", [("llada", "embedding_size"), ("dream", "vocab_size")])
 def test_a_vocabulary_of_10_12_is_a_shape_error_naming_the_weight(tmp_path, family, key):
     folder = _copy(tmp_path, family)
-    _edit_config(folder, **{key: 10 ** 12})
+    edit_config(folder, **{key: 10 ** 12})
     embed = "model.transformer.wte.weight" if family == "llada" else "model.embed_tokens.weight"
     width = 128 if family == "llada" else json.loads((folder / "config.json").read_text())["hidden_size"]
     _fails(folder, str(folder / "model.safetensors"), repr(embed), f"[1000000000000, {width}]")
@@ -78,19 +66,19 @@ def test_a_vocabulary_of_10_12_is_a_shape_error_naming_the_weight(tmp_path, fami
 
 def test_heads_that_do_not_divide_the_width(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, n_heads=3, n_kv_heads=3)
+    edit_config(folder, n_heads=3, n_kv_heads=3)
     _fails(folder, "config.json", "n_heads=3 attention heads do not divide the width d_model=128")
 
 
 def test_kv_heads_that_do_not_divide_the_heads(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, n_kv_heads=3)
+    edit_config(folder, n_kv_heads=3)
     _fails(folder, "config.json", "n_kv_heads=3 key/value heads do not divide the 4")
 
 
 def test_a_narrower_width_names_the_first_misshapen_weight(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, d_model=64, mlp_ratio=6)
+    edit_config(folder, d_model=64, mlp_ratio=6)
     _fails(folder, "model.safetensors", "'model.transformer.wte.weight' has shape [691, 128]",
            "implies [691, 64]")
 
@@ -99,7 +87,7 @@ def test_a_narrower_width_names_the_first_misshapen_weight(tmp_path):
                                        ("pad_token_id", 691)])
 def test_token_ids_outside_the_vocabulary(tmp_path, key, value):
     folder = _copy(tmp_path)
-    _edit_config(folder, **{key: value})
+    edit_config(folder, **{key: value})
     _fails(folder, "config.json", f"{key}={json.dumps(value)} is outside the model's "
                                   f"vocabulary of 691 embeddings")
 
@@ -107,7 +95,7 @@ def test_token_ids_outside_the_vocabulary(tmp_path, key, value):
 @pytest.mark.parametrize("value", [-1, "7", 1.5, True, [690]])
 def test_token_ids_that_are_not_ids(tmp_path, value):
     folder = _copy(tmp_path)
-    _edit_config(folder, mask_token_id=value)
+    edit_config(folder, mask_token_id=value)
     msg = _fails(folder, "config.json", f"mask_token_id={json.dumps(value)} must be a "
                                         f"non-negative integer token id")
     assert msg.endswith("token id")            # one id: a list is for eos_token_id only
@@ -115,7 +103,7 @@ def test_token_ids_that_are_not_ids(tmp_path, value):
 
 def test_a_mask_id_from_the_tokenizer_outside_the_embeddings(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, mask_token_id=_DROP, embedding_size=689, vocab_size=689)
+    edit_config(folder, mask_token_id=DROP, embedding_size=689, vocab_size=689)
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(str(folder / "model.safetensors"))
@@ -130,7 +118,7 @@ def test_a_mask_id_that_is_also_the_end_id_names_the_tokenizers_mask(tmp_path):
     """mask = eos = pad in config.json (as a third-party LLaDA-MoE config class has it): the
     decoders never predict the mask token, so that end could never be written."""
     folder = _copy(tmp_path)
-    _edit_config(folder, mask_token_id=686)
+    edit_config(folder, mask_token_id=686)
     # 689 is the tokenizer's <|eot_id|>, an end of turn
     msg = _fails(folder, "(config.json and tokenizer)", "mask_token_id=686 is also an "
                  "end-of-text id (end ids [686, 689]): a masked diffusion LM needs a mask token of its own")
@@ -140,7 +128,7 @@ def test_a_mask_id_that_is_also_the_end_id_names_the_tokenizers_mask(tmp_path):
 
 def test_a_mask_id_that_is_also_the_end_id_without_a_mask_token(tmp_path):
     folder = _copy(tmp_path)
-    _edit_config(folder, mask_token_id=686)
+    edit_config(folder, mask_token_id=686)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         path = folder / name
         path.write_text(path.read_text().replace("<|mdm_mask|>", "<|unused_690|>"))
@@ -151,7 +139,7 @@ def test_a_mask_id_that_is_also_the_end_id_without_a_mask_token(tmp_path):
 @pytest.mark.parametrize("value", ["abc", -1e-5, 0, float("nan"), float("inf"), 2.0, None])
 def test_epsilons_that_are_not_small_positive_numbers(tmp_path, value):
     folder = _copy(tmp_path)
-    _edit_config(folder, rms_norm_eps=value)
+    edit_config(folder, rms_norm_eps=value)
     _fails(folder, "config.json", f"rms_norm_eps={json.dumps(value)} must be a finite number "
                                   f"between 0 and 1")
 
@@ -161,7 +149,7 @@ def test_epsilons_that_are_not_small_positive_numbers(tmp_path, value):
 @pytest.mark.parametrize("value", [-5, 0, 10 ** 12, "4096", 4096.0])
 def test_lengths_that_are_not_positive_bounded_integers(tmp_path, family, key, value):
     folder = _copy(tmp_path, family)
-    _edit_config(folder, **{key: value})
+    edit_config(folder, **{key: value})
     _fails(folder, "config.json", f"{key}={json.dumps(value)} must be an integer from 1 to "
                                   f"16777216")
 
@@ -169,19 +157,19 @@ def test_lengths_that_are_not_positive_bounded_integers(tmp_path, family, key, v
 @pytest.mark.parametrize("value", ["abc", 0, -1.0])
 def test_rope_theta_must_be_positive(tmp_path, value):
     folder = _copy(tmp_path)
-    _edit_config(folder, rope_theta=value)
+    edit_config(folder, rope_theta=value)
     _fails(folder, "config.json", f"rope_theta={json.dumps(value)} must be a positive finite")
 
 
 @pytest.mark.parametrize("changes,needle", [
-    ({"mlp_ratio": {}, "mlp_hidden_size": _DROP}, "not a readable llada config (TypeError"),
+    ({"mlp_ratio": {}, "mlp_hidden_size": DROP}, "not a readable llada config (TypeError"),
     ({"mlp_hidden_size": "384"}, "mlp_hidden_size=\"384\" (ffn_hidden) must be a positive integer"),
     ({"n_kv_heads": "4"}, "n_kv_heads=\"4\" (n_kv_heads) must be a positive integer"),
     ({"model_type": ["llada"]}, "model_type=['llada'] must be a string"),
 ])
 def test_strings_and_objects_where_numbers_belong(tmp_path, changes, needle):
     folder = _copy(tmp_path)
-    _edit_config(folder, **changes)
+    edit_config(folder, **changes)
     _fails(folder, "config.json", needle)
 
 
@@ -369,9 +357,7 @@ def test_an_expert_count_the_weights_do_not_hold_fails_fast_in_one_line(tmp_path
     from helpers.moe_folders import make_llada2_folder
 
     folder = make_llada2_folder(tmp_path / "m")
-    config = json.loads((folder / "config.json").read_text())
-    config["num_experts"] = experts
-    (folder / "config.json").write_text(json.dumps(config))
+    edit_config(folder, num_experts=experts)
     with bounded(seconds=30, extra_bytes=256 << 20), pytest.raises(UnsupportedCheckpoint) as info:
         load_model(str(folder), device="cpu", dtype="float32")
     assert str(info.value) == f"{folder}{'/' if says.startswith('config') else ''}{says}"

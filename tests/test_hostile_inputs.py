@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bounds import bounded
+from helpers.edited_folders import edit_json
 
 from pvf_lmeval.decoding.params import make_params
 
@@ -213,9 +214,7 @@ def test_a_checkpoints_template_that_never_ends_is_stopped_at_the_time_limit(tmp
 
     folder = tmp_path / "ckpt"
     shutil.copytree(FIXTURES_DIR / "tiny-llada", folder)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = LOOPS
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    edit_json(folder / "tokenizer_config.json", {"chat_template": LOOPS})
     lm = PVFDiffusionLM(pretrained=str(folder), device="cpu", vocab="none")
     assert lm.tokenizer.chat_template == LOOPS
     monkeypatch.setattr(chat_render, "TIME_LIMIT", 1.0)
@@ -243,9 +242,8 @@ def test_pvf_calibrate_renders_a_checkpoints_template_in_the_worker(tmp_path, ca
 
     folder = tmp_path / "ckpt"
     shutil.copytree(FIXTURES_DIR / "tiny-llada", folder)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = "{{ raise_exception('no user role here') }}"
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    edit_json(folder / "tokenizer_config.json",
+              {"chat_template": "{{ raise_exception('no user role here') }}"})
     code = main(["--model", str(folder), "--no-progress", "--family", "math", "--data", "arith",
                  "--apply-chat-template", "--out", str(tmp_path / "v.json")])
     err = capsys.readouterr().err.strip()

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.edited_folders import DROP, edit_json
 
 pytest.importorskip("lm_eval")
 torch = pytest.importorskip("torch")
@@ -114,9 +115,7 @@ def bare_folder(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("bare") / "tiny-llada-base"
     shutil.copytree(FIXTURES_DIR / "tiny-llada", folder)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    edit_json(folder / "tokenizer_config.json", {"chat_template": DROP})
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     return folder
 

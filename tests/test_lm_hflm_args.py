@@ -5,12 +5,12 @@ templates and the retry without the system role, and every per-request decoding 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from helpers.edited_folders import edit_json
 from helpers.prerequisites import require_bundled_weights
 
 pytest.importorskip("lm_eval")
@@ -42,9 +42,7 @@ def _copy_fixture(tmp_path: Path, name: str = "tiny-llada") -> Path:
 
 
 def _set_templates(folder: Path, templates) -> None:
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = templates
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    edit_json(folder / "tokenizer_config.json", {"chat_template": templates})
 
 
 def _spy_prompts(lm, monkeypatch) -> list:

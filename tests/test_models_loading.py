@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from pvf_lmeval.models import DiffusionLM, load_model
 from pvf_lmeval.models.formats import DREAM, FORMATS, LLADA
 from pvf_lmeval.models.loader import FIXTURES_DIR, load_tokenizer
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
+from helpers.edited_folders import DROP, edited_copy, strip_added_token
 from helpers.prerequisites import require_bundled_weights
 from test_models_oracle import make_temp_checkpoint
 
@@ -228,31 +228,15 @@ def test_unsupported_model_type_names_model_type(temp, tmp_path):
         assert supported in msg
 
 
-def _strip_mask_from_tokenizer(folder: Path, mask: str) -> None:
-    tj = json.loads((folder / "tokenizer.json").read_text())
-    tj["added_tokens"] = [t for t in tj["added_tokens"] if t["content"] != mask]
-    (folder / "tokenizer.json").write_text(json.dumps(tj))
-    tc = json.loads((folder / "tokenizer_config.json").read_text())
-    tc.pop("mask_token", None)
-    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
-
-
 def test_mask_id_falls_back_to_tokenizer(temp, tmp_path):
-    folder = tmp_path / "no-mask-in-config"
-    shutil.copytree(temp["llada"], folder)
-    config = json.loads((folder / "config.json").read_text())
-    expected = config.pop("mask_token_id")
-    (folder / "config.json").write_text(json.dumps(config))
+    expected = json.loads((temp["llada"] / "config.json").read_text())["mask_token_id"]
+    folder = edited_copy(temp["llada"], tmp_path / "no-mask-in-config", mask_token_id=DROP)
     assert load_model(str(folder), device="cpu").mask_id == expected
 
 
 def test_no_mask_token_anywhere_is_a_clear_error(temp, tmp_path):
-    folder = tmp_path / "no-mask"
-    shutil.copytree(temp["llada"], folder)
-    config = json.loads((folder / "config.json").read_text())
-    del config["mask_token_id"]
-    (folder / "config.json").write_text(json.dumps(config))
-    _strip_mask_from_tokenizer(folder, "<|mdm_mask|>")
+    folder = edited_copy(temp["llada"], tmp_path / "no-mask", mask_token_id=DROP)
+    strip_added_token(folder, "<|mdm_mask|>")
     tok = load_tokenizer(folder)
     assert "<|mdm_mask|>" not in tok.get_vocab() and tok.mask_token_id is None
     with pytest.raises(ValueError) as exc:

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from helpers.edited_folders import edited_copy
 from helpers.moe_folders import lladamoe_config, make_llada2_folder, make_lladamoe_folder
 from safetensors import safe_open
 
@@ -164,12 +165,7 @@ def test_moe_layer_freq_is_read_as_the_reference_reads_it(freq, routed):
     ("llada2", {"num_hidden_layers": 65537}, "num_hidden_layers=65537; a llada2_moe checkpoint has at most 65536"),
 ])
 def test_unsupported_config_is_one_line(folders, tmp_path, name, change, says):
-    import shutil
-    folder = tmp_path / name
-    shutil.copytree(folders[name], folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg.update(change)
-    (folder / "config.json").write_text(json.dumps(cfg))
+    folder = edited_copy(folders[name], tmp_path / name, **change)
     with pytest.raises(ValueError) as ei:
         load_model(str(folder), device="cpu", dtype="float32")
     assert says in str(ei.value) and "\n" not in str(ei.value)

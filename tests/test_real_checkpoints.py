@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from helpers import hub_folders
+from helpers.edited_folders import DROP, edit_config, edited_copy
 from pvf_lmeval.models import load_model
 from pvf_lmeval.models.formats import UnsupportedCheckpoint
 
@@ -173,14 +173,9 @@ def test_dream_logits_run_on_the_real_vocabulary(dream):
 
 def test_llada_rope_full_precision_is_read(folders, tmp_path):
     assert load_model(str(folders["llada"]), device="cpu").net.cfg.rope_full_precision is True
-    folder = tmp_path / "low-precision-rope"
-    shutil.copytree(folders["llada"], folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["rope_full_precision"] = False
-    (folder / "config.json").write_text(json.dumps(cfg))
+    folder = edited_copy(folders["llada"], tmp_path / "low-precision-rope", rope_full_precision=False)
     assert load_model(str(folder), device="cpu").net.cfg.rope_full_precision is False
-    del cfg["rope_full_precision"]                 # absent: LLaDA's default is true
-    (folder / "config.json").write_text(json.dumps(cfg))
+    edit_config(folder, rope_full_precision=DROP)  # absent: LLaDA's default is true
     assert load_model(str(folder), device="cpu").net.cfg.rope_full_precision is True
 
 
@@ -221,11 +216,7 @@ def test_llada_bfloat16_matches_float64_with_float32_rotary(folders, tmp_path):
     # The same weights with rotary applied in bfloat16 (Dream's way): the flag reaches the network.
     # (Against float64 both are within bfloat16 noise; which rounding each does is pinned exactly
     # by test_rotary_precision_in_the_network.)
-    low = tmp_path / "low"
-    shutil.copytree(folder, low)
-    cfg = json.loads((low / "config.json").read_text())
-    cfg["rope_full_precision"] = False
-    (low / "config.json").write_text(json.dumps(cfg))
+    low = edited_copy(folder, tmp_path / "low", rope_full_precision=False)
     low_max, low_mean, low_agree = error(load_model(str(low), device="cpu", dtype="bfloat16"))
     print(f"[bf16 vs f64] bfloat16 rotary:       max {low_max:.3e} mean {low_mean:.3e} "
           f"argmax agreement {low_agree:.4f}")
@@ -251,16 +242,6 @@ def test_rotary_precision_in_the_network():
 
 # --- configurations the native network does not implement ---------------------------------------
 
-def _edited(src: Path, dst: Path, change: dict, drop: tuple = ()) -> Path:
-    shutil.copytree(src, dst)
-    cfg = json.loads((dst / "config.json").read_text())
-    cfg.update(change)
-    for key in drop:
-        cfg.pop(key, None)
-    (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
-
-
 LLADA_BAD = [
     ({"block_type": "sequential"}, (), "block_type", '"llama"'),
     ({}, ("block_type",), "block_type", "absent"),
@@ -281,7 +262,7 @@ LLADA_BAD = [
 @pytest.mark.parametrize("change,drop,key,says", LLADA_BAD,
                          ids=[f"{k}-{'absent' if d else 'value'}" for _, d, k, _ in LLADA_BAD])
 def test_llada_unsupported_config_is_one_line(folders, tmp_path, change, drop, key, says):
-    folder = _edited(folders["llada"], tmp_path / "bad", change, drop)
+    folder = edited_copy(folders["llada"], tmp_path / "bad", **change, **dict.fromkeys(drop, DROP))
     with pytest.raises(UnsupportedCheckpoint) as exc:
         load_model(str(folder), device="cpu")
     msg = _one_line(exc)
@@ -291,7 +272,7 @@ def test_llada_unsupported_config_is_one_line(folders, tmp_path, change, drop, k
 def test_llada_weight_tying_absent_means_tied(folders, tmp_path):
     """LLaDA's default is a tied head: with the flag absent, a separate head weight is an error
     and without it the head is the embedding."""
-    folder = _edited(folders["llada"], tmp_path / "tied", {}, ("weight_tying",))
+    folder = edited_copy(folders["llada"], tmp_path / "tied", weight_tying=DROP)
     with pytest.raises(UnsupportedCheckpoint) as exc:
         load_model(str(folder), device="cpu")
     msg = _one_line(exc)
@@ -332,7 +313,7 @@ def test_dream_unsupported_config_is_one_line(folders, tmp_path, change, key, sa
 
 
 def test_missing_shape_key_is_one_line(folders, tmp_path):
-    folder = _edited(folders["llada"], tmp_path / "no-d-model", {}, ("d_model",))
+    folder = edited_copy(folders["llada"], tmp_path / "no-d-model", d_model=DROP)
     with pytest.raises(UnsupportedCheckpoint) as exc:
         load_model(str(folder), device="cpu")
     assert "d_model" in _one_line(exc)

@@ -59,11 +59,12 @@ def test_block_length_other_than_the_model_block_is_one_line_error(bl):
 # ---------------------------------------------------------------- every decoder, pinned
 
 
-def test_threshold_first_block_completes_the_prompt_block():
+@pytest.mark.parametrize("reveal_next", [0, 5])     # PVF's option: a baseline never reveals
+def test_threshold_first_block_completes_the_prompt_block(reveal_next):
     # prompt 3 tokens: blocks are position ids 0-3 (prompt + 1 generated), 4-7, 8-11; the
     # answer is position ids 3..10, and 11 completes the last block
     m = BlockModel(after_block(3), block_size=B)
-    r = decode(m, [40, 41, 42], "threshold", gen_length=8, trace=True)
+    r = decode(m, [40, 41, 42], "threshold", gen_length=8, trace=True, reveal_next=reveal_next)
     assert r.tokens == [13, 14, 15, 16, 17, 18, 19, 20]
     assert r.routes == ["base"] * 8 and r.committed == 8 and r.gen_length == 8
     assert committed(r) == [[3], [4, 5, 6, 7], [8, 9, 10, 11]]
@@ -203,6 +204,7 @@ def test_pvf_without_revelation_never_plans_across_blocks():
 PROMPTS = [[49], [40, 41, 42], [43, 44, 45, 46, 47], [48] * 8, [50, 51, 52, 53], [43, 44, 2]]
 DECODERS = [("threshold", {}), ("static", {}), ("freedave", {}),
             ("pvf", {"reveal_next": 2, "plan_vocab": list(range(10, 50, 3))}),
+            ("pvf", {"rules": "reference", "plan_vocab": list(range(10, 50, 3))}),
             ("explore", {"reveal_next": 1}), ("threshold", {"temperature": 0.7}),
             ("static", {"steps": 4})]
 

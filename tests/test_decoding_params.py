@@ -116,6 +116,30 @@ def test_defaults_no_preset():
     assert p.preset is None and p.family is None
 
 
+M = 1 << 24      # the positions cap (docs/security.md), written out: 16,777,216
+
+
+@pytest.mark.parametrize("decoder, kw", [
+    ("threshold", dict(gen_length=M, block_length=32)),
+    ("threshold", dict(gen_length=M, block_length=M)),
+    ("static", dict(gen_length=M, block_length=M, steps=M)),
+    ("pvf", dict(reveal_next=M)),
+], ids=["gen_length", "block_length", "steps", "reveal_next"])
+def test_the_positions_cap_is_inclusive(decoder, kw):
+    """A position count of exactly the cap is accepted (block_length and steps above it are
+    refused through gen_length, which they may not exceed)."""
+    p = make_params(decoder, **kw)
+    assert [getattr(p, k) for k in kw] == list(kw.values())
+
+
+@pytest.mark.parametrize("kw", [dict(gen_length=M + 32, block_length=32), dict(reveal_next=M + 1)],
+                         ids=["gen_length", "reveal_next"])
+def test_one_position_past_the_cap_is_refused(kw):
+    name, value = next(iter(kw.items()))
+    with pytest.raises(ValueError, match=f"^{name}={value} must be at most {M} positions$"):
+        make_params("pvf", **kw)
+
+
 @pytest.mark.parametrize("preset, fam, band, ar, ns", [
     ("gsm8k", "math-word", (0.2, 0.65), 0.1, 5),
     ("arith", "math-word", (0.2, 0.65), 0.1, 5),

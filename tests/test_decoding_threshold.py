@@ -1,5 +1,6 @@
 """threshold (Fast-dLLM): p >= tau in the active block, forced top-1, factor rule."""
 
+import pytest
 import torch
 from helpers.decoding_tables import MASK, dist_logits, filled, run
 
@@ -37,10 +38,13 @@ def exact_conf(d):
     return float(stats_from_logits(lg, torch.zeros(1, 1, dtype=torch.long), MASK)[1])
 
 
-def test_threshold_inclusive_and_active_block_only():
+# reveal_next is PVF's (a preset sets it for every decoder): a baseline's block still waits
+@pytest.mark.parametrize("reveal_next", [0, 5])
+def test_threshold_inclusive_and_active_block_only(reveal_next):
     table = lambda g: {0: (10, .95), 1: (11, .2), 4: (14, .99), 5: (15, .99)}
     tau = exact_conf((10, .95))
-    r, _ = run("threshold", table, gen_length=8, block_length=4, threshold=tau)
+    r, _ = run("threshold", table, gen_length=8, block_length=4, threshold=tau,
+               reveal_next=reveal_next)
     assert steps_of(r)[0] == [[0, "base"]]          # p == tau commits; block 1 waits
     assert steps_of(r)[1:4] == [[[1, "forced"]], [[2, "forced"]], [[3, "forced"]]]
     assert steps_of(r)[4] == [[4, "base"], [5, "base"]]

@@ -19,7 +19,7 @@ import hashlib
 
 import torch
 
-from .decoding_tables import EOS, MASK, V, dist_logits
+from .decoding_tables import EOS, MASK, V, NoCapitals, dist_logits
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 
 PAD = 1
@@ -47,6 +47,7 @@ class BlockModel:
         self.calls: list[tuple] = []
         self.seqs: list[list[list]] = []
         self._memo: dict = {}
+        self.tokenizer = NoCapitals(vocab)      # rules=reference reads token texts
 
     @property
     def nfe(self) -> int:

@@ -112,3 +112,16 @@ def test_compile_options_are_checked_before_any_work(seen_vocab, name, value):
     assert str(err.value) == (f"{name}={value!r} must be true, false or a dict of torch.compile "
                               "options")
     assert seen_vocab == []
+
+
+def test_batch_invariant_needs_a_model_with_its_kernels():
+    """``batch_invariant=true`` on a model without ``batch_invariant()`` (a table model here) is a
+    one-line error naming the model's class, before any call; off, the same model decodes."""
+    model = _model()
+    with pytest.raises(ValueError) as err:
+        decode(model, PROMPT, "threshold", gen_length=4, block_length=4, batch_invariant=True)
+    assert str(err.value) == ("batch_invariant=true: the model (TableModel) has no batch-invariant "
+                              "kernels (a loaded pvf_lmeval DiffusionLM has them)")
+    assert model.nfe == 0
+    decode(model, PROMPT, "threshold", gen_length=4, block_length=4, batch_invariant=False)
+    assert model.nfe > 0

@@ -11,6 +11,7 @@ from pvf_lmeval.decoding.blocks import block_size_of
 from pvf_lmeval.decoding.batch import gumbel_like, mix_seed
 from pvf_lmeval.decoding.select import rank_desc
 from pvf_lmeval.decoding.stats import stats_from_logits
+from pvf_lmeval.decoding.step import Branches
 
 DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
 
@@ -244,3 +245,22 @@ def test_params_object_and_overrides():
     assert c.decoder == "threshold"
     with pytest.raises(ValueError, match="gen_length=12"):
         decode(RandomModel(1), PROMPT, params=p, gen_length=12)
+
+
+def test_branches_of_the_requests_left_keep_every_field():
+    """When requests finish, the loop keeps the others' branches: every per-request field
+    (rows, n, labels, cover, unmade and the memo's tensors, tuples included) keeps their rows, in
+    the order asked; plain values stay."""
+    br = Branches(torch.arange(24).reshape(4, 2, 3), torch.tensor([2, 0, 1, 2]),
+                  torch.arange(12, dtype=torch.int8).reshape(4, 3), entropy=True,
+                  memo=dict(W=torch.tensor([10, 11, 12, 13]), pair=(torch.arange(4) * 2, 7), k=5),
+                  cover=torch.tensor([0, 3, 6, 9]), unmade=torch.tensor([1, 0, 2, 0]))
+    kept = br.select(torch.tensor([3, 1]))
+    assert kept.rows.tolist() == [[[18, 19, 20], [21, 22, 23]], [[6, 7, 8], [9, 10, 11]]]
+    assert kept.n.tolist() == [2, 0] and kept.labels.tolist() == [[9, 10, 11], [3, 4, 5]]
+    assert kept.cover.tolist() == [9, 3] and kept.unmade.tolist() == [0, 0]
+    assert kept.memo["W"].tolist() == [13, 11] and kept.memo["k"] == 5
+    assert kept.memo["pair"][0].tolist() == [6, 2] and kept.memo["pair"][1] == 7
+    assert kept.entropy is True
+    none = Branches(br.rows, br.n, br.labels).select(torch.tensor([0]))
+    assert none.cover is None and none.unmade is None and none.memo == {}

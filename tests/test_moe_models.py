@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from helpers.edited_folders import edited_copy
+from helpers.edited_folders import DROP, edit_config, edited_copy
 from helpers.moe_folders import lladamoe_config, make_llada2_folder, make_lladamoe_folder
 from safetensors import safe_open
 
@@ -107,9 +107,7 @@ def test_lladamoe_mask_comes_from_the_tokenizer_when_config_has_none(tmp_path):
     """LLaDA-MoE's config.json has no mask_token_id; its tokenizer's mask token is ``<|mask|>``
     (156895 at full size). Here the tiny tokenizer's mask (id 690) is renamed to that token."""
     folder = make_lladamoe_folder(tmp_path / "LLaDA-MoE-7B-A1B-Base", seed=3)
-    cfg = json.loads((folder / "config.json").read_text())
-    del cfg["mask_token_id"]
-    (folder / "config.json").write_text(json.dumps(cfg))
+    edit_config(folder, mask_token_id=DROP)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         path = folder / name
         path.write_text(path.read_text().replace("<|mdm_mask|>", "<|mask|>"))

@@ -44,11 +44,14 @@ def test_the_task_selects_the_preset(pvf_lm):
     assert _band(pvf_lm.params) == (None, 0.2, 0.65, 0.1, 0)
     assert _band(pvf_lm._request_params(dict(KWARGS), "arith_var")[0]) == ("arith", 0.2, 0.65, 0.1, 5)
     assert _band(pvf_lm._request_params(dict(KWARGS), "humaneval_pvf")[0]) == ("humaneval", 0.8, 0.9, 0.3, 0)
-    assert _band(pvf_lm._request_params(dict(KWARGS), "gsm8k")[0]) == (None, 0.2, 0.65, 0.1, 0)
+    # lm-eval's built-in that gsm8k_pvf replicates decodes as gsm8k_pvf does; another task not
+    assert _band(pvf_lm._request_params(dict(KWARGS), "gsm8k")[0]) == ("gsm8k", 0.2, 0.65, 0.1, 5)
+    assert _band(pvf_lm._request_params(dict(KWARGS), "my_gsm8k")[0]) == (None, 0.2, 0.65, 0.1, 0)
     # a preset in the generation kwargs (a task's YAML or --gen_kwargs) wins over the table
     got = pvf_lm._request_params({**KWARGS, "preset": "math"}, "arith_var")[0]
     assert _band(got) == ("math", 0.8, 0.9, 0.3, 0)
-    assert pvf_lm.task_presets == {"arith_var": "math", "humaneval_pvf": "humaneval"}
+    assert pvf_lm.task_presets == {"arith_var": "math", "humaneval_pvf": "humaneval",
+                                   "gsm8k": "gsm8k"}
 
 
 def test_a_preset_model_arg_wins_and_none_turns_presets_off():
@@ -66,14 +69,58 @@ def test_explicit_model_args_stay_under_a_task_preset(pvf_lm):
     assert (got.preset, got.reveal_next, got.threshold, got.plan_hi) == ("mmlu_pro", 2, 0.8, 0.65)
 
 
+def _bundled_tasks() -> dict[str, Path]:
+    return {line.split(":", 1)[1].strip(): f for f in (REPO / "tasks").glob("*/*.yaml")
+            for line in f.read_text().splitlines() if line.startswith("task:")}
+
+
 def test_every_bundled_task_has_a_preset():
     from pvf_lmeval.decoding.params import PRESETS
     from pvf_lmeval.lmeval.task_presets import TASK_PRESETS
 
-    names = sorted(line.split(":", 1)[1].strip() for f in (REPO / "tasks").glob("*/*.yaml")
-                   for line in f.read_text().splitlines() if line.startswith("task:"))
-    assert names == sorted(TASK_PRESETS)
+    assert set(_bundled_tasks()) <= set(TASK_PRESETS)
     assert set(TASK_PRESETS.values()) <= set(PRESETS)
+
+
+def _builtin_tasks(name: str) -> list[str]:
+    """The tasks of lm-eval's installed task (or group) ``name``, from its YAML files."""
+    import lm_eval.tasks
+
+    found = []
+    for f in Path(lm_eval.tasks.__file__).parent.rglob("*.yaml"):
+        lines = f.read_text(errors="replace").splitlines()
+        if f"task: {name}" in lines or f"task: \"{name}\"" in lines:
+            found.append(name)
+        elif f"group: {name}" in lines:
+            start = lines.index("task:")
+            for line in lines[start + 1:]:
+                if not line.startswith("  - "):
+                    break
+                found.append(line[4:].strip())
+    return sorted(set(found))
+
+
+def test_a_builtin_task_and_its_bundled_replica_share_a_preset():
+    """A bundled task whose YAML opens with "lm-eval's `X`" asks X's prompts with X's generation
+    kwargs: lm-eval's --use_cache cannot tell their answers apart, so they must decode alike.
+    Every task ``TASK_PRESETS`` names is bundled or such a built-in."""
+    import re
+
+    from pvf_lmeval.lmeval.task_presets import TASK_PRESETS, task_preset
+
+    replicated = set()
+    for task, path in _bundled_tasks().items():
+        first = path.read_text().splitlines()[0]
+        named = re.match(r"# lm-eval's (?:built-in )?`([a-z0-9_]+)`", first)
+        if named is None:
+            continue
+        builtins = _builtin_tasks(named.group(1))
+        assert builtins, f"{path.name} names lm-eval's {named.group(1)}, which is not installed"
+        for builtin in builtins:
+            assert task_preset(builtin) == task_preset(task), (builtin, task)
+        replicated |= set(builtins)
+    assert len(replicated) == 19            # gsm8k, gsm8k_cot, humaneval(_instruct), 14 + 1 math
+    assert set(TASK_PRESETS) == set(_bundled_tasks()) | replicated
 
 
 # ------------------------------------------------------------------ through the CLI

@@ -219,6 +219,8 @@ class PVFDiffusionLM(LM):
         self._pending = StatTotals()
         self.totals = StatTotals()
         self._length_notices: set = set()
+        #: lm-eval's --use_cache database as claimed (set_cache_hook), else None
+        self._response_cache = None
 
     # ------------------------------------------------------------------ construction
 
@@ -377,22 +379,33 @@ class PVFDiffusionLM(LM):
         return [o for o, _ in out]
 
     def set_cache_hook(self, cache_hook) -> None:
-        """lm-eval's ``--use_cache`` hands its database over here, before any request: the
-        database is claimed for this run's decoding identity (another decoding's cache is a
-        one-line error), and the answers read from it count in the totals with the costs of
-        the run that made them (``response_cache``)."""
+        """lm-eval's ``--use_cache`` hands its database over here, before any request: it is
+        claimed for this run's decoding (another decoding's cache is a one-line error), its
+        answer rows are read as data only, and the answers read from it count in the totals with
+        the costs of the run that made them (``response_cache``)."""
         super().set_cache_hook(cache_hook)
         db = getattr(cache_hook, "dbdict", None)
         if db is None:
             return
-        from .response_cache import cache_identity, claim, count_reads
+        from ..planning.vocab import tokenizer_hash
+        from .response_cache import ResponseCache, cache_identity
 
-        try:
-            claim(db, cache_identity(self._info(), self.mc_num))
-        except ValueError as error:
-            exit_in_one_line(error)
-            raise
-        count_reads(db, lambda text: self._pending.add(text.task, text.meta, from_cache=True))
+        identity = cache_identity(self._info(), self.mc_num,
+                                  weights=self.model.weights_fingerprint,
+                                  tokenizer_hash=tokenizer_hash(self.tokenizer))
+        self._response_cache = ResponseCache.claim(
+            db, identity, seed=self._run_seed(), task_decoding=self._task_decoding,
+            record=lambda text: self._pending.add(text.task, text.meta, from_cache=True))
+
+    def _task_decoding(self, task: str) -> dict:
+        """How ``task``'s requests decode before their own generation kwargs (which lm-eval's
+        cache key holds): the run's parameters under the task's preset, spelled as the run
+        identity spells them, without the seed (``response_cache`` records it per answer)."""
+        from ..cli.report.identity import decoding_identity
+
+        params = self._public_params(self._params_with_preset(task_preset(task)))
+        params.pop("seed")
+        return decoding_identity(self.params.decoder, params)
 
     def barrier(self) -> None:
         self.ranks.barrier()
@@ -585,6 +598,8 @@ class PVFDiffusionLM(LM):
                 for i, r, g in zip(batch, scores, greedy):
                     out[i] = (r.logprob, bool(g))
                     self.cache_hook.add_partial("loglikelihood", requests[i].args[:2], out[i])
+                if self._response_cache is not None:
+                    self._response_cache.drew("likelihood")
                 bar.update(len(batch))
         finally:
             bar.close()
@@ -629,6 +644,8 @@ class PVFDiffusionLM(LM):
                                           batch_invariant=self.batch_invariant)
             out.append(r.logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
+            if self._response_cache is not None:
+                self._response_cache.drew("likelihood")
         return out
 
     def _params_with_preset(self, preset):
@@ -731,7 +748,9 @@ class PVFDiffusionLM(LM):
                     self._pending.count(task, "truncated_prompts")
                 key = f"{task}/{doc}/{getattr(req, 'idx', 0)}"
                 prepared.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
-                                     task=task, key=key, repeat_index=repeat_index))
+                                     task=task, key=key, repeat_index=repeat_index,
+                                     # lm-eval's cache never serves a do_sample request
+                                     cached=not gen_kwargs.get("do_sample", False)))
             if truncated:
                 _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
                         f"context of {self.max_length} tokens with gen_length and were "
@@ -753,6 +772,10 @@ class PVFDiffusionLM(LM):
                     text, stats = self._finish(out, c["until"])
                     results[c["i"]] = GenerationText(text, meta=stats, task=c["task"])
                     self._pending.add(c["task"], stats)
+                    if self._response_cache is not None and c["cached"]:
+                        p = c["params"]
+                        self._response_cache.answered(
+                            c["task"], drew=p.temperature > 0 or DECODERS[p.decoder].draws)
                     if trace_file is not None:
                         trace_file.write(json.dumps(trace_record(
                             out, request=c["key"], prompt_ids=c["prompt_ids"],

@@ -6,6 +6,11 @@ each request, not written into the task YAMLs' ``generation_kwargs``: other mode
 (``--model hf``) pass those to ``generate`` and would fail on an unknown ``preset``.
 Precedence: the ``preset`` model arg, then a ``preset`` in the request's generation kwargs
 (a task's YAML or ``--gen_kwargs``), then this table; ``preset=none`` turns presets off.
+
+The built-in tasks that a bundled task replicates prompt for prompt (its YAML's first line names
+them: ``gsm8k_pvf`` is lm-eval's ``gsm8k`` plus cost metrics) run with the same preset. They
+decode alike, and they must: lm-eval's ``--use_cache`` keys an answer by the prompt and the
+generation kwargs, not by the task's name, so the two tasks read each other's answers.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ TASK_PRESETS = {
     "humaneval_pvf_chat": "humaneval",
     "humaneval_pvf_sampled": "humaneval",
     "humaneval_instruct_pvf": "humaneval",
+    # lm-eval's built-ins that the bundled tasks above replicate
+    "gsm8k": "gsm8k",
+    "gsm8k_cot": "gsm8k",
+    "minerva_math500": "math",
+    "humaneval": "humaneval",
+    "humaneval_instruct": "humaneval",
+    **{f"mmlu_pro_{category}": "mmlu_pro" for category in (
+        "biology", "business", "chemistry", "computer_science", "economics", "engineering",
+        "health", "history", "law", "math", "other", "philosophy", "physics", "psychology")},
 }
 
 

@@ -180,6 +180,25 @@ def test_few_shot_runs_are_separate_and_explicit_defaults_are_the_same_run(runs,
     assert "note: 2 runs of tiny-llada threshold / arith" in capsys.readouterr().err
 
 
+def test_a_task_decoded_under_another_preset_is_another_row(tmp_path, evaluate, capsys):
+    """``--gen_kwargs preset=none`` turns arith's preset off for its requests: the run's
+    parameters are the same, the task's decoding is not (``reveal_next`` 0, not 5). Two rows,
+    and the gate does not compare one with the other."""
+    evaluate(f"pretrained={MODEL},decoder=pvf,{GEN}", tmp_path / "preset")
+    evaluate(f"pretrained={MODEL},decoder=pvf,{GEN}", tmp_path / "none", gen_kwargs="preset=none")
+    assert _results(tmp_path / "preset")[1]["config"]["pvf"]["task_params"]["arith"][
+        "reveal_next"] == 5
+    table = report.build([tmp_path / "preset", tmp_path / "none"])
+    assert not table.notes
+    assert sorted(r.label for r in table.rows) == ["reveal_next=0", "reveal_next=5"]
+    base = tmp_path / "baseline.json"
+    assert report.main([str(tmp_path / "preset"), "--save-baseline", str(base)]) == 0
+    capsys.readouterr()
+    assert report.main([str(tmp_path / "none"), "--check", str(base)]) == 1
+    err = capsys.readouterr().err
+    assert "not in the baseline: tiny-llada pvf / arith" in err and "reveal_next=0" in err
+
+
 def test_freedave_row_shows_no_threshold_it_does_not_read():
     params = {"decoder": "freedave", "gen_length": 64, "block_length": 32, "threshold": 0.9,
               "factor": None, "steps": None, "temperature": 0.0, "early_stop": True, "seed": 0,

@@ -50,6 +50,9 @@ def test_the_task_selects_the_preset(pvf_lm):
     # a preset in the generation kwargs (a task's YAML or --gen_kwargs) wins over the table
     got = pvf_lm._request_params({**KWARGS, "preset": "math"}, "arith_var")[0]
     assert _band(got) == ("math", 0.8, 0.9, 0.3, 0)
+    # --gen_kwargs preset=none (lm-eval parses none as None) turns the task's preset off
+    got = pvf_lm._request_params({**KWARGS, "preset": None}, "arith_var")[0]
+    assert _band(got) == (None, 0.2, 0.65, 0.1, 0)
     assert pvf_lm.task_presets == {"arith_var": "math", "humaneval_pvf": "humaneval",
                                    "gsm8k": "gsm8k"}
 

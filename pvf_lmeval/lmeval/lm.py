@@ -681,7 +681,8 @@ class PVFDiffusionLM(LM):
         if ignored and tuple(ignored) not in self._length_notices:
             self._length_notices.add(tuple(ignored))
             _notice(f"pvf-dlm: generation kwargs {ignored} do not apply to diffusion decoding and are ignored")
-        preset = overrides.pop("preset", None) or task_preset(task)
+        # a preset in the kwargs wins over the task's, none included (lm-eval parses it as None)
+        preset = overrides.pop("preset") if "preset" in overrides else task_preset(task)
         base = self._params_with_preset(preset)
         if base is not self.params:
             self.task_presets[task or "unknown"] = preset

@@ -207,7 +207,12 @@ def run_identity(r: dict) -> dict:
 
 def task_identity(r: dict, task: str, gen_length, run: dict) -> dict:
     """The task part: name, version, few-shot count (seed when there are shots), the effective
-    ``gen_length`` (measured; else the run's parameter) and, for likelihood tasks, ``mc_num``."""
+    ``gen_length`` (measured; else the run's parameter), for likelihood tasks ``mc_num``, and
+    every decoding parameter the task's requests ran with where it differs from the run's
+    (``config.pvf.task_params``: its preset's, its generation kwargs'), among those the decoder
+    reads. Those override the run part's values (:func:`full_identity`): a run whose ``arith``
+    decoded with ``reveal_next=5`` under arith's preset and a run that set ``reveal_next=5``
+    decoded alike. An override to None (unset) stays None here."""
     out = {"task": task}
     version = (r.get("versions") or {}).get(task)
     if version is not None:
@@ -225,7 +230,18 @@ def task_identity(r: dict, task: str, gen_length, run: dict) -> dict:
     if output_type not in (None, "generate_until") and isinstance(pvf, dict):
         # likelihood tasks: scored by a Monte Carlo estimate with mc_num draws
         out["mc_num"] = canon((pvf.get("likelihood") or {}).get("mc_num"))
+    own = ((pvf.get("task_params") if isinstance(pvf, dict) else None) or {}).get(task)
+    if isinstance(own, dict) and "decoder" in run:
+        # gen_length is the effective one above (measured per request)
+        own = {k: canon(v) for k, v in own.items() if k != "gen_length"}
+        out.update({k: own[k] for k in sorted(reads(str(run["decoder"]), own))})
     return out
+
+
+def full_identity(run: dict, task: dict) -> dict:
+    """A task's whole identity: the run part, its task part over it (an override to None
+    removes the run's value: the task ran with the parameter unset)."""
+    return {k: v for k, v in {**run, **task}.items() if not (v is None and k in task)}
 
 
 def budget(identity: dict) -> dict:

@@ -305,7 +305,8 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
         if se is None and acc is not None and n and acc_metric.split(",")[0] in BINARY_METRICS:
             se = math.sqrt(acc * (1 - acc) / max(n - 1, 1))   # lm-eval's mean stderr of 0/1 scores
         run_part = {k: v for k, v in run.items() if k != "gen_length"}
-        full = {**run_part, **ident.task_identity(r, task, cost.get("gen_length"), run)}
+        full = ident.full_identity(run_part,
+                                   ident.task_identity(r, task, cost.get("gen_length"), run))
         e = Entry(Path(path), date, full, acc_metric=acc_metric, n=n,
                   acc=None if acc is None else 100.0 * acc,
                   acc_se=None if se is None or acc is None else 100.0 * se,

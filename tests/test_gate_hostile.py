@@ -222,6 +222,24 @@ def test_a_metric_that_is_not_a_finite_number_is_invalid_input_never_replaced(
                                            f"a finite number (no other field stands in for it)\n")
 
 
+@pytest.mark.parametrize("choice", ["exact_match,flexible-extract",
+                                    "gsm8k=exact_match,flexible-extract"])
+def test_a_named_metric_that_is_not_a_finite_number_is_invalid_input(tmp_path, capsys, choice):
+    """``--metric`` names a filter the file states as NaN: neither the preferred metric nor
+    another filter stands in for it."""
+    good = results(0.825, extra={"exact_match,flexible-extract": 0.85})
+    base = save(tmp_path, good, "--metric", choice)
+    lost = results(0.825, extra={"exact_match,flexible-extract": float("nan")})
+    folder = write(tmp_path / "now", lost)
+    capsys.readouterr()
+    for argv in ([str(folder), "--check", str(base)], [str(folder)]):
+        assert report.main([*argv, "--metric", choice]) == INVALID
+        assert capsys.readouterr().err == (
+            f"pvf-report: {next(folder.glob('results_*.json'))}: gsm8k: "
+            "exact_match,flexible-extract = nan is not a finite number (no other field stands in "
+            "for it)\n")
+
+
 def test_nan_costs_of_another_model_type_are_no_statistics(tmp_path, capsys):
     """The pvf task YAMLs give NaN costs to a model without statistics (--model hf): empty
     cost cells, not invalid input; a pvf-dlm run has statistics for every request."""

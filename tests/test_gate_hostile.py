@@ -27,11 +27,13 @@ OTHER = [("f1", "none"), ("prompt_level_strict_acc", "none")]
 
 
 def results(acc, *, metric="exact_match", filt="strict-match", se=None, n=200, nfe=10.0,
-            rows=30.0, date=None, task="gsm8k", extra=None) -> dict:
+            rows=30.0, date=None, task="gsm8k", extra=None, params=None, totals=None) -> dict:
     """An lm-eval results dict of one pvf-dlm run on ``task`` (``acc`` a fraction; ``se``,
-    ``n``, ``date``: what the file states; ``extra``: more metric keys)."""
+    ``n``, ``date``: what the file states; ``extra``: more metric keys; ``params``: decoding
+    parameters other than the defaults here; ``totals``: ``config.pvf.totals`` of the task)."""
+    params = {"threshold": 0.9, "gen_length": 256, "block_length": 32, **(params or {})}
     res = {"alias": task, "nfe,none": nfe, "branch_rows,none": rows, "tpf,none": 3.0,
-           "tps,none": 50.0, "gen_length,none": 256}
+           "tps,none": 50.0, "gen_length,none": params["gen_length"]}
     if acc is not _ABSENT:
         res[f"{metric},{filt}"] = acc
     if se is not None:
@@ -40,7 +42,9 @@ def results(acc, *, metric="exact_match", filt="strict-match", se=None, n=200, n
     r = {"results": {task: res}, "versions": {task: 3}, "n-shot": {task: 0},
          "config": {"model": "pvf-dlm", "model_args": "pretrained=m", "limit": None,
                     "pvf": {"decoder": "threshold", "pretrained": "m", "dtype": "float32",
-                            "params": {"threshold": 0.9, "gen_length": 256, "block_length": 32}}}}
+                            "params": params}}}
+    if totals is not None:
+        r["config"]["pvf"]["totals"] = {task: totals}
     if n is not None:
         r["n-samples"] = {task: {"original": n, "effective": n}}
     if date is not None:
@@ -93,12 +97,13 @@ def test_a_run_without_a_known_accuracy_metric_is_refused_at_save_time(tmp_path,
 def test_the_baseline_metric_and_filter_are_compared(tmp_path, capsys):
     good = results(0.825, extra={"exact_match,flexible-extract": 0.85})
     base = save(tmp_path, good)
-    # the preferred filter is NaN in the checked file: the gate must not fall back to another
+    # the preferred filter is NaN in the checked file: invalid input, never another filter
     lost = results(float("nan"), extra={"exact_match,flexible-extract": 0.85})
     capsys.readouterr()
-    assert check(write(tmp_path / "nan", lost), base) == REGRESSION
-    out = capsys.readouterr().out
-    assert "acc_metric  exact_match,strict-match  exact_match,flexible-extract" in out
+    assert check(write(tmp_path / "nan", lost), base) == INVALID
+    assert capsys.readouterr().err.endswith(
+        "gsm8k: exact_match,strict-match = nan is not a finite number (no other field stands in "
+        "for it)\n")
     # another metric asked for at check time
     bad = results(0.30, extra={"exact_match,flexible-extract": 0.85})
     assert check(write(tmp_path / "other", bad), base,
@@ -127,6 +132,156 @@ def test_another_sample_count_fails(tmp_path, capsys):
     assert check(write(tmp_path / "now", results(0.825, n=20)), base) == REGRESSION
     assert "n       200       20           the same" in capsys.readouterr().out
     assert check(write(tmp_path / "none", results(0.825, n=None)), base) == REGRESSION
+
+
+def test_a_result_of_another_identity_found_beside_the_baselines_own_file_is_invalid_input(
+        tmp_path, capsys):
+    """The baseline's own results file left in the folder beside a regressed run whose setting
+    changed: the old file matches the baseline, the new one nothing, and the gate would pass."""
+    good = results(0.825)
+    base = save(tmp_path, good)
+    now = tmp_path / "now"
+    old, new = now / "results_2026-01-01T00-00-00.json", now / "results_2026-02-01T00-00-00.json"
+    write(now, good, "2026-01-01T00-00-00")
+    write(now, results(0.10, params={"gen_length": 128}), "2026-02-01T00-00-00")
+    capsys.readouterr()
+    assert check(now, base) == INVALID
+    err = capsys.readouterr().err
+    assert err.startswith(f"pvf-report: --check: {new}: m threshold / gsm8k [")
+    assert err.endswith("] is not in the baseline (the nearest baseline result differs in "
+                        "gen_length: 256 -> 128): the gate would not check it; pass only the runs "
+                        "to check, or name its results file to check the others beside it\n")
+    assert err.count("\n") == 1
+    # named, the file is the user's choice: a note says it is not checked
+    assert report.main([str(old), str(new), "--check", str(base)]) == PASSED
+    err = capsys.readouterr().err
+    assert "pvf-report: note: not in the baseline: m threshold / gsm8k [" in err
+    # alone, the regressed run matches no baseline result: the gate fails
+    assert report.main([str(new), "--check", str(base)]) == REGRESSION
+    # a result of another task in the folder is one the baseline cannot check either
+    other = tmp_path / "other"
+    write(other, good, "2026-01-01T00-00-00")
+    write(other, results(0.10, task="math500"), "2026-02-01T00-00-00")
+    capsys.readouterr()
+    assert check(other, base) == INVALID
+    err = capsys.readouterr().err
+    assert err.startswith(f"pvf-report: --check: {other / 'results_2026-02-01T00-00-00.json'}: "
+                          f"m threshold / math500 [")
+    assert err.endswith("] is not in the baseline: the gate would not check it; pass only the "
+                        "runs to check, or name its results file to check the others beside it\n")
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+def _set(key, value):
+    def change(r):
+        r["results"]["gsm8k"][key] = value
+    return change
+
+
+def _totals_only(key, value):
+    """No cost metrics (a built-in task): the costs come from config.pvf.totals."""
+    def change(r):
+        res = r["results"]["gsm8k"]
+        for k in ("nfe,none", "branch_rows,none", "tpf,none", "tps,none", "gen_length,none"):
+            del res[k]
+        r["config"]["pvf"]["totals"]["gsm8k"][key] = value
+    return change
+
+
+@pytest.mark.parametrize("change, key, shown", [
+    (_set("nfe,none", _NAN), "nfe,none", "nan"),
+    (_set("nfe,none", _INF), "nfe,none", "inf"),
+    (_set("nfe,none", "nan"), "nfe,none", "'nan'"),
+    (_set("nfe,none", None), "nfe,none", "None"),
+    (_set("branch_rows,none", -_INF), "branch_rows,none", "-inf"),
+    (_set("tps,none", _NAN), "tps,none", "nan"),
+    (_set("gen_length,none", _NAN), "gen_length,none", "nan"),
+    (_set("exact_match,strict-match", _NAN), "exact_match,strict-match", "nan"),
+    (_set("exact_match,strict-match", "x"), "exact_match,strict-match", "'x'"),
+    (_totals_only("nfe", _NAN), "config.pvf.totals.gsm8k.nfe", "nan"),
+    (_totals_only("requests", _INF), "config.pvf.totals.gsm8k.requests", "inf"),
+])
+def test_a_metric_that_is_not_a_finite_number_is_invalid_input_never_replaced(
+        tmp_path, capsys, change, key, shown):
+    """A NaN NFE once fell back to the file's own config.pvf.totals (and a NaN accuracy to
+    another filter): a value the run could not have written is refused, whatever else the file
+    offers in its place."""
+    totals = {"requests": 200, "nfe": 10.0, "branch_rows": 30.0, "gen_tokens": 600.0,
+              "wall_s": 12.0, "gen_length": 256}
+    base = save(tmp_path, results(0.825, totals=totals))
+    now = results(0.825, totals=totals, extra={"exact_match,flexible-extract": 0.825})
+    change(now)
+    folder = write(tmp_path / "now", now)
+    path = next(folder.glob("results_*.json"))
+    capsys.readouterr()
+    for argv in ([str(folder), "--check", str(base)], [str(folder)]):
+        assert report.main(argv) == INVALID
+        assert capsys.readouterr().err == (f"pvf-report: {path}: gsm8k: {key} = {shown} is not "
+                                           f"a finite number (no other field stands in for it)\n")
+
+
+@pytest.mark.parametrize("choice", ["exact_match,flexible-extract",
+                                    "gsm8k=exact_match,flexible-extract"])
+def test_a_named_metric_that_is_not_a_finite_number_is_invalid_input(tmp_path, capsys, choice):
+    """``--metric`` names a filter the file states as NaN: neither the preferred metric nor
+    another filter stands in for it."""
+    good = results(0.825, extra={"exact_match,flexible-extract": 0.85})
+    base = save(tmp_path, good, "--metric", choice)
+    lost = results(0.825, extra={"exact_match,flexible-extract": float("nan")})
+    folder = write(tmp_path / "now", lost)
+    capsys.readouterr()
+    for argv in ([str(folder), "--check", str(base)], [str(folder)]):
+        assert report.main([*argv, "--metric", choice]) == INVALID
+        assert capsys.readouterr().err == (
+            f"pvf-report: {next(folder.glob('results_*.json'))}: gsm8k: "
+            "exact_match,flexible-extract = nan is not a finite number (no other field stands in "
+            "for it)\n")
+
+
+def test_nan_costs_of_another_model_type_are_no_statistics(tmp_path, capsys):
+    """The pvf task YAMLs give NaN costs to a model without statistics (--model hf): empty
+    cost cells, not invalid input; a pvf-dlm run has statistics for every request."""
+    r = results(0.5, nfe=_NAN, rows=_NAN, extra={"tpf,none": _NAN, "tps,none": _NAN})
+    r["config"] = {"model": "hf", "model_args": "pretrained=gpt2", "limit": None}
+    write(tmp_path / "hf", r)
+    (row,) = report.build([tmp_path / "hf"]).rows
+    (e,) = row.entries.values()
+    assert (row.decoder, e.acc, e.nfe, e.branch_rows, e.tpf, e.tps) == ("hf", 50.0, None, None,
+                                                                        None, None)
+    assert report.main([str(tmp_path / "hf")]) == PASSED
+
+
+def test_a_baseline_too_small_to_fail_says_so_and_is_refused_unless_accepted(tmp_path, capsys):
+    # 8 items at 50%: one run's se sqrt(.5 * .5 / 7) = 18.90 points, the difference of two runs'
+    # 26.73; z = 2: the gate allows a drop of 53.45 points, more than the 50 there are to lose
+    base = save(tmp_path, results(0.5, n=8))
+    zero = write(tmp_path / "zero", results(0.0, n=8))
+    capsys.readouterr()
+    assert check(zero, base) == INVALID
+    out = capsys.readouterr().out.split("\n\n")[-1]
+    head, line, end = out.split("\n")
+    assert head == ("pvf-report: error: the baseline cannot fail on the accuracy of 1 result(s): "
+                    "the drop it allows reaches the accuracy, so that a result of 0 passes (more "
+                    "items, a smaller --z or --acc-tol, or --allow-blind to accept it):")
+    assert line.startswith("  m threshold / gsm8k [")
+    assert line.endswith("]: accuracy 50.00, allowed drop 53.45 pts")
+    assert end == ""
+    # accepted: said on stdout, and the rest of the check runs (the NFE rose)
+    assert check(zero, base, "--allow-blind") == PASSED
+    assert capsys.readouterr().out.split("\n\n")[-1].startswith(
+        "pvf-report: note: the baseline cannot fail on the accuracy of 1 result(s): ")
+    risen = write(tmp_path / "risen", results(0.0, n=8, nfe=12.0))
+    assert check(risen, base, "--allow-blind") == REGRESSION
+    # greedy decoding reruns exactly: without the z rule, 8 items fail on one item lost
+    assert check(write(tmp_path / "one", results(0.375, n=8)), base, "--z", "0") == REGRESSION
+    assert check(write(tmp_path / "same", results(0.5, n=8)), base, "--z", "0") == PASSED
+    # a tolerance as large as the accuracy, or an accuracy of 0, cannot fail either
+    assert check(write(tmp_path / "t", results(0.5, n=8)), base, "--z", "0",
+                 "--acc-tol", "50") == INVALID
+    nothing = save(tmp_path / "b0", results(0.0, n=1000))
+    assert check(write(tmp_path / "z", results(0.0, n=1000)), nothing) == INVALID
 
 
 @pytest.mark.parametrize("nfe, rows, message", [
@@ -317,7 +472,10 @@ GATE = settings(derandomize=True, deadline=None, database=None, print_blob=False
 
 #: what a forged checked file does besides its true drop (one per example, so each is tried)
 FORGERIES = ("none", "stderr", "n", "date", "stale good copy", "metric lost", "decoy metric",
-             "no --metric", "costs")
+             "no --metric", "costs", "changed setting")
+#: settings a regressed run may have changed, its results left beside the baseline's own file
+CHANGES = st.sampled_from([{"gen_length": 128}, {"gen_length": 512}, {"threshold": 0.5},
+                           {"block_length": 16}])
 
 
 @GATE
@@ -334,6 +492,7 @@ def test_no_forged_file_with_a_drop_beyond_the_noise_bound_passes(capsys, base, 
     decoy = _decoy(metric, filt)
     now = dict(metric=metric, filt=filt, se=se0, n=n, nfe=nfe, rows=rows, extra={})
     value, stale, check_options = p1, [], save_options
+    invalid = False                              # the forgery is invalid input, exit 3
     if forgery == "stderr":
         now["se"] = data.draw(st.sampled_from([5.0, 1e9, float("inf"), float("nan"), -1.0, "x"]))
     elif forgery == "n":
@@ -345,6 +504,7 @@ def test_no_forged_file_with_a_drop_beyond_the_noise_bound_passes(capsys, base, 
     elif forgery == "metric lost":               # NaN or gone, a good value under another key
         value = data.draw(st.sampled_from([float("nan"), None, "nan", _ABSENT]))
         now["extra"] = {",".join(decoy): p0}
+        invalid = value is not _ABSENT           # a value no run writes; gone, it is missing
     elif forgery == "decoy metric":              # the check asks for another key
         now["extra"] = {",".join(decoy): p0}
         check_options = ("--metric", ",".join(decoy))
@@ -354,25 +514,111 @@ def test_no_forged_file_with_a_drop_beyond_the_noise_bound_passes(capsys, base, 
     elif forgery == "costs":
         now["nfe"] = data.draw(st.sampled_from([-50.0, 0.0, 0.5, float("nan")]))
         now["rows"] = data.draw(st.sampled_from([0.0, -1.0, rows]))
+        invalid = True
+    elif forgery == "changed setting":           # the baseline's own file left beside it
+        now["params"] = data.draw(CHANGES)
+        stale = [r_good]
+        invalid = True
     rc = _run(r_good, save_options, results(value, **now), stale,
               [*check_options, "--acc-tol", str(acc_tol), "--z", str(z)])
     capsys.readouterr()
     assert rc != PASSED
+    assert (rc == INVALID) == invalid
+
+
+#: a non-finite cost a forged file states, and the file's other fields that would stand in
+NOT_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf"), "nan", "inf", None])
+COST_FORGERIES = ("none", "nfe", "branch_rows", "totals", "totals beside samples")
 
 
 @GATE
-@given(baselines(), st.data())
-def test_an_honest_rerun_inside_the_noise_bound_passes_whatever_its_file_says(capsys, base, data):
+@given(baselines(), st.sampled_from(COST_FORGERIES), NOT_FINITE, st.data())
+def test_no_forged_file_hides_a_cost_rise_behind_a_value_that_is_not_a_number(
+        capsys, base, forgery, bad, data):
+    """The accuracy unchanged, the NFE or branch rows risen beyond ``--cost-tol``; a forged
+    file states the rise as NaN (or another non-number) and keeps the baseline's costs in
+    ``config.pvf.totals`` or a samples log, the fields the report reads when a task has no cost
+    metrics. Never a pass: a plain rise is a regression, a non-number invalid input."""
+    r_good, save_options, (p0, n, binary, se0, metric, filt, nfe, rows) = base
+    cost_tol = data.draw(st.sampled_from([0.0, 0.1, 0.5]))
+    rise = 1 + cost_tol + data.draw(st.sampled_from([0.01, 0.1, 1.0]))
+    old = {"requests": n, "nfe": nfe, "branch_rows": rows, "gen_tokens": 3.0 * nfe * n,
+           "wall_s": 1.0 * n, "gen_length": 256}
+    now = results(p0, metric=metric, filt=filt, se=se0, n=n, nfe=nfe * rise, rows=rows * rise,
+                  totals=old)
+    res = now["results"]["gsm8k"]
+    if forgery in ("nfe", "branch_rows"):
+        res[f"{forgery},none"] = bad
+    elif forgery.startswith("totals"):           # a built-in task: no cost metrics
+        for k in ("nfe", "branch_rows", "tpf", "tps", "gen_length"):
+            del res[f"{k},none"]
+        now["config"]["pvf"]["totals"]["gsm8k"] = {**old, "nfe": bad}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        base_path = tmp / "base.json"
+        assert report.main([str(write(tmp / "good", r_good)), "--save-baseline", str(base_path),
+                            *save_options]) == PASSED
+        folder = write(tmp / "now", now)
+        if forgery == "totals beside samples":   # the samples log states the old costs
+            (folder / "samples_gsm8k_2026-01-01T00-00-00.jsonl").write_text(
+                json.dumps({"nfe": nfe, "branch_rows": rows, "gen_length": 256}) + "\n")
+        rc = report.main([str(folder), "--check", str(base_path), *save_options,
+                          "--cost-tol", str(cost_tol), "--allow-blind"])
+    capsys.readouterr()
+    assert rc == (REGRESSION if forgery == "none" else INVALID)
+
+
+def blind(p0: float, bound: float) -> bool:
+    """Whether a baseline's accuracy check cannot fail: the drop it allows reaches its
+    accuracy, so that a result of 0 passes (docs/reports.md)."""
+    return 100 * p0 <= bound
+
+
+def _clear_of_the_edge(p0: float, bound: float, acc_tol: float) -> bool:
+    """Not within rounding of the edge, where the gate's own arithmetic may fall either side."""
+    return acc_tol >= 100 * p0 or abs(100 * p0 - bound) > 1e-9
+
+
+@GATE
+@given(baselines(), st.booleans(), st.data())
+def test_an_honest_rerun_inside_the_noise_bound_passes_whatever_its_file_says(
+        capsys, base, allow_blind, data):
     r_good, save_options, (p0, n, binary, se0, metric, filt, nfe, rows) = base
     acc_tol = data.draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
     z = data.draw(st.sampled_from([0.0, 1.0, 2.0, 3.0]))
     bound = noise_bound(p0, n, binary, se0, acc_tol, z)
+    assume(_clear_of_the_edge(p0, bound, acc_tol))
     low = max(0.0, 100 * p0 - 0.99 * bound)
     p1 = data.draw(st.floats(low, 100.0 if binary else max(low, 100 * p0) + 10)) / 100
     nfe1 = data.draw(st.floats(1.0, nfe))
     r_now = results(p1, metric=metric, filt=filt, se=data.draw(JUNK), n=n, nfe=nfe1,
                     rows=data.draw(st.floats(nfe1, max(nfe1, rows))), date=data.draw(DATES))
     rc = _run(r_good, save_options, r_now, [],
-              [*save_options, "--acc-tol", str(acc_tol), "--z", str(z)])
+              [*save_options, "--acc-tol", str(acc_tol), "--z", str(z),
+               *(["--allow-blind"] if allow_blind else [])])
     capsys.readouterr()
-    assert rc == PASSED
+    # a baseline that cannot fail is refused unless accepted
+    assert rc == (INVALID if blind(p0, bound) and not allow_blind else PASSED)
+
+
+@GATE
+@given(baselines(), st.booleans(), st.data())
+def test_a_result_of_0_fails_unless_the_baseline_cannot_fail_which_is_said(
+        capsys, base, allow_blind, data):
+    """The worst result a run can have: the gate fails it, or, where the drop the baseline
+    allows reaches its accuracy (too few items, an accuracy near 0, a tolerance that large),
+    the baseline is refused, or accepted with ``--allow-blind``, on stdout either way."""
+    r_good, save_options, (p0, n, binary, se0, metric, filt, nfe, rows) = base
+    acc_tol = data.draw(st.sampled_from([0.0, 1.0, 3.0, 10.0, 50.0]))
+    z = data.draw(st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0]))
+    bound = noise_bound(p0, n, binary, se0, acc_tol, z)
+    assume(_clear_of_the_edge(p0, bound, acc_tol))
+    rc = _run(r_good, save_options, results(0.0, metric=metric, filt=filt, n=n, nfe=nfe, rows=rows),
+              [], [*save_options, "--acc-tol", str(acc_tol), "--z", str(z),
+                   *(["--allow-blind"] if allow_blind else [])])
+    out = capsys.readouterr().out
+    if blind(p0, bound):
+        assert rc == (PASSED if allow_blind else INVALID)
+        assert f"the baseline cannot fail on the accuracy of 1 result(s)" in out
+    else:
+        assert rc == REGRESSION and "cannot fail" not in out

@@ -25,8 +25,10 @@ def _entry(decoder: str, *, acc=60.0, se=1.0, nfe=10.0, rows=30.0, tps=100.0, th
              "task": "t", "task_version": 1, "num_fewshot": 0}
     if decoder != "static":
         ident["threshold"] = threshold
+    # named on the command line: the gate notes a result the baseline does not hold
     return Entry(Path(f"{decoder}.json"), 1.0, ident, acc=acc, acc_se=se, acc_metric=metric,
-                 n=n, nfe=nfe, branch_rows=rows, tpf=1.0, tps=tps, batch_size=batch_size)
+                 n=n, nfe=nfe, branch_rows=rows, tpf=1.0, tps=tps, batch_size=batch_size,
+                 named=True)
 
 
 def _check(entries_then, entries_now, **kw):
@@ -208,6 +210,42 @@ def test_a_baseline_result_without_a_counterpart_is_named_with_the_nearest_run()
     # no run of that model and task: no nearest line
     _, missing, _ = _check(THEN, [_entry("pvf", model="other")])
     assert missing == [THRESHOLD, PVF]
+
+
+def test_a_result_the_baseline_does_not_hold_found_in_a_folder_is_invalid_input():
+    found = _entry("pvf", threshold=0.5)
+    found.named = False
+    with pytest.raises(ReportError) as err:
+        _check(THEN, [THEN[0], THEN[1], found])
+    assert type(err.value) is ReportError and str(err.value) == (
+        f"--check: pvf.json: {PVF.replace('0.9', '0.5')} is not in the baseline (the nearest "
+        "baseline result differs in threshold: 0.9 -> 0.5): the gate would not check it; pass "
+        "only the runs to check, or name its results file to check the others beside it")
+    # another model: no nearest result
+    found = _entry("pvf", model="other")
+    found.named = False
+    with pytest.raises(ReportError) as err:
+        _check(THEN, [THEN[0], THEN[1], found])
+    assert str(err.value).endswith(" is not in the baseline: the gate would not check it; pass "
+                                   "only the runs to check, or name its results file to check "
+                                   "the others beside it")
+    # named, it is noted
+    found.named = True
+    assert _check(THEN, [THEN[0], THEN[1], found])[2] == [
+        f"not in the baseline: {PVF.replace('m pvf', 'other pvf')}"]
+
+
+def test_a_baseline_result_whose_accuracy_check_cannot_fail_is_listed():
+    # n = 51 at 50%: two runs' se 10 points; z = 2: 20 points, short of 50
+    half = [_entry("pvf", acc=50.0, n=51)]
+    base = json.loads(json.dumps(gate.baseline_dict(build_table(half))))["entries"]
+    assert gate.blind(base, acc_tol=1.0, z=2.0) == []
+    assert gate.blind(base, acc_tol=1.0, z=6.0) == [f"{PVF}: accuracy 50.00, allowed drop 60.00 pts"]
+    assert gate.blind(base, acc_tol=50.0, z=0.0) == [f"{PVF}: accuracy 50.00, allowed drop 50.00 pts"]
+    assert gate.blind(base, acc_tol=49.9, z=0.0) == []
+    zero = [_entry("pvf", acc=0.0, n=5000)]
+    base = json.loads(json.dumps(gate.baseline_dict(build_table(zero))))["entries"]
+    assert gate.blind(base, acc_tol=0.0, z=0.0) == [f"{PVF}: accuracy 0.00, allowed drop 0.00 pts"]
 
 
 @pytest.mark.parametrize("baseline, message", [

@@ -241,18 +241,29 @@ def test_gate_passes_identical_reruns_and_fails_on_a_missing_baseline_row(runs, 
     assert report.main([str(runs / "first"), "--save-baseline", str(base)]) == 0
     saved = json.loads(base.read_text())
     assert saved["pvf_report_baseline"] == 3 and len(saved["entries"]) == 2
-    # a rerun of the same commands: tokens/s differ (not checked by default), the rest must pass
+    # a rerun of the same commands: tokens/s differ (not checked by default), the rest must pass;
+    # but on 4 items no accuracy can fail (the drop the noise bound allows reaches it): said,
+    # and refused unless accepted
     capsys.readouterr()
-    assert report.main([str(runs / "rerun"), "--check", str(base)]) == 0
+    assert report.main([str(runs / "rerun"), "--check", str(base)]) == 3
+    assert "error: the baseline cannot fail on the accuracy of 2 result(s)" in capsys.readouterr().out
+    assert report.main([str(runs / "rerun"), "--check", str(base), "--allow-blind"]) == 0
     assert "check passed" in capsys.readouterr().err
     # the settings changed (threshold 0.9 -> 0.5): nothing matches the threshold row
     evaluate(f"pretrained={MODEL},decoder=threshold,{GEN},threshold=0.5", tmp_path / "t05")
-    assert report.main([str(runs / "rerun" / "static"), str(tmp_path / "t05"), "--check", str(base)]) == 1
+    t05, _ = _results(tmp_path / "t05")
+    assert report.main([str(runs / "rerun" / "static"), str(t05), "--check", str(base),
+                        "--allow-blind"]) == 1
     out = capsys.readouterr().out
     assert "error: 1 baseline result(s) not in these runs" in out
     assert "tiny-llada threshold / arith" in out and "nearest run differs in threshold: 0.9 -> 0.5" in out
+    assert report.main([str(runs / "rerun" / "static"), str(t05), "--check", str(base),
+                        "--allow-missing", "--allow-blind"]) == 0
+    # found in a folder rather than named, a result the baseline does not hold is invalid input
+    capsys.readouterr()
     assert report.main([str(runs / "rerun" / "static"), str(tmp_path / "t05"), "--check", str(base),
-                        "--allow-missing"]) == 0
+                        "--allow-missing", "--allow-blind"]) == 3
+    assert capsys.readouterr().err.startswith(f"pvf-report: --check: {t05}: tiny-llada threshold / arith [")
     # an old baseline (rows matched by a settings string) is refused, not half-used
     (tmp_path / "v1.json").write_text(json.dumps({"pvf_report_baseline": 1, "rows": []}))
     assert report.main([str(runs / "first"), "--check", str(tmp_path / "v1.json")]) == 3
@@ -289,9 +300,12 @@ def test_gate_fails_on_a_real_accuracy_drop_and_nfe_rise(evaluate, tmp_path, cap
     capsys.readouterr()
     assert report.main([str(tmp_path / "damaged"), "--check", str(base)]) == 1
     assert "3 regression(s)" in capsys.readouterr().out
-    # a tolerance wider than the drop lets it pass (the z rule alone does not fail it)
+    # a tolerance wider than the drop lets it pass (the z rule alone does not fail it), once
+    # the user accepts an accuracy check that cannot fail
     assert report.main([str(tmp_path / "damaged"), "--check", str(base), "--acc-tol", "100",
-                        "--cost-tol", "100"]) == 0
+                        "--cost-tol", "100"]) == 3
+    assert report.main([str(tmp_path / "damaged"), "--check", str(base), "--acc-tol", "100",
+                        "--cost-tol", "100", "--allow-blind"]) == 0
 
 
 # ----------------------------------------------------------------------------- other sources

@@ -8,6 +8,14 @@ under an address-space limit (:data:`WORKER_MEMORY`); a render that takes longer
 :data:`TIME_LIMIT` seconds kills the worker (the next render starts a fresh one), and a prompt
 longer than :data:`MAX_CHARS` characters is refused. Every failure is a one-line ``ValueError``.
 
+The worker never renders on for nobody: it dies with the thread that started it (Linux's
+``PR_SET_PDEATHSIG``: a parent killed with SIGTERM mid-render, as torchrun and SLURM stop jobs,
+takes it along; a worker whose parent died before it could ask for that exits at once), a
+render may use :data:`CPU_LIMIT` seconds of CPU time (the kernel's limit, which holds when no
+parent watches the wall time), and an exception in the parent while it waits for a render (an
+interrupt) stops the worker before it propagates. A template's own error leaves the worker idle
+and reused (lm-eval retries a template that refuses a system message without it).
+
 The result is what ``tokenizer.apply_chat_template(messages, tokenize=False, ...)`` returns: the
 same renderer, the tokenizer's chosen template and its special tokens as the template's
 variables.
@@ -18,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -26,6 +35,9 @@ import time
 
 #: seconds one render may take (real templates take milliseconds; the first render compiles)
 TIME_LIMIT = 20.0
+#: seconds of CPU time one render may use (whole seconds, as the kernel counts them; one more
+#: may pass): no more than the wall time, so that the parent's limit acts first while it lives
+CPU_LIMIT = 20
 #: seconds the worker may take to start (importing transformers), before any render is timed
 START_LIMIT = 300.0
 #: the worker's address space, bytes (it needs about 200 MiB)
@@ -53,7 +65,8 @@ class ChatRenderer:
         """The running worker, started (and its ready message awaited) if there is none."""
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(
-                [sys.executable, _WORKER, str(MAX_CHARS), str(WORKER_MEMORY)],
+                [sys.executable, _WORKER, str(MAX_CHARS), str(WORKER_MEMORY), str(CPU_LIMIT),
+                 str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             if self._reply(time.monotonic() + START_LIMIT) != {"ready": True}:
                 raise EOFError
@@ -66,11 +79,15 @@ class ChatRenderer:
             raise EOFError
         return json.loads(self._read(fd, n, deadline))
 
-    def _stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+    def _stop(self) -> int | None:
+        """Kill and reap the worker; its exit status (negative: the signal that ended it), None
+        without a worker."""
+        if self._proc is None:
+            return None
+        self._proc.kill()           # a worker that died already keeps its own status
+        code = self._proc.wait()
+        self._proc = None
+        return code
 
     def _read(self, fd: int, n: int, deadline: float) -> bytes:
         out = b""
@@ -105,9 +122,16 @@ class ChatRenderer:
                 raise ValueError(f"pvf-dlm: the chat template of {where} did not finish within "
                                  f"{TIME_LIMIT:g} s (a loop that does not end?)") from None
             except (EOFError, OSError, ValueError):
-                self._stop()       # it died (a limit, a crash): the next render starts afresh
+                # it died (a limit, a crash): the next render starts afresh
+                if self._stop() == -signal.SIGXCPU:
+                    raise ValueError(f"pvf-dlm: the chat template of {where} used more than "
+                                     f"{CPU_LIMIT:g} s of CPU time (a loop that does not end?)"
+                                     ) from None
                 raise ValueError(f"pvf-dlm: the chat template of {where} could not be rendered "
                                  f"(its renderer stopped: over {WORKER_MEMORY >> 20} MiB?)") from None
+            except BaseException:
+                self._stop()       # the parent's own exception: no render goes on without it
+                raise
         if "error" in reply:
             kind = TemplateRejected if reply.get("template_error") else ValueError
             raise kind(f"pvf-dlm: the chat template of {where} failed: {reply['error']}")

@@ -14,7 +14,8 @@ Exit status: 0 done (the check passed), 1 the check failed (a regression, a base
 without a counterpart, another accuracy metric or sample count), 2 a usage error (an option out
 of range, a path that is not there, two runs of one identity given to the gate, a baseline
 result without an accuracy), 3 invalid input (a results file or baseline that cannot be read
-or holds an impossible value).
+or holds an impossible value, a result the baseline cannot check found in a folder, a baseline
+whose accuracy check cannot fail without ``--allow-blind``).
 """
 
 from __future__ import annotations
@@ -72,10 +73,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-x", action="store_true", help="--plot: logarithmic cost axis")
     p.add_argument("--save-baseline", metavar="FILE", help="write these results as a --check baseline")
     g = p.add_argument_group("regression gate (--check; exit 1 on a regression, 2 on a usage "
-                             "error, 3 on an unreadable or impossible file)")
+                             "error, 3 on an unreadable or impossible file, a result the "
+                             "baseline cannot check, a baseline that cannot fail)")
     g.add_argument("--check", metavar="BASELINE.json", help="compare with this baseline")
     g.add_argument("--allow-missing", action="store_true",
                    help="pass although baseline results have no counterpart in these runs")
+    g.add_argument("--allow-blind", action="store_true",
+                   help="check although the accuracy of some baseline results cannot fail (the "
+                        "drop allowed reaches the accuracy: too few items); said on stdout")
     g.add_argument("--acc-tol", type=float, default=1.0,
                    help="accuracy drop allowed, points (default 1.0); a drop fails only if it "
                         "also exceeds --z standard errors")
@@ -154,6 +159,15 @@ def _check(table: Table, baseline: dict, args) -> int:
         check_speed=args.check_speed, speed_ref=args.speed_ref, speed_tol=args.speed_tol)
     for n in notes:
         _note(f"note: {n}")
+    cannot_fail = gate.blind(gate.baseline_entries(baseline), args.acc_tol, args.z)
+    if cannot_fail:
+        what = "note" if args.allow_blind else "error"
+        print(f"\npvf-report: {what}: the baseline cannot fail on the accuracy of "
+              f"{len(cannot_fail)} result(s): the drop it allows reaches the accuracy, so that a "
+              "result of 0 passes " + ("(--allow-blind):" if args.allow_blind else
+                                       "(more items, a smaller --z or --acc-tol, or --allow-blind "
+                                       "to accept it):"))
+        print("\n".join(f"  {b}" for b in cannot_fail))
     failed = False
     if missing:
         what = "note" if args.allow_missing else "error"
@@ -165,6 +179,8 @@ def _check(table: Table, baseline: dict, args) -> int:
         print(f"\npvf-report: {len(bad)} regression(s) against {args.check}:")
         print(gate.table_text(["result", "metric", "baseline", "now", "change", "allowed"], bad))
         failed = True
+    if cannot_fail and not args.allow_blind:
+        return INVALID_INPUT        # a gate that cannot fail is no gate (docs/reports.md)
     if failed:
         return REGRESSION
     _note(f"check passed against {args.check}")

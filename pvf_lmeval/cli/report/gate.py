@@ -5,8 +5,10 @@ what the checked runs may move, it fixes. ``--save-baseline`` refuses a result w
 accuracy (name the metric with ``--metric``) and two results of one identity. ``--check``
 refuses a baseline that is empty or holds an impossible value (:func:`baseline_entries`) and
 checked runs with two results of one identity (a file's own date cannot choose between
-them), then matches every baseline result with the current result of the same identity and
-fails when
+them) and a result of an identity the baseline does not hold found in a folder (the baseline's
+own file left beside a run whose setting changed would pass in its place; a results file named
+on the command line is the user's choice, checked or not), then matches every baseline result
+with the current result of the same identity and fails when
 
 * a baseline result has no counterpart (unless ``--allow-missing``): a changed setting must not
   make the gate pass by matching nothing;
@@ -20,6 +22,10 @@ fails when
   suits deterministic decoding);
 * with ``check_speed``: tokens per second *relative to a reference decoder measured in the same
   runs* (``TPS / TPS_ref``, so the machine's speed cancels) fell by more than ``speed_tol``.
+
+A baseline result whose accuracy check cannot fail (:func:`blind`: the drop it allows reaches
+its accuracy, so that a result of 0 passes) is listed by the command line, which refuses the
+check unless told to accept it.
 """
 
 from __future__ import annotations
@@ -148,14 +154,51 @@ def noise_se(b: dict) -> float:
     return b.get("acc_se") or 0.0
 
 
-def _nearest(identity: dict, current: list[dict]) -> str:
-    """How the closest current result of the same model and task differs (empty if none)."""
-    same = [c for c in current if c.get("task") == identity.get("task")
+def allowed_drop(b: dict, acc_tol: float, z: float) -> float:
+    """The largest accuracy drop (points) that passes for baseline entry ``b``: ``acc_tol``, or
+    ``z`` standard errors of the difference of two runs of the baseline's size, the larger."""
+    return max(acc_tol, z * math.sqrt(2.0) * noise_se(b))
+
+
+def blind(entries: list[dict], acc_tol: float, z: float) -> list[str]:
+    """The baseline entries whose accuracy check cannot fail, each as ``name: accuracy, allowed
+    drop``: the drop they allow reaches their accuracy (a metric of values >= 0), so that a
+    result of 0 passes: too few items for the noise bound, an accuracy of 0, a tolerance as
+    large as the accuracy."""
+    out = []
+    for b in entries:
+        drop = allowed_drop(b, acc_tol, z)
+        if 0 <= b["acc"] <= drop:
+            out.append(f"{describe(b['identity'])}: accuracy {b['acc']:.2f}, allowed drop "
+                       f"{drop:.2f} pts")
+    return out
+
+
+def _nearest(identity: dict, others: list[dict], reverse: bool = False) -> str:
+    """How the closest of ``others`` of the same model and task differs from ``identity``
+    (``reverse``: how ``identity`` differs from it); empty if none."""
+    same = [c for c in others if c.get("task") == identity.get("task")
             and c.get("model") == identity.get("model")]
     if not same:
         return ""
     best = min(same, key=lambda c: len(ident.differences(identity, c)))
-    return "; ".join(ident.differences(identity, best))
+    return "; ".join(ident.differences(best, identity) if reverse
+                     else ident.differences(identity, best))
+
+
+def refuse_unchecked(current: list, entries: list[dict]) -> None:
+    """A one-line :class:`ReportError` (invalid input) for the first of ``current`` (entries)
+    that no baseline entry matches and that was found in a folder rather than named: the gate
+    would pass without checking it (module docstring)."""
+    held = {ident.key_of(b["identity"]) for b in entries}
+    for e in current:
+        if e.named or ident.key_of(e.identity) in held:
+            continue
+        near = _nearest(e.identity, [b["identity"] for b in entries], reverse=True)
+        raise ReportError(f"--check: {e.path}: {describe(e.identity)} is not in the baseline"
+                          + (f" (the nearest baseline result differs in {near})" if near else "")
+                          + ": the gate would not check it; pass only the runs to check, or name "
+                            "its results file to check the others beside it")
 
 
 def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
@@ -171,6 +214,7 @@ def check(table: Table, baseline: dict, *, acc_tol: float = 1.0, z: float = 2.0,
             e = row.entries.get(col.key)
             if e is not None:
                 current[ident.key_of(e.identity)] = (row, col, e)
+    refuse_unchecked([e for _, _, e in current.values()], entries)
     bad: list[list[str]] = []
     missing: list[str] = []
     matched = set()
@@ -210,8 +254,8 @@ def _acc(name: str, b: dict, e, acc_tol: float, z: float) -> list[list[str]]:
         bad.append([name, "n", str(b["n"]), "missing" if e.n is None else str(e.n), "",
                     "the same"])
     drop = old - e.acc
-    se = math.sqrt(2.0) * noise_se(b)       # the difference of two runs like the baseline's
-    if drop > acc_tol and drop > z * se:
+    if drop > allowed_drop(b, acc_tol, z):
+        se = math.sqrt(2.0) * noise_se(b)   # the difference of two runs like the baseline's
         allowed = f"-{acc_tol:g} pts and -{z:g} se ({z * se:.2f} pts)"
         bad.append([name, "acc", f"{old:.2f}", f"{e.acc:.2f}", f"{-drop:+.2f} pts", allowed])
     return bad

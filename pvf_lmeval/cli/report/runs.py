@@ -5,6 +5,13 @@ first; ``--metric`` picks another) with lm-eval's standard error. Costs come fro
 metrics (the pvf task YAMLs), else from ``config.pvf.totals`` (``--model pvf-dlm`` on built-in
 tasks), else from the per-sample metric fields of ``samples_<task>_<stamp>.jsonl``; runs of other
 models (``--model hf``) leave them empty.
+
+A value the report reads is what the run wrote, or the file is invalid input: an accuracy, or a
+cost of a pvf-dlm run (``config.pvf``: every request has statistics), or a row of its
+``config.pvf.totals``, that holds no finite number (NaN, an infinity, null, a string) is a
+one-line :class:`ReportError`, never replaced by the next filter or source. The pvf task YAMLs
+give NaN costs to a model without statistics (``--model hf``): its costs are empty. A standard
+error that is no finite number is read as none (the gate never uses the checked file's own).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +81,9 @@ class Entry:
     #: every accuracy-like metric the task reported (``"metric,filter"`` with a number; costs
     #: and standard errors left out): what ``--metric`` may name
     metrics: tuple = ()
+    #: the results file was named on the command line (not found in a folder): the gate takes
+    #: it as chosen, checked or not
+    named: bool = False
 
     @property
     def task(self) -> str:
@@ -88,6 +99,22 @@ def num(v) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+class _NotFinite(Exception):
+    """A value the report reads holds no finite number: ``args`` = (where, the value)."""
+
+
+@contextmanager
+def _finite(path, task: str):
+    """:class:`_NotFinite` inside as a one-line :class:`ReportError` naming the file and task."""
+    try:
+        yield
+    except _NotFinite as exc:
+        where, value = exc.args
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ReportError(f"{path}: {task}: {where} = {shown} is not a finite number (no other "
+                          f"field stands in for it)") from None
 
 
 def find_result_files(paths) -> list[Path]:
@@ -116,16 +143,19 @@ def _metric_entries(res: dict) -> dict:
     return out
 
 
-def _pick(entries: dict, metric: str):
-    """(value, filter) of ``metric`` in the preferred filter, or (None, None)."""
+def _pick(entries: dict, metric: str, strict: bool = True):
+    """(value, filter) of ``metric`` in the first filter, by preference, the task reported it
+    in, or (None, None). A value there that is no finite number raises :class:`_NotFinite`
+    (``strict``) or is None: never the next filter's."""
     by_filter = entries.get(metric)
     if not by_filter:
         return None, None
     order = FILTER_ORDER + sorted(f for f in by_filter if f not in FILTER_ORDER)
-    for f in order:
-        if f in by_filter and num(by_filter[f]) is not None:
-            return num(by_filter[f]), f
-    return None, None
+    f = next(f for f in order if f in by_filter)
+    value = num(by_filter[f])
+    if value is None and strict:
+        raise _NotFinite(f"{metric},{f}", by_filter[f])
+    return value, f
 
 
 def _accuracy(entries: dict, task: str, metric_choice: dict) -> tuple:
@@ -140,8 +170,12 @@ def _accuracy(entries: dict, task: str, metric_choice: dict) -> tuple:
     for metric, filt in candidates:
         if filt is None:
             value, filt = _pick(entries, metric)
+        elif filt in entries.get(metric, {}):
+            value = num(entries[metric][filt])
+            if value is None:
+                raise _NotFinite(f"{metric},{filt}", entries[metric][filt])
         else:
-            value = num(entries.get(metric, {}).get(filt))
+            value = None
         if value is not None:
             se = num(entries.get(f"{metric}_stderr", {}).get(filt))
             return value, se, f"{metric},{filt}"
@@ -173,13 +207,14 @@ def _impossible(path: Path, task: str, acc, acc_metric, cost: dict) -> None:
             raise ReportError(f"{path}: {task}: {k} = {cost[k]!r} is negative")
 
 
-def _cost_from_metrics(entries: dict) -> dict | None:
-    nfe, _ = _pick(entries, "nfe")
-    if nfe is None:
+def _cost_from_metrics(entries: dict, strict: bool) -> dict | None:
+    """Costs from the task's own metrics; None when it reports no ``nfe`` (a built-in task).
+    ``strict`` (a pvf-dlm run): a cost that is no finite number raises :class:`_NotFinite`;
+    otherwise it is none (the pvf task YAMLs' NaN for a model without statistics)."""
+    if not entries.get("nfe"):
         return None
-    return {"nfe": nfe, "branch_rows": _pick(entries, "branch_rows")[0],
-            "tpf": _pick(entries, "tpf")[0], "tps": _pick(entries, "tps")[0],
-            "gen_length": _pick(entries, "gen_length")[0]}
+    return {k: _pick(entries, k, strict)[0]
+            for k in ("nfe", "branch_rows", "tpf", "tps", "gen_length")}
 
 
 def _cost_from_sums(sums: dict) -> dict:
@@ -206,11 +241,17 @@ def _add(sums: dict, row: dict, weight: float) -> None:
 
 
 def _cost_from_totals(totals: dict, names: list[str]) -> dict | None:
-    """Costs of ``names`` from ``config.pvf.totals`` (per task: requests and means)."""
+    """Costs of ``names`` from ``config.pvf.totals`` (per task: requests and means); a value
+    there that is no finite number raises :class:`_NotFinite`."""
     sums = dict.fromkeys(("requests",) + SUMMED, 0.0)
     for name in names:
         row = totals.get(name)
-        if not isinstance(row, dict) or not num(row.get("requests")) or num(row.get("nfe")) is None:
+        if not isinstance(row, dict):
+            continue
+        for k in ("requests",) + SUMMED:
+            if k in row and num(row[k]) is None:
+                raise _NotFinite(f"config.pvf.totals.{name}.{k}", row[k])
+        if not num(row.get("requests")) or "nfe" not in row:
             continue
         _add(sums, row, num(row["requests"]))
     return _cost_from_sums(sums) if sums["requests"] else None
@@ -280,8 +321,11 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
     run = ident.run_identity(r)
     results = r["results"]
     group_subtasks = r.get("group_subtasks") or {}
-    scored = {g for g in group_subtasks
-              if _accuracy(_metric_entries(results.get(g) or {}), g, metric_choice)[0] is not None}
+    scored = set()
+    for g in group_subtasks:
+        with _finite(path, g):
+            if _accuracy(_metric_entries(results.get(g) or {}), g, metric_choice)[0] is not None:
+                scored.add(g)
     hidden = {c for g in scored for c in (group_subtasks[g] or [])} | (set(group_subtasks) - scored)
     n_samples = r.get("n-samples") or {}
     stamp = re.sub(r"^results_", "", Path(path).stem)
@@ -291,12 +335,13 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
         if task in hidden or not isinstance(res, dict):
             continue
         entries = _metric_entries(res)
-        acc, se, acc_metric = _accuracy(entries, task, metric_choice)
         leaves = _leaves(task, group_subtasks)
+        with _finite(path, task):
+            acc, se, acc_metric = _accuracy(entries, task, metric_choice)
+            cost, source = _cost_from_metrics(entries, strict=bool(pvf)), "metrics"
+            if cost is None and totals:
+                cost, source = _cost_from_totals(totals, leaves), "totals"
         n = sum(_effective(n_samples, t) for t in leaves) or None
-        cost, source = _cost_from_metrics(entries), "metrics"
-        if cost is None and totals:
-            cost, source = _cost_from_totals(totals, leaves), "totals"
         if cost is None:
             files = [f for t in leaves for f in Path(path).parent.glob(f"samples_{t}_{stamp}.jsonl")]
             cost, source = _cost_from_samples(files), "samples"
@@ -326,5 +371,12 @@ def _batch_size(r: dict) -> int | None:
 
 
 def load(paths, metric_choice: dict | None = None) -> list[Entry]:
-    """Entries of every ``results_*.json`` under ``paths`` (folders or files)."""
-    return [e for f in find_result_files(paths) for e in load_entries(f, metric_choice)]
+    """Entries of every ``results_*.json`` under ``paths`` (folders or files; those of a file
+    named in ``paths`` are :attr:`Entry.named`)."""
+    named = {Path(p) for p in paths if Path(p).is_file()}
+    out = []
+    for f in find_result_files(paths):
+        for e in load_entries(f, metric_choice):
+            e.named = f in named
+            out.append(e)
+    return out

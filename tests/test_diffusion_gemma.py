@@ -265,6 +265,27 @@ def test_the_decoders_refuse_a_uniform_state_model_in_one_line(folders):
         assert "uniform-state diffusion model" in msg and "no mask token" in msg and "\n" not in msg
 
 
+def test_expert_and_tensor_parallel_on_two_real_processes(folders):
+    """Expert parallel: one process's logits bit for bit; all (attention replicated, the dense
+    MLPs and the head split): within 1e-5; the ranks alike."""
+    from helpers import parallel_jobs as jobs
+    from helpers.ranks import RankPool
+
+    folder = str(folders["released"])
+    one = jobs.canvas_logits(folder, None)
+    pool = RankPool(2)
+    try:
+        for layers in ("experts", "all"):
+            first, second = pool.run(jobs.canvas_logits, folder, layers)
+            assert torch.equal(first, second)
+            if layers == "experts":
+                assert torch.equal(first, one)
+            else:
+                assert _relative(first, one) < 1e-5
+    finally:
+        pool.close()
+
+
 # --- refusals -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text,top,says", [

@@ -107,6 +107,14 @@ def _fail(text: str):
     raise UnsupportedCheckpoint(f"config.json: {text}")
 
 
+def _only(d: dict, allowed: tuple[str, ...], where: str) -> None:
+    """The keys of ``d`` are among ``allowed``, else a one-line error naming the first other."""
+    odd = [k for k in d if k not in allowed]
+    if odd:
+        _fail(f"{where}.{odd[0]} is not supported by the native network; supported: "
+              f"{', '.join(allowed)}")
+
+
 def _text(cfg: dict) -> dict:
     text = cfg.get("text_config")
     if not isinstance(text, dict):
@@ -170,10 +178,7 @@ def _layer_shapes(text: dict, types: tuple[str, ...]) -> dict[str, tuple[int, in
             if not 0 <= i < n_layers or not isinstance(value, dict):
                 _fail(f"text_config.per_layer_config[{json.dumps(key)}] is not an object for a "
                       f"layer index below {n_layers}")
-            odd = [k for k in value if k not in LAYER_KEYS]
-            if odd:
-                _fail(f"text_config.per_layer_config[{json.dumps(key)}].{odd[0]} is not "
-                      f"supported by the native network; supported: {', '.join(LAYER_KEYS)}")
+            _only(value, LAYER_KEYS, f"text_config.per_layer_config[{json.dumps(key)}]")
             overrides[i] = value
     else:       # the published form: one shape for the global layers
         glob = {"head_dim": _int(text, "global_head_dim")}
@@ -202,10 +207,7 @@ def _rope(text: dict, kind: str, head_dim: int) -> tuple[float, int | None, int 
     if not isinstance(params, dict):
         _fail(f"{where} is {json.dumps(params)}; a {MT} checkpoint needs an object with "
               f"rope_type and rope_theta")
-    odd = [k for k in params if k not in ROPE_KEYS]
-    if odd:
-        _fail(f"{where}.{odd[0]} is not supported by the native network; supported: "
-              f"{', '.join(ROPE_KEYS)}")
+    _only(params, ROPE_KEYS, where)
     kind_of = params.get("rope_type")
     theta = params.get("rope_theta")
     factor = params.get("partial_rotary_factor", 1.0)

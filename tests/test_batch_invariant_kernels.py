@@ -183,6 +183,19 @@ def test_attention_per_query_key_sets():
     _close(out[:, :, :2], ref, dtype, spread=4)
 
 
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_attention_takes_a_scale(scale):
+    """``scale`` replaces 1 / sqrt(D) (Gemma-4 scores q.k unscaled), through the custom op too."""
+    dtype = torch.float32
+    q = _rand(1, 2, 3, 16, dtype=dtype, seed=17)
+    k, v = _rand(1, 1, 9, 16, dtype=dtype, seed=18), _rand(1, 1, 9, 16, dtype=dtype, seed=19)
+    out = attn.attention(q, k, v, None, True, scale)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=scale,
+                                         enable_gqa=True)
+    _close(out, ref, dtype, spread=4)
+    assert torch.equal(bi_ops.BatchInvariantOps().attention(q, k, v, None, True, scale), out)
+
+
 def test_attention_rejects_a_per_head_bias():
     q = torch.zeros(1, 2, 1, 8)
     with pytest.raises(ValueError, match="one mask for every head"):

@@ -205,6 +205,22 @@ def test_attention_query_without_visible_keys_gets_zeros():
     assert not out[0, :, 0].eq(0).all()
 
 
+def test_attention_takes_a_scale():
+    """``scale`` replaces 1 / sqrt(D) (Gemma-4 scores q.k unscaled), through ``ops`` as well."""
+    q, k, v = _rand(1, 2, 3, 16, seed=8), _rand(1, 1, 5, 16, seed=9), _rand(1, 1, 5, 16, seed=10)
+    for scale in (None, 1.0):
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=scale,
+                                             enable_gqa=True)
+        for got in (cpu.attention(q, k, v, None, True, scale),
+                    cpu.CPU_INVARIANT.attention(q, k, v, None, True, scale)):
+            assert bool(((got.double() - ref).abs() <= 16 * EPS * v.abs().max()).all())
+        with ops.use(cpu.CPU_INVARIANT):
+            assert torch.equal(ops.attention(q, k, v, None, True, scale),
+                               cpu.attention(q, k, v, None, True, scale))
+    assert not torch.allclose(cpu.attention(q, k, v, None, True, 1.0),
+                              cpu.attention(q, k, v, None, True), atol=1e-3)
+
+
 def test_attention_rejects_a_per_head_bias_and_unsupported_dtypes():
     q = torch.zeros(1, 2, 1, 8)
     with pytest.raises(ValueError, match="one mask for every head"):

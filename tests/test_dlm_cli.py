@@ -105,14 +105,19 @@ def test_models_lists_every_family_and_how_it_is_recognised():
     text = dlm("models")
     rows = [line for line in text.split("\n\n")[0].splitlines()[1:]]
     by_type = {line.split("  ")[0]: line for line in rows}
-    assert len(rows) == 10
+    assert len(rows) == 11
     sdar = next(line for line in rows if line.startswith("SDAR, TraDo "))
     assert sdar.split()[2:4] == ["sdar", "SDARForCausalLM"]
     assert "block-causal, blocks of block_size (4 if absent)" in sdar
     fast = next(line for line in rows if line.startswith("Fast-dLLM v2 "))
     assert fast.split()[-2:] == ["yes", "151665"]                 # shifted; |<MASK>| by default
     assert "LLaDA-MoE" in by_type and "model_type llada with num_experts is LLaDA-MoE" in text
-    assert "  diffusion_gemma: DiffusionGemma is a uniform-state diffusion model" in text
+    gemma = by_type["DiffusionGemma"]
+    assert gemma.split()[1:3] == ["diffusion_gemma", "DiffusionGemmaForBlockDiffusion"]
+    assert "causal on the context, bidirectional on a canvas of canvas_length (256 if" in gemma
+    assert gemma.split()[-2:] == ["no", "none"]                    # not shifted; no mask token
+    assert "Uniform-state (no mask token; its canvas starts as random tokens): DiffusionGemma" in text
+    assert "Refused with one line" not in text
 
 
 def test_no_command_is_a_usage_error():

@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from helpers.gemma_folders import PUBLISHED, gemma_config, gemma_weights
 from helpers.header_folders import shapes_of, write_header_files
 from helpers.moe_folders import llada2_config, llada2_weights
 
@@ -109,3 +110,50 @@ def test_bad_arguments_are_one_line(flash, capsys, spec, says):
     out = capsys.readouterr()
     assert out.out == "" and out.err.startswith("pvf-dlm memory: ")
     assert len(out.err.splitlines()) == 1 and says in out.err, out.err
+
+
+# --- DiffusionGemma 26B-A4B ---------------------------------------------------------------------
+
+#: google/diffusiongemma-26B-A4B-it's published text_config (helpers.gemma_folders.PUBLISHED):
+#: vocabulary, width, layers (25 sliding-window, 5 global), routed experts of GF, dense MLP of
+#: GFF, query heads; sliding layers 8 key/value heads of 256, global ones 2 of 512 without a
+#: value projection
+GV, GD, GL, GE, GF, GFF, GH = 262144, 2816, 30, 128, 704, 2112, 16
+SLIDING, GLOBAL = (25, 8, 256), (5, 2, 512)
+
+
+@pytest.fixture(scope="module")
+def gemma26b(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gemma26b")
+    cfg = gemma_config(vocab=GV, canvas_length=256, **PUBLISHED)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    write_header_files(folder, shapes_of(gemma_weights, cfg))
+    return folder
+
+
+def _gemma_by_hand(n: int) -> tuple[int, int]:
+    """(routed expert bytes, other weight bytes) per rank at expert parallel ``n``, bfloat16:
+    only the experts split; the vision tower's tensors are not the text network's."""
+    experts = GL * (GE // n) * 3 * GF * GD * 2              # stacked gate+up (2F) and down (F)
+    attention = sum(layers * (GH * hd * GD + kv * hd * GD * (2 if value else 1) + GD * GH * hd
+                              + 2 * hd)                       # q, k, (v), o, q/k norms
+                    for (layers, kv, hd), value in ((SLIDING, True), (GLOBAL, False)))
+    per_layer = (7 * GD + 3 * GD * GFF                       # seven norms, the dense MLP
+                 + GE * GD + GD + GE + 2)                    # router, its scale, per-expert, scalars
+    other = GV * GD + GD + attention + GL * per_layer + GD + 3 * GD * GFF   # + final norm, SC
+    return experts, other * 2
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_diffusion_gemma_26b_per_rank_at_expert_parallel(gemma26b, n):
+    fp = footprint(gemma26b, n, "experts", torch.bfloat16, batch_size=1, tokens=4096)
+    assert (fp.experts, fp.other) == _gemma_by_hand(n)
+    assert fp.whole == sum(_gemma_by_hand(1))
+    keys = SLIDING[0] * SLIDING[1] * SLIDING[2] + GLOBAL[0] * GLOBAL[1] * GLOBAL[2]
+    assert fp.kv_cache == 2 * keys * 4096 * 2
+
+
+def test_diffusion_gemma_26b_replicates_attention_when_all_is_split(gemma26b):
+    fp = footprint(gemma26b, 4, "all", torch.bfloat16)
+    assert fp.notes == ("attention is replicated on each of the 4 ranks: its global and "
+                        "sliding-window layers differ in shape",)

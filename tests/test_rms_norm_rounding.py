@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.gemma_folders import gemma_config
 from helpers.hub_folders import dream_config, llada_config
 from helpers.moe_folders import llada2_config, lladamoe_config
 from helpers.qwen_folders import fast_dllm_config, rnd1_config, sdar_config, sdar_moe_config
@@ -87,7 +88,8 @@ LLADA_IDS = {"mask_token_id": 126336, "eos_token_id": 126081, "pad_token_id": 12
 LLADA2_IDS = {"mask_token_id": 156895, "eos_token_id": 156892, "pad_token_id": 156892}
 #: every supported model_type's published config (small shape); True where the reference's norms
 #: are flash-attn's fused kernel: SDAR's file (SDAR-MoE's own file is not public: SDAR's is
-#: followed); RND1's are transformers' Qwen3MoeRMSNorm (or vLLM's RMSNorm, the same rounding)
+#: followed); RND1's are transformers' Qwen3MoeRMSNorm (or vLLM's RMSNorm, the same rounding);
+#: DiffusionGemma's (transformers' DiffusionGemmaRMSNorm) multiply by the weight in float32 too
 CONFIGS = {
     "llada": (llada_config(126464, LLADA_IDS), False),
     "mmada": (llada_config(126464, LLADA_IDS, model_type="mmada", architectures=["MMadaModelLM"]),
@@ -100,6 +102,7 @@ CONFIGS = {
     "sdar_moe": (sdar_moe_config(), True),
     "Fast_dLLM_Qwen": (fast_dllm_config(), False),
     "rnd1": (rnd1_config(), False),
+    "diffusion_gemma": (gemma_config(), True),
 }
 
 

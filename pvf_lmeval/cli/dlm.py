@@ -84,16 +84,20 @@ def models_text() -> str:
     rows = []
     for f in FORMATS.values():
         mask = dict(f.generate_defaults).get("mask_token_id")
+        mask = "none" if not f.masked else "-" if mask is None else str(mask)
         rows.append((f.title, f.model_type, ", ".join(f.architectures) or "-", f.attention,
-                     "yes" if f.logit_shift else "no", "-" if mask is None else str(mask)))
+                     "yes" if f.logit_shift else "no", mask))
     table = _columns(rows, ("family", "model_type", "or architectures", "attention",
                             "shifted logits", "default mask id"))
+    uniform = ", ".join(f.title for f in FORMATS.values() if not f.masked)
     refused = "".join(f"  {t}: {why}\n" for t, why in REFUSED.items())
     return (table + "\nconfig.json is read by its model_type, else by the first class in "
             "architectures listed above; model_type llada with num_experts is LLaDA-MoE (its "
             "released folders say llada).\nThe mask id is config.json's mask_token_id, else the "
             f"tokenizer's {' / '.join(MASK_TOKENS)}, else the default above.\n"
-            f"Refused with one line:\n{refused}")
+            f"Uniform-state (no mask token; its canvas starts as random tokens): {uniform}; it "
+            "loads, and the decoders here, which fill masked positions, refuse it in one line.\n"
+            + (f"Refused with one line:\n{refused}" if refused else ""))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,6 +18,14 @@ positions, which the model applies itself; see :mod:`.blocks`), ``max_length`` (
 ``rules=reference``, whose planning vocabulary includes the capitalised tokens), and
 ``batch_invariant()``: a context manager inside which the model computes every row the same way
 whatever the batch (``batch_invariant=True``; it raises a one-line ValueError where it cannot).
+
+A uniform-state model (DiffusionGemma) has ``canvas_length`` (config.json's) and no mask token
+(``mask_id`` raises a one-line ValueError, so the decoders here refuse it), and its ``logits``
+take ``self_conditioning``: ``tokens`` = context + canvas, the canvas the last
+``canvas_length`` columns (named by ``positions``; the context, which may be left-padded, is
+read causally), ``self_conditioning`` [N, canvas_length, V] the previous denoising step's
+processed logits over the canvas (the softcapped logits divided by that step's temperature;
+None at a canvas's first step); ``eos_ids`` holds every id of config.json's ``eos_token_id``.
 """
 
 from __future__ import annotations

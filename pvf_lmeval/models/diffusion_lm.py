@@ -6,6 +6,10 @@
 
 plus the optional extras ``pad_id``, ``vocab_size``, ``device``, ``tokenizer``, ``family`` and
 ``block_size`` (block diffusion: the network applies the block-causal mask itself).
+
+A uniform-state model (DiffusionGemma: ``canvas_length`` set) has no mask token: its ``mask_id``
+raises a one-line :class:`NoMaskToken` (the decoders here fill masked positions, and read it
+before any model call), and its ``logits`` take ``self_conditioning`` (see :meth:`DiffusionLM.logits`).
 Logit shifting (Dream) and ids the tokenizer cannot decode are handled here, so decoders never
 see either.
 """
@@ -40,6 +44,10 @@ def compile_seconds() -> float | None:
     return None if times is None and compilation_time_metrics else float(sum(times or ()))
 
 
+class NoMaskToken(ValueError):
+    """A uniform-state model asked for its mask token (a one-line message)."""
+
+
 class DiffusionLM:
     """A loaded diffusion LM.
 
@@ -48,14 +56,16 @@ class DiffusionLM:
     ids at or beyond ``decodable`` (ids the tokenizer cannot turn into text) get ``-inf``.
     """
 
-    def __init__(self, net: BidirectionalTransformer, *, mask_id: int, eos_ids: tuple[int, ...],
+    def __init__(self, net: BidirectionalTransformer, *, mask_id: int | None, eos_ids: tuple[int, ...],
                  pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
                  family: str = "", name: str = "", config: dict | None = None,
                  weights_fingerprint: str | None = None, shard=None, comm=None):
         if pad_id is not None and pad_id == mask_id:
             raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
+        if (mask_id is None) != (net.cfg.canvas_length is not None):
+            raise ValueError("mask_id is None exactly for a uniform-state network (canvas_length)")
         self.net = net.eval()
-        self.mask_id = int(mask_id)
+        self._mask_id = None if mask_id is None else int(mask_id)
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = pad_id
         self.logit_shift = logit_shift
@@ -75,6 +85,22 @@ class DiffusionLM:
         #: compare every call's inputs across the tensor-parallel ranks (see :meth:`logits`)
         self.check_ranks = False
         self._calls = 0
+
+    @property
+    def mask_id(self) -> int:
+        """The mask token; a uniform-state model has none (a one-line :class:`NoMaskToken`)."""
+        if self._mask_id is None:
+            raise NoMaskToken(
+                f"{self.name or self.family}: a uniform-state diffusion model (no mask token: its "
+                f"canvas of {self.canvas_length} starts as random tokens); the decoders here "
+                f"fill masked positions, and its own sampler is not implemented yet")
+        return self._mask_id
+
+    @property
+    def canvas_length(self) -> int | None:
+        """The canvas of a uniform-state model (DiffusionGemma, config.json's
+        ``canvas_length``): the last ``canvas_length`` columns of a call; None otherwise."""
+        return self.net.cfg.canvas_length
 
     @property
     def block_size(self) -> int | None:
@@ -144,14 +170,29 @@ class DiffusionLM:
         return ops.use(batch_invariant_ops(self.device))
 
     @torch.no_grad()
-    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None, cache=None):
+    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None,
+               cache=None, self_conditioning=None):
         """Logits [N, P, V] (float32) predicting canvas ``positions`` ([P] or [N, P]) of ``tokens`` [N, T].
 
         ``cache``: None, a per-request KV cache object, or ``[(cache_or_None, n_rows), ...]`` for
         batched requests (see ``kv.py``). The LM head runs on the requested positions only.
+
+        A uniform-state model (``canvas_length`` set): ``tokens`` = context + canvas, the canvas
+        the last ``canvas_length`` columns (never padding); ``positions`` name canvas columns;
+        the context (left padding allowed) is read causally, as DiffusionGemma's encoder reads
+        it, and the canvas bidirectionally, as its decoder does. ``self_conditioning``
+        [N, canvas_length, V]: the previous denoising step's processed logits over the whole
+        canvas (transformers' ``generate`` hands over these logits divided by the step's
+        temperature, rounded to the model's dtype, which this network does itself); None at a
+        canvas's first step. Its logits are softcapped (float32). No KV cache yet (``cache``).
         """
         if self.check_ranks and self.comm is not None:
             self._same_call_on_every_rank(tokens, positions, attention_mask)
+        if self.canvas_length is not None:
+            return self._canvas_logits(tokens, positions, attention_mask, cache, self_conditioning)
+        if self_conditioning is not None:
+            raise ValueError("self_conditioning= is for a uniform-state model (canvas_length); "
+                             f"{self.name or self.family} has a mask token")
         segs = cache_segments(cache, tokens.shape[0])
         if is_cached_call(segs):
             rows = cached_rows(self.net, tokens, positions, attention_mask, segs, self.logit_shift)
@@ -164,6 +205,30 @@ class DiffusionLM:
         rows = self.net.hidden(tokens, attention_mask, kv_out=kv_out, out_index=src)
         if segs is not None:
             keep_pending(segs, kv_out)
+        return self._head(rows)
+
+    def _canvas_logits(self, tokens, positions, attention_mask, cache, self_conditioning):
+        """:meth:`logits` of a uniform-state model; one-line errors for calls it cannot take."""
+        n, t = tokens.shape
+        c = self.canvas_length
+        if cache is not None:
+            raise ValueError(f"cache: a KV cache is not implemented for {self.family} (a "
+                             f"uniform-state model); call without one")
+        if t < c:
+            raise ValueError(f"tokens hold {t} columns; {self.family} needs the context followed "
+                             f"by its canvas of {c}")
+        pos = positions.to(tokens.device)
+        if bool(((pos < t - c) | (pos >= t)).any()):
+            raise ValueError(f"positions must name canvas columns ({t - c}..{t - 1} of {t}): "
+                             f"{self.family} predicts its canvas only")
+        if attention_mask is not None and not bool(attention_mask[:, t - c:].all()):
+            raise ValueError(f"attention_mask: the canvas (the last {c} columns) holds padding; "
+                             f"only the context may be left-padded")
+        if self_conditioning is not None and tuple(self_conditioning.shape) != (n, c, self.vocab_size):
+            raise ValueError(f"self_conditioning of shape {tuple(self_conditioning.shape)}; "
+                             f"expected [N, canvas, V] = {[n, c, self.vocab_size]}")
+        rows = self.net.hidden(tokens, attention_mask, out_index=pos,
+                               self_conditioning=self_conditioning)
         return self._head(rows)
 
     def _same_call_on_every_rank(self, tokens, positions, attention_mask) -> None:
@@ -184,4 +249,4 @@ class DiffusionLM:
     def __repr__(self) -> str:
         c = self.net.cfg
         return (f"DiffusionLM({self.name!r}, family={self.family}, d_model={c.d_model}, "
-                f"layers={c.n_layers}, vocab={c.vocab_size}, mask_id={self.mask_id}, eos_ids={self.eos_ids})")
+                f"layers={c.n_layers}, vocab={c.vocab_size}, mask_id={self._mask_id}, eos_ids={self.eos_ids})")

@@ -3,8 +3,8 @@ safetensors headers alone (no tensor is read).
 
 Weights per rank are what the loader reads under the same :class:`.parallel.Shard` plan (each
 header's shape through :meth:`Shard.part`), at the dtype the run uses; the KV cache per rank is
-``layers x 2 (keys, values) x the rank's key/value heads x head_dim x tokens x requests x bytes``
-(a request's branches share its cache). Activations are not estimated.
+``2 (keys, values) x the sum over layers of the rank's key/value heads x their head_dim x tokens x
+requests x bytes`` (a request's branches share its cache). Activations are not estimated.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .formats import format_for
-from .parallel import Shard
+from .parallel import Shard, stacked_experts
 from .validation import read_config_file, read_header, weight_files
 
 
@@ -37,6 +37,16 @@ class Footprint:
     @property
     def weights(self) -> int:
         return self.experts + self.other
+
+
+def kv_per_token(cfg, shard: Shard) -> int:
+    """Key (or value) elements per token over all layers on ``shard``'s rank: per layer its
+    key/value heads (split when attention is) times their width."""
+    def per_layer(a) -> int:
+        return shard.width(a.n_kv_heads, shard.attention) * a.head_dim
+    if cfg.global_layers is None:
+        return cfg.n_layers * per_layer(cfg.attention_of(0))
+    return sum(per_layer(cfg.attention_of(i)) for i in range(cfg.n_layers))
 
 
 def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bfloat16,
@@ -63,15 +73,13 @@ def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bflo
             read = shard.part(native, expert).shape(shape)
             if read is None:
                 continue
-            if expert is not None or native.endswith(("mlp.gate_proj", "mlp.up_proj",
-                                                      "mlp.down_proj")):
+            if expert is not None or stacked_experts(native):
                 experts += math.prod(read) * width
             else:
                 other += math.prod(read) * width
         per_rank.append((experts + other, experts, other, shard))
     _, experts, other, shard = max(per_rank, key=lambda r: r[0])
-    kv_heads = shard.width(cfg.n_kv_heads, shard.attention)
-    kv = cfg.n_layers * 2 * kv_heads * cfg.head_dim * tokens * batch_size * width
+    kv = 2 * kv_per_token(cfg, shard) * tokens * batch_size * width
     return Footprint(model_type=fmt.model_type, size=size, layers=layers, dtype=dtype,
                      experts=experts, other=other, kv_cache=kv, whole=whole,
                      notes=tuple(shard.notes()))

@@ -198,7 +198,7 @@ def load_native_state(folder: Path, fmt: CheckpointFormat, config: dict, dtype, 
                 found = fmt.slot(name)
                 native, expert = found if found is not None else (None, None)
                 if native is None:
-                    if name.endswith("rotary_emb.inv_freq"):
+                    if name.endswith("rotary_emb.inv_freq") or fmt.ignores(name):
                         continue
                     raise UnsupportedCheckpoint(f"{file.name}: unexpected weight {name!r} for model_type={fmt.model_type}")
                 if native == "lm_head.weight" and tied:
@@ -272,24 +272,14 @@ class _Stacked:
         return self.data
 
 
-def _special_ids(config: dict, tokenizer, defaults: dict | None = None
-                 ) -> tuple[int, tuple[int, ...], int | None]:
+def _special_ids(config: dict, tokenizer, defaults: dict | None = None, masked: bool = True
+                 ) -> tuple[int | None, tuple[int, ...], int | None]:
     """(mask id, end ids, pad id) from config.json, then the tokenizer, then ``defaults`` (the
-    reference generate's ids, for formats that have them)."""
+    reference generate's ids, for formats that have them); ``masked=False`` (a uniform-state
+    model): no mask id, None."""
     defaults = defaults or {}
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
-    mask_id = config.get("mask_token_id")
-    if mask_id is None:
-        mask_id = next((vocab[t] for t in MASK_TOKENS if t in vocab), None)
-    if mask_id is None and tokenizer is not None and getattr(tokenizer, "mask_token_id", None) is not None:
-        mask_id = tokenizer.mask_token_id
-    if mask_id is None:
-        mask_id = defaults.get("mask_token_id")
-    if mask_id is None:
-        raise UnsupportedCheckpoint(
-            "checkpoint has no mask token (no mask_token_id in config.json and none of "
-            f"{', '.join(MASK_TOKENS)} in the tokenizer): it is not a masked diffusion LM"
-        )
+    mask_id = _mask_id(config, tokenizer, vocab, defaults) if masked else None
     eos = config.get("eos_token_id")
     if eos is None:
         eos = defaults.get("eos_token_id")
@@ -303,14 +293,31 @@ def _special_ids(config: dict, tokenizer, defaults: dict | None = None
         pad_id = tokenizer.pad_token_id
     if pad_id is None and eos_ids:
         pad_id = eos_ids[0]
-    return int(mask_id), eos_ids, pad_id
+    return mask_id, eos_ids, pad_id
+
+
+def _mask_id(config: dict, tokenizer, vocab: dict, defaults: dict) -> int:
+    """The mask id of a masked diffusion LM (see :func:`_special_ids`), else a one-line error."""
+    mask_id = config.get("mask_token_id")
+    if mask_id is None:
+        mask_id = next((vocab[t] for t in MASK_TOKENS if t in vocab), None)
+    if mask_id is None and tokenizer is not None and getattr(tokenizer, "mask_token_id", None) is not None:
+        mask_id = tokenizer.mask_token_id
+    if mask_id is None:
+        mask_id = defaults.get("mask_token_id")
+    if mask_id is None:
+        raise UnsupportedCheckpoint(
+            "checkpoint has no mask token (no mask_token_id in config.json and none of "
+            f"{', '.join(MASK_TOKENS)} in the tokenizer): it is not a masked diffusion LM"
+        )
+    return int(mask_id)
 
 
 def check_mask_not_an_end(mask_id: int, eos_ids: tuple[int, ...], tokenizer, where: str) -> None:
     """A mask id that is also an end-of-text id is an error: the decoders never predict the mask
     token, so that end could never be written and the answer would never stop there. The
     message names the tokenizer's own mask token when it has a distinct one."""
-    if mask_id not in eos_ids:
+    if mask_id is None or mask_id not in eos_ids:
         return
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
     own = [(t, vocab[t]) for t in MASK_TOKENS if vocab.get(t, mask_id) not in eos_ids]
@@ -361,7 +368,8 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
     tok_folder = folder if tokenizer is None else checkpoint_folder(
         str(tokenizer), TOKENIZER_PATTERNS, revision=revision, what="tokenizer")
     tokenizer = load_tokenizer(tok_folder, fmt.tokenizer_class)
-    mask_id, eos_ids, pad_id = _special_ids(config, tokenizer, dict(fmt.generate_defaults))
+    mask_id, eos_ids, pad_id = _special_ids(fmt.values(config), tokenizer,
+                                            dict(fmt.generate_defaults), fmt.masked)
     check_token_ids({"mask_token_id": mask_id, "eos_token_id": list(eos_ids),
                      "pad_token_id": pad_id}, cfg.vocab_size,
                     f"{folder} (config.json and tokenizer)")

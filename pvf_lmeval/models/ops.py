@@ -4,8 +4,9 @@ The network (``transformer.py``, and any layer a model family adds, such as rout
 computes through these functions and nothing else for its reductions:
 
     linear(x, weight, bias=None)              x [..., K] @ weight[N, K].T (+ bias)  -> [..., N]
-    attention(q, k, v, bias, enable_gqa)      q [B, H, Q, D], k/v [B, Hkv, T, D], additive
-                                              bias broadcastable to [B, H, Q, T] -> [B, H, Q, D]
+    attention(q, k, v, bias, enable_gqa,      q [B, H, Q, D], k/v [B, Hkv, T, D], additive
+              scale=None)                     bias broadcastable to [B, H, Q, T] -> [B, H, Q, D];
+                                              scores q.k times ``scale`` (None: 1/sqrt(D))
     rms_norm(x, weight, eps, weight_fp32)     normalised in float32, returned in x's dtype;
                                               the weight multiplied in x's dtype after the
                                               normalised x is rounded to it (Hugging Face's
@@ -43,9 +44,9 @@ class TorchOps:
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
         return F.linear(x, weight, bias)
 
-    def attention(self, q, k, v, bias, enable_gqa: bool):
+    def attention(self, q, k, v, bias, enable_gqa: bool, scale: float | None = None):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=False,
-                                              enable_gqa=enable_gqa)
+                                              enable_gqa=enable_gqa, scale=scale)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  weight_fp32: bool = False) -> torch.Tensor:
@@ -90,8 +91,8 @@ def linear(x, weight, bias=None):
     return _active.linear(x, weight, bias)
 
 
-def attention(q, k, v, bias, enable_gqa: bool = False):
-    return _active.attention(q, k, v, bias, enable_gqa)
+def attention(q, k, v, bias, enable_gqa: bool = False, scale: float | None = None):
+    return _active.attention(q, k, v, bias, enable_gqa, scale)
 
 
 def rms_norm(x, weight, eps: float, weight_fp32: bool = False):

@@ -82,6 +82,15 @@ class Part:
 
 WHOLE = Part()
 SKIP = Part(skip=True)
+#: the last name part of a parameter stacked over the routed experts [E, ...]
+STACKED = ("gate_proj", "up_proj", "down_proj", "gate_up_proj")
+
+
+def stacked_experts(native: str) -> bool:
+    """Whether native parameter ``native`` holds every routed expert, stacked (``moe.py``:
+    ``blocks.{i}.mlp.gate_proj``, Gemma-4's ``blocks.{i}.moe.gate_up_proj``, ...)."""
+    parts = native.split(".")
+    return parts[-1] in STACKED and parts[-2] in ("mlp", "moe")
 
 
 @dataclass(frozen=True)
@@ -116,8 +125,10 @@ class Shard:
                                       f"{moe.n_experts} routed experts (each rank holds an "
                                       f"equal share)")
         split = layers == "all"
+        # attention of one shape in every layer, whose key/value heads split over the ranks
+        heads = split and cfg.n_kv_heads % size == 0 and cfg.global_attention is None
         return cls(cfg=cfg, size=size, rank=rank, layers=layers,
-                   attention=split and cfg.n_kv_heads % size == 0, mlp=split, head=split,
+                   attention=heads, mlp=split, head=split,
                    experts=None if moe is None else span(moe.n_experts, size, rank))
 
     def span(self, n: int) -> tuple[int, int]:
@@ -136,6 +147,9 @@ class Shard:
         """What a user should know about this layout (log lines)."""
         cfg = self.cfg
         if self.layers == "all" and not self.attention and self.size > 1:
+            if cfg.global_attention is not None:
+                return [f"attention is replicated on each of the {self.size} ranks: its global "
+                        f"and sliding-window layers differ in shape"]
             return [f"attention is replicated on each of the {self.size} ranks: its "
                     f"{cfg.n_kv_heads} key/value heads do not split over {self.size}"]
         return []
@@ -166,9 +180,9 @@ class Shard:
             if leaf == "o_proj.weight":
                 return Part(dim=1, ranges=(q_rows,))
             return WHOLE
-        if ".mlp." in native:
-            if name[-1] in ("gate_proj", "up_proj", "down_proj"):     # all experts in one tensor
-                return Part(dim=0, ranges=(self.experts,))
+        if stacked_experts(native):                                   # all experts in one tensor
+            return Part(dim=0, ranges=(self.experts,))
+        if ".mlp." in native and native.startswith("blocks."):   # a layer's dense or shared MLP
             if not self.mlp or leaf not in ("gate_proj.weight", "up_proj.weight",
                                             "down_proj.weight"):
                 return WHOLE

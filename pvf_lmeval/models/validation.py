@@ -298,11 +298,12 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
                      cfg: TransformerConfig) -> list[Path]:
     """Everything of the module docstring; returns the weight files (headers read, valid)."""
     where = str(folder / "config.json")
-    check_config_values(config, where)
-    check_shape(cfg, config, where)
+    values = fmt.values(config)          # a nested text_config read as one flat dict
+    check_config_values(values, where)
+    check_shape(cfg, values, where)
     for key in ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id"):
-        if key in config:
-            check_token_ids({key: config[key]}, cfg.vocab_size, where)
+        if key in values:
+            check_token_ids({key: values[key]}, cfg.vocab_size, where)
     files = weight_files(folder)
     # (native parameter, expert index or None) -> file, name, shape: an expert's tensor fills
     # one slice of a parameter stacked over experts
@@ -312,7 +313,7 @@ def check_checkpoint(folder: Path, config: dict, fmt: CheckpointFormat,
         for name, (dtype, shape) in read_header(file).items():
             slot = fmt.slot(name)
             if slot is None:
-                if name.endswith("rotary_emb.inv_freq"):
+                if name.endswith("rotary_emb.inv_freq") or fmt.ignores(name):
                     continue
                 raise UnsupportedCheckpoint(f"{file}: unexpected weight {name!r} for "
                                             f"model_type={fmt.model_type}")

@@ -16,14 +16,14 @@ WIDTH = {"BF16": 2, "F32": 4}
 
 
 def shapes_of(weights_fn, cfg: dict) -> dict[str, tuple[int, ...]]:
-    """The tensor shapes a folder builder's weight function (``helpers.moe_folders``) gives for
-    ``cfg``: the function runs with its random tensors replaced by their shapes (nothing
-    allocated, no random draw)."""
+    """The tensor shapes a folder builder's weight function (``helpers.moe_folders``,
+    ``helpers.gemma_folders``) gives for ``cfg``: the function runs with its module's random
+    tensors replaced by their shapes (nothing allocated, no random draw)."""
+    import sys
     from unittest import mock
 
-    from helpers import moe_folders
-
-    with mock.patch.object(moe_folders, "_random", lambda shape, gen, kind: tuple(shape)):
+    with mock.patch.object(sys.modules[weights_fn.__module__], "_random",
+                           lambda shape, gen, kind: tuple(shape)):
         return weights_fn(cfg, 0)
 
 

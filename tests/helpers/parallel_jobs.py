@@ -162,3 +162,16 @@ def _status(field: str) -> int:
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
 
+
+
+def canvas_logits(folder: str, layers: str | None) -> torch.Tensor:
+    """Logits of a uniform-state model (DiffusionGemma: context + canvas, the canvas its last
+    ``canvas_length`` columns) with a left-padded context and self-conditioning."""
+    m = model(folder, layers)
+    c = m.canvas_length
+    gen = torch.Generator().manual_seed(4)
+    tokens = torch.randint(4, m.vocab_size, (3, 9 + c), generator=gen)
+    mask = torch.ones_like(tokens)
+    mask[1, :4] = 0
+    sc = 3 * torch.randn(3, c, m.vocab_size, generator=gen)
+    return m.logits(tokens, torch.arange(9, 9 + c), attention_mask=mask, self_conditioning=sc)

@@ -141,8 +141,8 @@ def visible_keys(bias: torch.Tensor | None, B: int, T: int, device) -> tuple[tor
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-              enable_gqa: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) over the keys ``bias`` leaves visible) v: ``q`` [B, H, Q, D],
+              enable_gqa: bool = False, scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale (None: 1 / sqrt(D)) over the keys ``bias`` leaves visible) v: ``q`` [B, H, Q, D],
     ``k``/``v`` [B, Hkv, T, D] (Hkv divides H), ``bias`` [B|1, 1, 1|Q, T] additive with values 0
     (visible) or the dtype's minimum (hidden) -> [B, H, Q, D] in ``q``'s dtype. A query with no
     visible key gets zeros."""
@@ -154,7 +154,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     o = torch.empty_like(q)
     if B * H * Q == 0:
         return o
-    scale = 1.0 / math.sqrt(D)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     bd = triton.next_power_of_2(D)
     common = (*q.stride(), *k.stride(), *v.stride(), *o.stride())
     if idx.shape[1] == 1:

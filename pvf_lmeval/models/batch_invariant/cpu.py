@@ -105,8 +105,8 @@ def _packed(k: Tensor, v: Tensor, vis: Tensor):
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-              enable_gqa: bool = False) -> Tensor:
-    """softmax(q k^T / sqrt(D) over the keys ``bias`` leaves visible) v: ``q`` [B, H, Q, D],
+              enable_gqa: bool = False, scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale (None: 1 / sqrt(D)) over the keys ``bias`` leaves visible) v: ``q`` [B, H, Q, D],
     ``k``/``v`` [B, Hkv, T, D] (Hkv divides H), ``bias`` [B|1, 1, 1|Q, T] additive, 0 where
     visible, the dtype's minimum (or -inf) where hidden -> [B, H, Q, D]. A query with no visible
     key gets zeros. A query's result depends on its own query, its entry's packed keys and which
@@ -133,7 +133,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
     rows = G * Q
     n = -(-rows // QUERIES) * QUERIES
     qg = q.new_zeros(BH, n, D)
-    qg[:, :rows] = q.reshape(BH, rows, D) * (1.0 / math.sqrt(D))
+    qg[:, :rows] = q.reshape(BH, rows, D) * (1.0 / math.sqrt(D) if scale is None else scale)
     hide = torch.zeros(pvis.shape, dtype=q.dtype, device=q.device).masked_fill_(~pvis, -math.inf)
     if hide.shape[1] > 1:          # a key set per query: the same one for each head of a group
         hide = hide[:, None].expand(B, G, Q, W).reshape(B, rows, W)
@@ -184,12 +184,12 @@ def _(x, weight, bias):
 
 @torch.library.custom_op("pvf_cpu::attention", mutates_args=())
 def _attention_op(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-                  enable_gqa: bool) -> Tensor:
-    return attention(q, k, v, bias, enable_gqa)
+                  enable_gqa: bool, scale: float | None = None) -> Tensor:
+    return attention(q, k, v, bias, enable_gqa, scale)
 
 
 @_attention_op.register_fake
-def _(q, k, v, bias, enable_gqa):
+def _(q, k, v, bias, enable_gqa, scale=None):
     return torch.empty_like(q)
 
 
@@ -222,8 +222,9 @@ class CpuInvariantOps:
         f = _matmul_op if _compiling() else matmul
         return f(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
-    def attention(self, q, k, v, bias, enable_gqa: bool):
-        return (_attention_op if _compiling() else attention)(q, k, v, bias, bool(enable_gqa))
+    def attention(self, q, k, v, bias, enable_gqa: bool, scale: float | None = None):
+        return (_attention_op if _compiling() else attention)(q, k, v, bias, bool(enable_gqa),
+                                                              scale)
 
     def rms_norm(self, x: Tensor, weight: Tensor, eps: float, weight_fp32: bool = False) -> Tensor:
         return (_rms_norm_op if _compiling() else rms_norm)(x, weight, float(eps),

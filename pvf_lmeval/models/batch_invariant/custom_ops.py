@@ -31,12 +31,12 @@ def _(x, weight, bias):
 
 @torch.library.custom_op("pvf_bi::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-                  enable_gqa: bool) -> torch.Tensor:
-    return _attention_mod.attention(q, k, v, bias, enable_gqa)
+                  enable_gqa: bool, scale: float | None = None) -> torch.Tensor:
+    return _attention_mod.attention(q, k, v, bias, enable_gqa, scale)
 
 
 @_attention_op.register_fake
-def _(q, k, v, bias, enable_gqa):
+def _(q, k, v, bias, enable_gqa, scale=None):
     return torch.empty_like(q)
 
 
@@ -61,8 +61,8 @@ class BatchInvariantOps:
         x2 = x.reshape(-1, x.shape[-1])
         return _matmul_op(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
-    def attention(self, q, k, v, bias, enable_gqa: bool):
-        return _attention_op(q, k, v, bias, bool(enable_gqa))
+    def attention(self, q, k, v, bias, enable_gqa: bool, scale: float | None = None):
+        return _attention_op(q, k, v, bias, bool(enable_gqa), scale)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  weight_fp32: bool = False) -> torch.Tensor:

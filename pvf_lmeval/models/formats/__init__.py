@@ -1,12 +1,14 @@
 """Checkpoint formats: each family's ``config.json`` and weight names mapped onto the native
 network (:mod:`.base` holds what a format is). One module per family group: :mod:`.llada`
 (LLaDA, MMaDA), :mod:`.dream`, :mod:`.llada_moe`, :mod:`.llada2`, :mod:`.qwen3` (SDAR / TraDo,
-SDAR-MoE, RND1), :mod:`.fast_dllm`; this package holds the registry and :func:`format_for`.
+SDAR-MoE, RND1), :mod:`.fast_dllm`, :mod:`.diffusion_gemma`; this package holds the registry and
+:func:`format_for`.
 """
 
 from __future__ import annotations
 
 from .base import CheckpointFormat, UnsupportedCheckpoint
+from .diffusion_gemma import DIFFUSION_GEMMA
 from .dream import DREAM
 from .fast_dllm import FAST_DLLM
 from .llada import LLADA, MMADA
@@ -14,21 +16,16 @@ from .llada2 import LLADA2, LLADA21
 from .llada_moe import LLADA_MOE
 from .qwen3 import RND1, SDAR, SDAR_MOE
 
-__all__ = ["CheckpointFormat", "DREAM", "FAST_DLLM", "FORMATS", "LLADA", "LLADA2", "LLADA21",
+__all__ = ["CheckpointFormat", "DIFFUSION_GEMMA", "DREAM", "FAST_DLLM", "FORMATS", "LLADA", "LLADA2", "LLADA21",
            "LLADA_MOE", "MMADA", "REFUSED", "RND1", "SDAR", "SDAR_MOE", "UnsupportedCheckpoint",
            "format_for"]
 
 FORMATS = {f.model_type: f for f in (LLADA, MMADA, DREAM, LLADA_MOE, LLADA2, LLADA21, SDAR,
-                                     SDAR_MOE, FAST_DLLM, RND1)}
+                                     SDAR_MOE, FAST_DLLM, RND1, DIFFUSION_GEMMA)}
 #: ``architectures`` class names -> format, for configs whose ``model_type`` is not one of ours
 ARCHITECTURES = {a: f for f in FORMATS.values() for a in f.architectures}
 #: diffusion LMs recognised and refused: ``model_type`` -> why, in one sentence
-REFUSED = {
-    "diffusion_gemma": (
-        "DiffusionGemma is a uniform-state diffusion model (its canvas starts as random tokens, "
-        "with no mask token) and the decoders here fill masked positions; docs/models.md, "
-        "\"DiffusionGemma\", says what supporting it would take"),
-}
+REFUSED: dict[str, str] = {}
 
 
 def format_for(config: dict, where: str = "config.json") -> CheckpointFormat:

@@ -76,6 +76,22 @@ class CheckpointFormat:
     architectures: tuple[str, ...] = ()
     #: the attention the network applies, in words (``pvf-dlm models``)
     attention: str = "bidirectional"
+    #: checkpoint tensors the network does not use (regexes), skipped when loading: the vision
+    #: tower of a multimodal checkpoint whose text part is loaded
+    ignored: tuple[str, ...] = ()
+    #: False for a uniform-state diffusion model: no mask token (its canvas starts as noise)
+    masked: bool = True
+    #: ``config.json`` as one flat dict of the keys the checks read (a config nesting its text
+    #: model's keys under ``text_config`` flattens them); None = ``config.json`` itself
+    flatten: Callable[[dict], dict] | None = None
+
+    def ignores(self, name: str) -> bool:
+        """Whether checkpoint tensor ``name`` is one the network does not use (``ignored``)."""
+        return any(re.fullmatch(p, name) for p in self.ignored)
+
+    def values(self, config: dict) -> dict:
+        """The flat view of ``config`` (``flatten``)."""
+        return config if self.flatten is None else self.flatten(config)
 
     def ties_head(self, config: dict) -> bool:
         """Whether the LM head is the input embedding (an absent flag means the reference's default)."""

@@ -1,0 +1,42 @@
+"""Who sees whom in a network whose last ``canvas_length`` columns are a canvas (DiffusionGemma).
+
+DiffusionGemma runs one stack of layers in two roles: a causal encoder over the context (the
+prompt and the canvases committed so far) whose keys and values a bidirectional decoder over
+the canvas attends to. One call over ``tokens`` = context + canvas computes both: the context
+rows attend as the encoder does and the canvas rows as the decoder does, so the keys the canvas
+reads are the encoder's.
+
+Per kind of layer (the allowed pairs, query row q, key column k):
+
+- context rows: causal (``k <= q``); on a sliding-window layer also ``pos[q] - pos[k] < window``
+  (the encoder's window: ``window`` keys, the query's own included);
+- canvas rows: every canvas column, and the context columns, but on a sliding-window layer only
+  those with ``pos[k] > pos[canvas start] - window``: the last ``window - 1`` context positions,
+  the same for every canvas row (what transformers' dynamic cache keeps of a sliding layer:
+  ``DynamicSlidingWindowLayer`` holds its last ``sliding_window - 1`` keys; the decoder attends
+  to them and the canvas without any further mask).
+
+Padding (``keep``) is applied by the caller. Position ids count real tokens, so a left-padded
+row sees the same tokens as the row alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def split_attention(position_ids: torch.Tensor, n_context: int,
+                    window: int | None = None) -> torch.Tensor:
+    """[N|1, T, T] boolean (query, key) for ``position_ids`` [N|1, T] whose first ``n_context``
+    columns are the context and the rest the canvas; ``window``: a sliding-window layer's."""
+    t = position_ids.shape[-1]
+    col = torch.arange(t, device=position_ids.device)
+    canvas = col >= n_context                                             # [T]
+    allowed = (col[None, :] <= col[:, None]) | canvas[:, None]            # [T, T]
+    if window is None:
+        return allowed[None]
+    pos = position_ids
+    near = pos[:, None, :] > pos[:, :, None] - window                     # [N|1, T, T]
+    start = pos[:, n_context:n_context + 1]                               # [N|1, 1]
+    recent = (pos > start - window)[:, None, :] | canvas[None, None, :]   # [N|1, 1, T]
+    return allowed & torch.where(canvas[None, :, None], recent, near)

@@ -194,7 +194,13 @@ def test_a_task_decoded_under_another_preset_is_another_row(tmp_path, evaluate, 
     base = tmp_path / "baseline.json"
     assert report.main([str(tmp_path / "preset"), "--save-baseline", str(base)]) == 0
     capsys.readouterr()
-    assert report.main([str(tmp_path / "none"), "--check", str(base)]) == 1
+    # found in a folder, a result the baseline does not hold is invalid input
+    assert report.main([str(tmp_path / "none"), "--check", str(base)]) == 3
+    err = capsys.readouterr().err
+    assert "is not in the baseline" in err and "reveal_next: 5 -> 0" in err
+    # named, it is noted; the baseline's result has no counterpart (4 items: --allow-blind)
+    none_file, _ = _results(tmp_path / "none")
+    assert report.main([str(none_file), "--check", str(base), "--allow-blind"]) == 1
     err = capsys.readouterr().err
     assert "not in the baseline: tiny-llada pvf / arith" in err and "reveal_next=0" in err
 

@@ -21,6 +21,7 @@ venv: $(STAMP)
 # scripts/active_env.py decides, says so in one line, and stops the goal when that environment
 # has this checkout's package but lacks something (it names it).
 ENV_GOALS := $(filter demo test,$(MAKECMDGOALS))
+ACTIVE_PY :=
 ifneq ($(ENV_GOALS),)
 ifeq ($(USE_VENV),)
 ACTIVE_PY := $(shell $(PYTHON) scripts/active_env.py --venv $(VENV) --goals $(ENV_GOALS) --inputs $(INSTALL_INPUTS))

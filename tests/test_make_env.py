@@ -80,9 +80,11 @@ def make_env(root: Path, *, editable_from: Path | None, deps: dict[str, str]) ->
     return root
 
 
-def run_make(checkout: Path, env: Path, *args: str) -> subprocess.CompletedProcess:
-    """``make ARGS`` in ``checkout`` with ``env`` activated (first on PATH, VIRTUAL_ENV)."""
-    environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
+def run_make(checkout: Path, env: Path, *args: str,
+             **variables: str) -> subprocess.CompletedProcess:
+    """``make ARGS`` in ``checkout`` with ``env`` activated (first on PATH, VIRTUAL_ENV) and
+    ``variables`` in the environment."""
+    environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES} | variables
     environ.update(PATH=f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(env),
                    # a goal that wrongly builds .venv fails at once, offline, downloading nothing
                    PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
@@ -133,8 +135,9 @@ def test_an_active_editable_install_runs_demo_and_test_there(checkout, tmp_path)
     assert _probe_lines(test) == [f"pvf-lmeval: using the active environment, {env} (this "
                                   "checkout's editable install, with its test and plot extras), "
                                   "not .venv"]
-    # USE_VENV=1 uses .venv whatever is active, without asking
-    forced = run_make(checkout, env, "-n", "test", "USE_VENV=1")
+    # USE_VENV=1 uses .venv whatever is active, without asking (and whatever the Makefile's
+    # own variable names hold in the environment)
+    forced = run_make(checkout, env, "-n", "test", "USE_VENV=1", ACTIVE_PY="/bin/false")
     _venv_build_then(forced.stdout, "pytest")
     assert _probe_lines(forced) == []
 

@@ -1,4 +1,4 @@
-"""Which Python ``make demo`` / ``make test`` run: the active environment's, or the checkout's .venv.
+"""Which python ``make demo`` / ``make test`` run: the active environment's or the checkout's .venv.
 
 The Makefile runs this with the python on PATH (``$(PYTHON)``, ``python3`` by default: the one an
 activated venv or conda environment puts first) and reads one word from stdout:

@@ -1,5 +1,5 @@
 # pvf-lmeval: make venv | demo | test | clean
-# Everything runs on CPU and offline once the venv exists.
+# Everything runs on CPU and offline once the environment exists.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,9 +10,37 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 STAMP  := $(VENV)/.pvf-lmeval-installed
 INSTALL_INPUTS := pyproject.toml pvf_lmeval/__init__.py $(addprefix pvf_lmeval/_site_hook/,pvf_lmeval_hook.py pvf_lmeval_hook.pth hatch_build.py)
 
-.PHONY: venv demo test browser clean distclean
+.PHONY: venv demo test browser clean distclean active-env-incomplete
 
 venv: $(STAMP)
+
+# make demo / make test run in the active environment, the one of $(PYTHON) on PATH (an activated
+# venv or conda environment puts its own first), when it has this checkout's package installed
+# editable (pip install -e .) with what the goal needs (make test: the test and plot extras);
+# otherwise in $(VENV), built on first use. USE_VENV=1 always uses $(VENV).
+# scripts/active_env.py decides, says so in one line, and stops the goal when that environment
+# has this checkout's package but lacks something (it names it).
+ENV_GOALS := $(filter demo test,$(MAKECMDGOALS))
+ACTIVE_PY :=
+ifneq ($(ENV_GOALS),)
+ifeq ($(USE_VENV),)
+ACTIVE_PY := $(shell $(PYTHON) scripts/active_env.py --venv $(VENV) --goals $(ENV_GOALS) --inputs $(INSTALL_INPUTS))
+endif
+endif
+ifeq ($(ACTIVE_PY),)
+RUN_PY  := $(PY)
+RUN_ENV := venv
+else ifeq ($(ACTIVE_PY),missing)
+RUN_PY  := $(PY)
+RUN_ENV := active-env-incomplete
+else
+RUN_PY  := $(ACTIVE_PY)
+RUN_ENV :=
+endif
+
+# the line saying what is missing came from scripts/active_env.py
+active-env-incomplete:
+	@exit 1
 
 # pip's output goes to $(VENV)/install.log (its tail is shown if the install fails): what a
 # newcomer should see from `make demo` is the results table.
@@ -24,9 +52,9 @@ $(STAMP): $(INSTALL_INPUTS)
 	  || { tail -n 30 $(VENV)/install.log; echo "pvf-lmeval: install failed (full log: $(VENV)/install.log)"; exit 1; }
 	@touch $@
 
-demo: venv
+demo: $(RUN_ENV)
 	@echo "pvf-lmeval: lm_eval --model pvf-dlm on tiny-llada, task arith, 200 items"
-	@$(OFFLINE) $(VENV)/bin/lm_eval --model pvf-dlm \
+	@$(OFFLINE) "$(RUN_PY)" -m lm_eval --model pvf-dlm \
 		--model_args pretrained=tiny-llada,decoder=threshold \
 		--include_path tasks --tasks arith --limit 200
 
@@ -40,9 +68,9 @@ TEST_WORKERS ?= 2
 comma       := ,
 HAS_BROWSER := $(shell { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && echo yes)
 NO_BROWSER  := PVF_ALLOW_MISSING=$(if $(PVF_ALLOW_MISSING),$(PVF_ALLOW_MISSING)$(comma))browser
-test: venv
+test: $(RUN_ENV)
 	@$(if $(HAS_BROWSER),:,echo "pvf-lmeval: no chromium/chromedriver, so the browser test (tests/test_trace.py) is skipped; make browser installs them")
-	$(OFFLINE) $(if $(HAS_BROWSER),,$(NO_BROWSER)) $(PY) -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(OFFLINE) $(if $(HAS_BROWSER),,$(NO_BROWSER)) "$(RUN_PY)" -m pytest -q tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # chromium and chromedriver for the browser test (apt-get, as root or through sudo)
 browser:

@@ -37,7 +37,8 @@ from .generation import GenerationText, cut_at_stop, tokens_before
 from .auto_batch import batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
 from .parallel import ParallelArgs, Ranks
-from .model_args import check_keys, exit_in_one_line, one_line_errors, positive_int
+from .model_args import (check_keys, default_pretrained_notice, exit_in_one_line, one_line_errors,
+                         positive_int)
 from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
 from .stats import StatTotals
 from .task_presets import task_preset
@@ -283,6 +284,8 @@ class PVFDiffusionLM(LM):
     @classmethod
     def _create(cls, args: dict):
         """The model, or the argument error, which lm-eval's CLI then prints as one line."""
+        if notice := default_pretrained_notice(args):
+            _notice(notice)
         try:
             return cls(**args)
         except ValueError as error:

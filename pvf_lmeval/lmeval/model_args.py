@@ -224,6 +224,20 @@ def check_keys(keys) -> None:
                             f"{', '.join(ARG_NAMES)} (pvf-dlm args explains each)")
 
 
+def default_pretrained_notice(args) -> str | None:
+    """The line for model args ``args`` that name no ``pretrained`` (the bundled default then
+    loads), else None. ``lm-eval run --config FILE`` takes ``model_args`` from the file as one
+    mapping, and a ``--model_args`` on the command line replaces that mapping whole (lm-eval
+    0.4.13's ``EvaluatorConfig.from_cli``): the checkpoint the file names is dropped without a
+    word from lm-eval, and HFLM, whose ``pretrained`` has no default, fails there instead."""
+    if "pretrained" in args:
+        return None
+    default = next(a.default for a in MODEL_ARGS if a.name == "pretrained")
+    return (f"pvf-dlm: no pretrained in the model args, so the bundled {default} loads (with "
+            "lm-eval run --config, a --model_args on the command line replaces the file's "
+            "model_args whole, pretrained included)")
+
+
 def markdown_table() -> str:
     """The model-args table of the README (``pvf-dlm args --markdown``)."""
     lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]

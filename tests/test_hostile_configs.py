@@ -208,6 +208,19 @@ def test_products_of_sizes_within_the_cap(folders, tmp_path, family, changes, sa
     assert "\n" not in msg and says in msg and "exceeds 2^48 elements" in msg, msg
 
 
+@pytest.mark.parametrize("family,key,value,says", [
+    # torch takes an integer theta as a 64-bit scalar: 2^64 loaded, then overflowed at the first
+    # forward; no float holds 10^400 (math.isfinite raised)
+    ("sdar", "rope_theta", 2 ** 64, "must be a positive finite number"),
+    ("llada2", "rope_theta", 2 ** 64, "needs it as a positive number"),
+    ("dream", "rms_norm_eps", 10 ** 400, "must be a finite number between 0 and 1"),
+])
+def test_numbers_past_what_torch_and_floats_hold_are_one_line(folders, tmp_path, family, key,
+                                                            value, says):
+    folder = edited_copy(folders[family], tmp_path / family, **{key: value})
+    assert says in _refused(folder, key, json.dumps(value)[:40])     # long values are cut
+
+
 # --- every numeric key of every family, by property ---------------------------------------------
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -16,14 +16,18 @@ WIDTH = {"BF16": 2, "F32": 4}
 
 
 def shapes_of(weights_fn, cfg: dict) -> dict[str, tuple[int, ...]]:
-    """The tensor shapes a folder builder's weight function (``helpers.moe_folders``) gives for
-    ``cfg``: the function runs with its random tensors replaced by their shapes (nothing
-    allocated, no random draw)."""
+    """The tensor shapes a folder builder's weight function (``helpers.moe_folders``,
+    ``helpers.qwen_folders``) gives for ``cfg``: the function runs with its random tensors
+    replaced by their shapes (nothing allocated, no random draw)."""
+    from contextlib import ExitStack
     from unittest import mock
 
-    from helpers import moe_folders
+    from helpers import moe_folders, qwen_folders
 
-    with mock.patch.object(moe_folders, "_random", lambda shape, gen, kind: tuple(shape)):
+    with ExitStack() as stack:
+        for module in (moe_folders, qwen_folders):
+            stack.enter_context(mock.patch.object(module, "_random",
+                                                  lambda shape, gen, kind: tuple(shape)))
         return weights_fn(cfg, 0)
 
 

@@ -16,7 +16,8 @@ Qwen3 attention: per-head RMSNorm on queries and keys (``q_norm``/``k_norm``) be
 - RND1 (``modeling_rnd.py``): Qwen3-MoE, bidirectional, shifted logits (the output at ``i-1``
   predicts ``i``, ``sampling.py``), mask 151669 (its config class's default). Its config class
   overwrites the routing keys with Qwen3-30B-A3B's values whatever config.json says (every layer
-  routed, weights renormalised: ``norm_topk_prob`` true; ``head_dim`` 128); so do we.
+  routed, weights renormalised: ``norm_topk_prob`` true; ``head_dim`` 128); so do we. It also
+  writes ``rope_scaling: false``, read as no scaling, as its rotary reads it.
 
 Qwen3-MoE feed-forward (transformers' ``Qwen3MoeSparseMoeBlock``): softmax over the experts in
 float32, the ``num_experts_per_tok`` best, divided by their sum when ``norm_topk_prob`` (also for a
@@ -55,6 +56,11 @@ QWEN3_FLAGS = (
     ("attention_bias", False, (False, True)),
     ("tie_word_embeddings", False, (False, True)),
 )
+#: RND1's: its config class writes ``rope_scaling: false`` (and ``sliding_window: false``, which
+#: no reader uses), and its rotary, transformers' Qwen3-MoE one, reads anything but a dict as no
+#: scaling; SDAR's config class raises on false (``rope_config_validation``)
+RND1_FLAGS = tuple((key, default, (None, False) if key == "rope_scaling" else supported)
+                   for key, default, supported in QWEN3_FLAGS)
 
 
 def _block_size(cfg: dict, mt: str) -> int:
@@ -88,11 +94,12 @@ def _routed_layers(cfg: dict, n_layers: int, mt: str) -> tuple[bool, ...] | None
 
 
 def _qwen3(cfg: dict, mt: str, *, head_dim_default: int | None, moe: MoEConfig | None = None,
-           block_size: int | None = None, norm_weight_fp32: bool = False) -> TransformerConfig:
+           block_size: int | None = None, norm_weight_fp32: bool = False,
+           flags: tuple = QWEN3_FLAGS) -> TransformerConfig:
     """The network of a Qwen3-layout config; ``head_dim_default``: the reference's ``head_dim``
     when the key is absent (None: ``hidden_size // num_attention_heads``); ``norm_weight_fp32``:
     the reference's norms are flash-attn's fused kernel (``TransformerConfig``)."""
-    check_flags(cfg, QWEN3_FLAGS, mt)
+    check_flags(cfg, flags, mt)
     d_model, n_heads = need(cfg, "hidden_size", mt), need(cfg, "num_attention_heads", mt)
     # Qwen3's attention sizes its projections by head_dim as it stands: a null or 0 one builds
     # nothing the weights fit, so only an absent key takes the default
@@ -139,7 +146,7 @@ def _rnd1_read(cfg: dict) -> TransformerConfig:
     moe = MoEConfig(n_experts=n_experts, top_k=top_k,
                     expert_hidden=need(cfg, "moe_intermediate_size", mt), score="softmax",
                     normalize=True, normalize_single=True)
-    return _qwen3(cfg, mt, head_dim_default=128, moe=moe)
+    return _qwen3(cfg, mt, head_dim_default=128, moe=moe, flags=RND1_FLAGS)
 
 
 def _writer(model_type: str, architecture: str):

@@ -327,3 +327,25 @@ def test_a_reader_that_trips_on_a_json_type_is_one_line(folders, monkeypatch):
         load_model(str(folders["dream"]), device="cpu", dtype="float32")
     assert str(exc.value) == (f"{folders['dream'] / 'config.json'}: not a readable Dream config "
                               f"(TypeError: unsupported operand type(s) for +: 'int' and 'str')")
+
+
+@pytest.mark.parametrize("moe,config,says", [
+    (dict(top_k=2.0), {"num_experts_per_tok": 2.0}, "num_experts_per_tok=2.0 (top_k) must be a "
+                                                    "positive integer"),
+    (dict(shared_hidden=-16), {}, "shared_hidden=-16 (shared_hidden) must be a positive integer"),
+    (dict(scaling=math.inf), {"routed_scaling_factor": math.inf},
+     "routed_scaling_factor=Infinity (scaling) must be a positive finite number"),
+])
+def test_check_shape_checks_what_a_reader_let_through(moe, config, says):
+    """The shape check under every reader: a routed-expert field of the wrong type or range is
+    one line naming its key, whichever format built it."""
+    from pvf_lmeval.models.moe import MoEConfig
+    from pvf_lmeval.models.transformer import TransformerConfig
+    from pvf_lmeval.models.validation import check_shape
+
+    cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            ffn_hidden=0, moe=MoEConfig(**{"n_experts": 8, "top_k": 2,
+                                                           "expert_hidden": 16, **moe}))
+    with pytest.raises(UnsupportedCheckpoint) as exc:
+        check_shape(cfg, {"hidden_size": 32, **config}, "config.json")
+    assert str(exc.value) == f"config.json: {says}"

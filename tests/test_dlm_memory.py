@@ -9,15 +9,20 @@ equal the hand arithmetic below on the published shapes.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from helpers.gemma_folders import PUBLISHED, gemma_config, gemma_weights
+from helpers.bounds import bounded
+from helpers.edited_folders import edit_config
 from helpers.header_folders import shapes_of, write_header_files
 from helpers.moe_folders import llada2_config, llada2_weights
+from helpers.qwen_folders import make_sdar_folder
 
 from pvf_lmeval.cli import dlm
 from pvf_lmeval.models.footprint import footprint
+from pvf_lmeval.models.loader import FIXTURES_DIR
 
 #: the published LLaDA2.0-flash config.json values (inclusionAI/dFactory,
 #: configs/model_configs/llada2_flash/config.json) that shape the weights
@@ -157,3 +162,66 @@ def test_diffusion_gemma_26b_replicates_attention_when_all_is_split(gemma26b):
     fp = footprint(gemma26b, 4, "all", torch.bfloat16)
     assert fp.notes == ("attention is replicated on each of the 4 ranks: its global and "
                         "sliding-window layers differ in shape",)
+# --- hostile folders and layouts: the loader's own checks, one line each -------------------------
+
+def _memory(spec: str, capsys) -> tuple[int, str, str]:
+    with bounded(seconds=30, extra_bytes=256 << 20):
+        code = dlm.main(["memory", spec])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def llada_copy(tmp_path):
+    return shutil.copytree(FIXTURES_DIR / "tiny-llada", tmp_path / "tiny-llada")
+
+
+@pytest.mark.parametrize("size", [385, 10 ** 6, 10 ** 9])
+def test_more_ranks_than_the_model_can_split_is_one_line(llada_copy, capsys, size):
+    """tiny-llada splits its 384 MLP rows (and 691 vocabulary rows) over at most 384 ranks;
+    10**6 ranks ran past a minute, 10**9 raised MemoryError."""
+    code, out, err = _memory(f"pretrained={llada_copy},tensor_parallel_size={size}", capsys)
+    assert code == 2 and out == ""
+    assert err == (f"pvf-dlm memory: tensor_parallel_size={size} is more ranks than the model "
+                   f"can split: parallel_layers=all gives each rank rows of the MLP's 384 hidden "
+                   f"units (ffn_hidden), so at most 384\n")
+
+
+def test_as_many_ranks_as_mlp_rows_is_a_table(llada_copy, capsys):
+    code, out, err = _memory(f"pretrained={llada_copy},tensor_parallel_size=384", capsys)
+    assert code == 0 and err == ""
+    assert out.splitlines()[0].endswith("tensor_parallel_size=384, parallel_layers=all, bfloat16")
+
+
+@pytest.mark.parametrize("changes,says", [
+    ({"n_kv_heads": -4}, "n_kv_heads is -4; a LLaDA checkpoint needs it as a positive integer"),
+    ({"n_layers": 10 ** 21}, "n_layers is 1000000000000000000000; a LLaDA checkpoint needs it as "
+                             "a positive integer below 2^63"),
+    ({"n_layers": 10 ** 18}, "n_layers=1000000000000000000 but the weights hold layers 0..3"),
+    ({"d_model": "128"}, "d_model is \"128\"; a LLaDA checkpoint needs it as a positive integer"),
+    ({"mlp_hidden_size": 385}, "weight 'model.transformer.blocks.0.ff_proj.weight' has shape "
+                               "[384, 128], but"),
+])
+def test_a_config_the_loader_refuses_is_refused_in_one_line(llada_copy, capsys, changes, says):
+    """The loader's config and header checks, not a copy: a negative head count printed
+    "KV cache -16384 bytes", 10**21 layers 8.2e15 GB."""
+    edit_config(llada_copy, **changes)
+    code, out, err = _memory(f"pretrained={llada_copy},tp_size=2", capsys)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("pvf-dlm memory: ") and says in err, err
+
+
+def test_a_string_head_dim_is_one_line(tmp_path, capsys):
+    folder = make_sdar_folder(tmp_path / "sdar")
+    edit_config(folder, head_dim="16")
+    code, out, err = _memory(f"pretrained={folder}", capsys)
+    assert code == 2 and out == ""
+    assert err.endswith("config.json: head_dim is \"16\"; a SDAR checkpoint needs it as a positive "
+                        "integer below 2^63\n")
+
+
+@pytest.mark.parametrize("key", ["gen_length", "prompt_length"])
+def test_lengths_past_the_longest_context_are_one_line(llada_copy, capsys, key):
+    code, out, err = _memory(f"pretrained={llada_copy},{key}={(1 << 24) + 1}", capsys)
+    assert code == 2 and out == ""
+    assert err == f"pvf-dlm memory: {key}='16777217' must be at most 16777216 positions\n"

@@ -162,9 +162,11 @@ def test_rope_theta_must_be_positive(tmp_path, value):
 
 
 @pytest.mark.parametrize("changes,needle", [
-    ({"mlp_ratio": {}, "mlp_hidden_size": DROP}, "not a readable llada config (TypeError"),
-    ({"mlp_hidden_size": "384"}, "mlp_hidden_size=\"384\" (ffn_hidden) must be a positive integer"),
-    ({"n_kv_heads": "4"}, "n_kv_heads=\"4\" (n_kv_heads) must be a positive integer"),
+    ({"mlp_ratio": {}, "mlp_hidden_size": DROP}, "mlp_ratio is {}; a LLaDA checkpoint needs it as "
+                                                 "a positive integer"),
+    ({"mlp_hidden_size": "384"}, "mlp_hidden_size is \"384\"; a LLaDA checkpoint needs it as a "
+                                 "positive integer"),
+    ({"n_kv_heads": "4"}, "n_kv_heads is \"4\"; a LLaDA checkpoint needs it as a positive integer"),
     ({"model_type": ["llada"]}, "model_type=['llada'] must be a string"),
 ])
 def test_strings_and_objects_where_numbers_belong(tmp_path, changes, needle):

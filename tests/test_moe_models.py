@@ -149,15 +149,15 @@ def test_moe_layer_freq_is_read_as_the_reference_reads_it(freq, routed):
 
 
 @pytest.mark.parametrize("name,change,says", [
-    ("lladamoe", {"moe_layer_freq": 1}, "moe_layer_freq=1; a LLaDA-MoE checkpoint needs a list of at least 3 numbers"),
-    ("lladamoe", {"moe_layer_freq": [1, 1]}, "moe_layer_freq=[1, 1]; a LLaDA-MoE checkpoint needs a list of at least 3 numbers"),
+    ("lladamoe", {"moe_layer_freq": 1}, "moe_layer_freq=1; a LLaDA-MoE checkpoint needs a list of at least num_hidden_layers=3 numbers"),
+    ("lladamoe", {"moe_layer_freq": [1, 1]}, "moe_layer_freq=[1, 1]; a LLaDA-MoE checkpoint needs a list of at least num_hidden_layers=3 numbers"),
     ("lladamoe", {"moe_layer_freq": [1, "dense", 1]}, "moe_layer_freq=[1, \"dense\", 1]; a LLaDA-MoE"),
     ("lladamoe", {"moe_layer_freq": [0, 1, 1], "dense_intermediate_size": None}, "dense_intermediate_size is null"),
     ("lladamoe", {"clip_qkv": 8.0}, "clip_qkv=8.0 is not supported"),
     ("lladamoe", {"partial_rotary_factor": None}, "partial_rotary_factor=null; a LLaDA-MoE checkpoint needs it in (0, 1]"),
     ("lladamoe", {"head_dim": 16}, "head_dim=16 differs from hidden_size/num_attention_heads=8"),
     ("llada2", {"num_key_value_heads": 0}, "num_key_value_heads=0; a llada2_moe checkpoint needs a positive divisor"),
-    ("llada2", {"n_group": 3}, "n_groups=3 must divide n_experts=8"),
+    ("llada2", {"n_group": 3}, "n_group is 3; a llada2_moe checkpoint needs it as a divisor of num_experts=8"),
     ("llada2", {"norm_head": True}, "norm_head=true is not supported"),
     # the per-layer routed table is never built for a layer count no checkpoint has
     ("llada2", {"num_hidden_layers": 65537}, "num_hidden_layers=65537; a llada2_moe checkpoint has at most 65536"),

@@ -6,7 +6,11 @@ Keys (``--model_args`` spelling): ``pretrained`` (a checkpoint folder or a bundl
 ``tensor_parallel_size`` (alias ``tp_size``, default 1), ``parallel_layers`` (all | experts),
 ``dtype`` (auto = bfloat16, as on a GPU; float32; float16), ``batch_size`` (requests decoded
 together, default 1), ``gen_length`` and ``prompt_length`` (the KV cache's tokens per request,
-default 0 each).
+default 0 each, at most the decoders' 2^24 positions).
+
+The folder passes the loader's checks (its config against its safetensors headers) and the
+layout ``Shard.plan``'s (at most as many ranks as the model can split) before anything is
+counted; every failure is one line.
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ def _count(name: str, value: str, low: int) -> int:
         kind = "a positive integer" if low else "an integer >= 0"
         raise MemoryArgError(f"{name}={value!r} must be {kind}")
     return int(value)
+
+
+def _positions(name: str, value: str) -> int:
+    """A token count: an integer from 0 to the decoders' cap on positions."""
+    from ..decoding.params import MAX_POSITIONS
+
+    n = _count(name, value, 0)
+    if n > MAX_POSITIONS:
+        raise MemoryArgError(f"{name}={value!r} must be at most {MAX_POSITIONS} positions")
+    return n
 
 
 def parse(text: str) -> dict:
@@ -52,8 +66,8 @@ def parse(text: str) -> dict:
             "size": _count("tensor_parallel_size", args.get("tensor_parallel_size", "1"), 1),
             "layers": layers, "dtype": "bfloat16" if dtype == "auto" else dtype,
             "batch_size": _count("batch_size", args.get("batch_size", "1"), 1),
-            "gen_length": _count("gen_length", args.get("gen_length", "0"), 0),
-            "prompt_length": _count("prompt_length", args.get("prompt_length", "0"), 0)}
+            "gen_length": _positions("gen_length", args.get("gen_length", "0")),
+            "prompt_length": _positions("prompt_length", args.get("prompt_length", "0"))}
 
 
 def _folder(name: str) -> Path:

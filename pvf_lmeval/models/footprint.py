@@ -10,14 +10,17 @@ requests x bytes`` (a request's branches share its cache). Activations are not e
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .formats import format_for
 from .parallel import Shard, stacked_experts
-from .validation import read_config_file, read_header, weight_files
+from .validation import read_header
+
+_LAYER = re.compile(r"^blocks\.\d+\.")
 
 
 @dataclass(frozen=True)
@@ -53,30 +56,36 @@ def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bflo
               batch_size: int = 1, tokens: int = 0) -> Footprint:
     """The :class:`Footprint` of ``folder`` split over ``size`` ranks (``layers``: see
     ``parallel``) at ``dtype``, with a KV cache for ``batch_size`` requests of ``tokens``
-    positions each. Errors are the loader's one-line ones."""
-    config = read_config_file(folder / "config.json")
-    fmt = format_for(config, str(folder / "config.json"))
-    cfg = fmt.read_config(config)
+    positions each. The folder passes the loader's own checks first (``read_checkpoint``: the
+    config against the safetensors headers), the layout ``Shard.plan``'s; errors are their
+    one-line ones."""
+    from .loader import read_checkpoint
+
+    _, fmt, cfg, files = read_checkpoint(folder)
     shards = [Shard.plan(cfg, size, rank, layers) for rank in range(size)]   # checks first
     width = torch.empty((), dtype=dtype).element_size()
-    tensors = []        # (native name, expert index or None, shape) of every weight
-    for file in weight_files(folder):
+    # (native name with its layer index dropped, expert index or None, shape) -> how many: what
+    # a rank reads of a tensor depends on its kind, never on its layer (``Shard.part``), so
+    # each rank sums a few kinds, however many layers and ranks there are
+    kinds: Counter = Counter()
+    for file in files:
         for name, (_, shape) in read_header(file).items():
             found = fmt.slot(name)
             if found is not None:
-                tensors.append((*found, shape))
-    whole = sum(math.prod(shape) for _, _, shape in tensors) * width
+                native, expert = found
+                kinds[(_LAYER.sub("blocks.0.", native), expert, shape)] += 1
+    whole = sum(n * math.prod(shape) for (_, _, shape), n in kinds.items()) * width
     per_rank = []
     for shard in shards:
         experts = other = 0
-        for native, expert, shape in tensors:
+        for (native, expert, shape), n in kinds.items():
             read = shard.part(native, expert).shape(shape)
             if read is None:
                 continue
             if expert is not None or stacked_experts(native):
-                experts += math.prod(read) * width
+                experts += n * math.prod(read) * width
             else:
-                other += math.prod(read) * width
+                other += n * math.prod(read) * width
         per_rank.append((experts + other, experts, other, shard))
     _, experts, other, shard = max(per_rank, key=lambda r: r[0])
     kv = 2 * kv_per_token(cfg, shard) * tokens * batch_size * width

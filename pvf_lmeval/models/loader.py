@@ -335,6 +335,24 @@ def load_tokenizer(folder: Path, fallback_class: str | None = None):
     return _load(folder, fallback_class)
 
 
+def read_checkpoint(folder: Path) -> tuple[dict, CheckpointFormat, TransformerConfig, list[Path]]:
+    """(config.json, its format, the network it describes, the weight files) of a checkpoint
+    folder, after every check of ``validation`` (the config's values and shape against the
+    safetensors headers): nothing is allocated and no tensor is read. Errors are one line."""
+    config_path = folder / "config.json"
+    config = read_config_file(config_path)
+    fmt = format_for(config, str(config_path))
+    try:
+        cfg: TransformerConfig = fmt.read_config(config)
+    except UnsupportedCheckpoint:
+        raise
+    except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:  # wrong JSON types
+        raise UnsupportedCheckpoint(f"{config_path}: not a readable {fmt.model_type} config "
+                                    f"({type(exc).__name__}: {_first_line(exc)})") from None
+    files = check_checkpoint(folder, config, fmt, cfg)      # headers only
+    return config, fmt, cfg, files
+
+
 def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
                parallel_layers: str = "all", *, revision: str | None = None,
                tokenizer: str | None = None) -> DiffusionLM:
@@ -352,16 +370,7 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
     config_path = folder / "config.json"
     if not config_path.exists():
         raise ValueError(f"pretrained={name_or_path!r}: {folder} has no config.json")
-    config = read_config_file(config_path)
-    fmt = format_for(config, str(config_path))
-    try:
-        cfg: TransformerConfig = fmt.read_config(config)
-    except UnsupportedCheckpoint:
-        raise
-    except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:  # wrong JSON types
-        raise UnsupportedCheckpoint(f"{config_path}: not a readable {fmt.model_type} config "
-                                    f"({type(exc).__name__}: {_first_line(exc)})") from None
-    check_checkpoint(folder, config, fmt, cfg)      # headers only: nothing allocated yet
+    config, fmt, cfg, _ = read_checkpoint(folder)
     shard = None if comm is None else Shard.plan(cfg, comm.size, comm.rank, parallel_layers)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)

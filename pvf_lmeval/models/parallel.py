@@ -13,9 +13,10 @@ What is split (``parallel_layers``):
 - ``all``: the routed experts as above, plus attention by heads when ``N`` divides the
   key/value heads (else attention is replicated: :meth:`Shard.notes`), the dense and shared
   MLPs by their hidden width (gate/up rows, down columns), and the LM head by vocabulary rows
-  (spans ``[r * n // N, (r + 1) * n // N)``, so any ``N``). The row-split products (attention's
-  output projection, the MLPs' down projections) give partial sums that :meth:`Comm.sum` adds
-  across ranks in float32: the logits differ from one process in the last bits.
+  (spans ``[r * n // N, (r + 1) * n // N)``, so any ``N`` up to the fewest rows of these parts:
+  every rank holds some of each). The row-split products (attention's output projection, the
+  MLPs' down projections) give partial sums that :meth:`Comm.sum` adds across ranks in
+  float32: the logits differ from one process in the last bits.
 """
 
 from __future__ import annotations
@@ -93,6 +94,18 @@ def stacked_experts(native: str) -> bool:
     return parts[-1] in STACKED and parts[-2] in ("mlp", "moe")
 
 
+def _split_rows(cfg) -> list[tuple[int, str]]:
+    """(rows, what they are) of each part ``parallel_layers=all`` splits by rows: a rank with
+    none of them would hold an empty slice, so their fewest bound the ranks."""
+    rows = [(cfg.vocab_size, f"the LM head's {cfg.vocab_size} vocabulary rows (vocab_size)")]
+    if cfg.has_dense_layer:
+        rows.append((cfg.ffn_hidden, f"the MLP's {cfg.ffn_hidden} hidden units (ffn_hidden)"))
+    if cfg.moe is not None and cfg.moe.shared_hidden:
+        rows.append((cfg.moe.shared_hidden, f"the shared experts' {cfg.moe.shared_hidden} hidden "
+                                            f"units (shared_hidden)"))
+    return rows
+
+
 @dataclass(frozen=True)
 class Shard:
     """Rank ``rank`` of ``size``'s part of the network of ``cfg`` (see the module docstring).
@@ -125,6 +138,12 @@ class Shard:
                                       f"{moe.n_experts} routed experts (each rank holds an "
                                       f"equal share)")
         split = layers == "all"
+        if split and size > 1:
+            most, part = min(_split_rows(cfg))
+            if size > most:
+                raise ParallelLayoutError(
+                    f"tensor_parallel_size={size} is more ranks than the model can split: "
+                    f"parallel_layers=all gives each rank rows of {part}, so at most {most}")
         # attention of one shape in every layer, whose key/value heads split over the ranks
         heads = split and cfg.n_kv_heads % size == 0 and cfg.global_attention is None
         return cls(cfg=cfg, size=size, rank=rank, layers=layers,

@@ -33,6 +33,7 @@ import torch
 
 from ..files.reads import UnreadableFile, read_json
 from .formats import CheckpointFormat, UnsupportedCheckpoint
+from .formats.base import finite_number
 from .transformer import BidirectionalTransformer, TransformerConfig
 
 #: largest config.json / index file read, in bytes (real ones are a few KiB / a few hundred KiB)
@@ -41,6 +42,10 @@ MAX_JSON_BYTES = 16 << 20
 MAX_HEADER_BYTES = 16 << 20
 #: longest context a config may claim, in tokens
 MAX_LENGTH = 1 << 24
+#: the most elements one weight tensor may hold (released checkpoints: under 2^34, a 1T MoE's
+#: stacked experts); sizes that multiply past it fail before the network is built on the meta
+#: device, where torch's size arithmetic would overflow
+MAX_WEIGHT_ELEMENTS = 1 << 48
 #: config keys holding a context length
 LENGTH_KEYS = ("max_sequence_length", "max_position_embeddings", "seq_length", "n_positions",
                "max_seq_len", "model_max_length")
@@ -207,6 +212,13 @@ _FIELD_WORDS = {
     "norm_eps": (("eps",), ()),
     "rope_theta": (("theta",), ()),
     "max_seq_len": (LENGTH_KEYS, ()),
+    "head_size": (("head_dim",), ()),
+    "block_size": (("block", "bd_size"), ()),
+    "n_experts": (("experts",), ("per_tok", "shared")),
+    "expert_hidden": (("intermediate",), ("dense", "shared")),
+    "top_k": (("per_tok",), ()),
+    "n_groups": (("group",), ("topk",)),
+    "topk_groups": (("topk_group",), ()),
 }
 
 
@@ -225,7 +237,7 @@ def check_config_values(config: dict, where: str) -> None:
     part: token ids are checked by :func:`check_token_ids`)."""
     for key, value in config.items():
         if key.endswith("_eps") or key.endswith("epsilon"):
-            if not _is_number(value) or not math.isfinite(value) or not 0 < value < 1:
+            if not finite_number(value) or not 0 < value < 1:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a finite "
                                             f"number between 0 and 1 (exclusive)")
         elif key in LENGTH_KEYS:
@@ -233,7 +245,7 @@ def check_config_values(config: dict, where: str) -> None:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be an integer "
                                             f"from 1 to {MAX_LENGTH}")
         elif key == "rope_theta":
-            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            if not finite_number(value) or value <= 0:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a positive "
                                             f"finite number")
         elif key.endswith("_token_id") and value is not None:
@@ -245,26 +257,64 @@ def check_config_values(config: dict, where: str) -> None:
                                             f"non-negative integer token id{also}")
 
 
-def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:
-    """The network shape read from the config: positive integer sizes (``ffn_hidden`` may be 0
-    when every layer is routed), finite positive floats, heads dividing the width, key/value heads
-    dividing the heads."""
-    for f in fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.name == "ffn_hidden" and value == 0 and not cfg.has_dense_layer:
-            continue                        # every layer routed: no dense MLP to size
+def _check_fields(obj, config: dict, where: str, zero_ok: tuple[str, ...] = ()) -> None:
+    """Every integer field of the dataclass ``obj`` (a ``TransformerConfig`` or its
+    ``MoEConfig``) a positive integer, every float field a positive finite number; an optional
+    one may be None, a field of ``zero_ok`` may be 0."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        kind, _, optional = str(f.type).partition(" | ")
+        if (optional == "None" and value is None) or (f.name in zero_ok and value == 0
+                                                      and _is_int(value)):
+            continue
         key = _keys_of(config, value, f.name)
-        if f.type in ("int", int):
+        if kind == "int":
             if not _is_int(value) or value < 1:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} ({f.name}) must be a "
                                             f"positive integer")
-        elif f.type in ("float", float):
-            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        elif kind == "float":
+            if not finite_number(value) or value <= 0:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} ({f.name}) must be a "
                                             f"positive finite number")
-    if cfg.max_seq_len > MAX_LENGTH:
-        raise UnsupportedCheckpoint(f"{where}: {_keys_of(config, cfg.max_seq_len, 'max_seq_len')}"
-                                    f"={cfg.max_seq_len} exceeds {MAX_LENGTH} tokens")
+
+
+def _check_products(cfg: TransformerConfig, config: dict, where: str) -> None:
+    """The sizes of each kind of weight multiply to at most :data:`MAX_WEIGHT_ELEMENTS`."""
+    d = (cfg.d_model, _keys_of(config, cfg.d_model, "d_model"))
+    heads = (cfg.n_heads, _keys_of(config, cfg.n_heads, "n_heads"))
+    head = (cfg.head_dim, _keys_of(config, cfg.head_size, "head_size") if cfg.head_size
+            else f"{d[1]}/{heads[1]}")
+    products = [[(cfg.vocab_size, _keys_of(config, cfg.vocab_size, "vocab_size")), d],
+                [heads, head, d]]
+    if cfg.has_dense_layer:
+        products.append([(cfg.ffn_hidden, _keys_of(config, cfg.ffn_hidden, "ffn_hidden")), d])
+    m = cfg.moe
+    if m is not None:
+        products += [[(m.n_experts, _keys_of(config, m.n_experts, "n_experts")),
+                      (m.expert_hidden, _keys_of(config, m.expert_hidden, "expert_hidden")), d],
+                     [(m.shared_hidden, _keys_of(config, m.shared_hidden, "shared_hidden")), d]]
+    for factors in products:
+        n = math.prod(size for size, _ in factors)
+        if n > MAX_WEIGHT_ELEMENTS:
+            names = " x ".join(name for _, name in factors)
+            raise UnsupportedCheckpoint(f"{where}: {names} = {n} exceeds 2^48 elements, more than "
+                                        f"one weight tensor may hold")
+
+
+def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:
+    """The network shape read from the config: positive integer sizes (``ffn_hidden`` may be 0
+    when every layer is routed, a shared expert's width 0 when there is none), finite positive
+    floats, the routed experts' counts likewise, a block no longer than the longest context,
+    products of sizes within :data:`MAX_WEIGHT_ELEMENTS`, heads dividing the width, key/value
+    heads dividing the heads, an even head width."""
+    _check_fields(cfg, config, where, zero_ok=() if cfg.has_dense_layer else ("ffn_hidden",))
+    if cfg.moe is not None:
+        _check_fields(cfg.moe, config, where, zero_ok=("shared_hidden",))
+    for name, value in (("max_seq_len", cfg.max_seq_len), ("block_size", cfg.block_size)):
+        if value is not None and value > MAX_LENGTH:
+            raise UnsupportedCheckpoint(f"{where}: {_keys_of(config, value, name)}={value} "
+                                        f"exceeds {MAX_LENGTH} tokens")
+    _check_products(cfg, config, where)
     if cfg.d_model % cfg.n_heads:
         raise UnsupportedCheckpoint(
             f"{where}: {_keys_of(config, cfg.n_heads, 'n_heads')}={cfg.n_heads} attention heads "
@@ -274,8 +324,9 @@ def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:
             f"{where}: {_keys_of(config, cfg.n_kv_heads, 'n_kv_heads')}={cfg.n_kv_heads} "
             f"key/value heads do not divide the {cfg.n_heads} attention heads")
     if cfg.head_dim % 2:
-        raise UnsupportedCheckpoint(f"{where}: head width {cfg.d_model}/{cfg.n_heads} = "
-                                    f"{cfg.head_dim} is odd; rotary embeddings need it even")
+        width = (f"{_keys_of(config, cfg.head_size, 'head_size')}={cfg.head_size} (head width)"
+                 if cfg.head_size else f"head width {cfg.d_model}/{cfg.n_heads} = {cfg.head_dim}")
+        raise UnsupportedCheckpoint(f"{where}: {width} is odd; rotary embeddings need it even")
 
 
 def check_token_ids(ids: dict, vocab_size: int, where: str) -> None:

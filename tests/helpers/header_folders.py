@@ -17,8 +17,9 @@ WIDTH = {"BF16": 2, "F32": 4}
 
 def shapes_of(weights_fn, cfg: dict) -> dict[str, tuple[int, ...]]:
     """The tensor shapes a folder builder's weight function (``helpers.moe_folders``,
-    ``helpers.gemma_folders``) gives for ``cfg``: the function runs with its module's random
-    tensors replaced by their shapes (nothing allocated, no random draw)."""
+    ``helpers.qwen_folders``, ``helpers.gemma_folders``) gives for ``cfg``: the function runs
+    with its module's random tensors replaced by their shapes (nothing allocated, no random
+    draw)."""
     import sys
     from unittest import mock
 

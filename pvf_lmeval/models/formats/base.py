@@ -11,6 +11,7 @@ parameter (``blocks.{i}.mlp.gate_proj`` [E, F, d]): a name-map pattern with an `
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -23,6 +24,8 @@ QWEN_LAYER = r"model\.layers\.(?P<i>\d+)\."
 #: the most layers a per-layer routed/dense table is built for (real checkpoints hold < 200); the
 #: weights' layer count is checked later, so a config claiming 10**9 layers must fail before a table
 MAX_TABLE_LAYERS = 1 << 16
+#: the largest integer a config count may hold: torch takes sizes as 64-bit integers
+MAX_COUNT = (1 << 63) - 1
 #: the expert index of a routed expert's weight name
 EXPERT = r"experts\.(?P<e>\d+)\."
 
@@ -167,14 +170,46 @@ def check_flags(cfg: dict, flags: tuple, model_type: str) -> None:
                 f"network; supported: {allowed}")
 
 
-def need(cfg: dict, key: str, model_type: str):
+def count(cfg: dict, key: str, model_type: str, default: int | None = None, *, low: int = 1,
+          high: int | None = None, high_says: str = "") -> int:
+    """``cfg[key]`` as an integer from ``low`` to ``high`` (None: no bound), ``default`` when the
+    key is absent (None: the key is required); else a one-line error naming the key.
+
+    A float (even 16.0), a string or a bool is refused: the reference modeling code passes these
+    values to ``nn.Linear``, ``topk`` or ``view``, which take integers only, and 64-bit ones
+    (without ``high``, :data:`MAX_COUNT` bounds it). ``high_says`` names the bound in the error
+    (e.g. "num_experts=8")."""
+    value = cfg.get(key, default) if default is not None else cfg.get(key)
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if ok and value <= (MAX_COUNT if high is None else high):
+        return value
+    got = "absent" if key not in cfg and default is None else json.dumps(value)
+    if high is not None:
+        what = f"an integer from {low} to {high_says or high}"
+    else:
+        what = ("a positive integer" if low == 1 else f"an integer >= {low}") + " below 2^63"
+    raise UnsupportedCheckpoint(f"config.json: {key} is {got}; a {model_type} checkpoint needs "
+                                f"it as {what}")
+
+
+def need(cfg: dict, key: str, model_type: str) -> int:
     """A shape key the weights depend on: present, a positive integer."""
-    value = cfg.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        got = "absent" if key not in cfg else f"{json.dumps(value)}"
-        raise UnsupportedCheckpoint(f"config.json: {key} is {got}; a {model_type} checkpoint needs "
-                                    f"it as a positive integer")
-    return value
+    return count(cfg, key, model_type)
+
+
+def expert_counts(cfg: dict, model_type: str, top_k_default: int | None = None) -> tuple[int, int]:
+    """(``num_experts``, ``num_experts_per_tok``): positive integers, the second at most the first
+    (the reference's ``topk`` over the experts); ``top_k_default`` when the second is absent."""
+    n_experts = need(cfg, "num_experts", model_type)
+    return n_experts, count(cfg, "num_experts_per_tok", model_type, default=top_k_default,
+                            high=n_experts, high_says=f"num_experts={n_experts}")
+
+
+def null_or_count(cfg: dict, key: str, model_type: str, null: int) -> int:
+    """``cfg[key]`` as a positive integer, or ``null`` when the key is absent or null: the
+    reference's config class maps None to that value (e.g. ``num_key_value_heads``: one per
+    attention head); 0 is refused (the reference divides by it)."""
+    return null if cfg.get(key) is None else count(cfg, key, model_type)
 
 
 def rotary_dim(head_dim: int, factor, model_type: str) -> int:
@@ -189,10 +224,21 @@ def rotary_dim(head_dim: int, factor, model_type: str) -> int:
     return dim
 
 
-def positive(cfg: dict, key: str, default, model_type: str) -> float:
-    """``cfg[key]`` (``default`` when absent): a positive number, else a one-line error."""
+def finite_number(value) -> bool:
+    """A JSON number the network can compute with: a finite float, or an integer torch takes as
+    a 64-bit scalar (2**64 overflows ``theta ** positions``; 10**400 no float holds)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+
+
+def positive(cfg: dict, key: str, default, model_type: str, high: float = math.inf) -> float:
+    """``cfg[key]`` (``default`` when absent): a finite number in (0, ``high``], else a one-line
+    error. An integer is taken as it is (the reference multiplies by it); a string is refused
+    (the reference's product with a string raises)."""
     value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if not finite_number(value) or not 0 < value <= high:
+        bound = "a positive number" if high == math.inf else f"a finite number in (0, {high:g}]"
         raise UnsupportedCheckpoint(f"config.json: {key}={json.dumps(value)}; a {model_type} "
-                                    f"checkpoint needs it as a positive number")
+                                    f"checkpoint needs it as {bound}")
     return value

@@ -4,7 +4,7 @@ shifted by one (the output at ``i-1`` predicts ``i``)."""
 from __future__ import annotations
 
 from ..transformer import TransformerConfig
-from .base import CheckpointFormat, check_flags, need, qwen_names
+from .base import CheckpointFormat, check_flags, need, null_or_count, qwen_names
 
 #: Qwen2's names: q/k/v biases, no QK norm
 DREAM_NAMES = qwen_names(biases="qkv")
@@ -30,7 +30,7 @@ def qwen2_config(cfg: dict, mt: str, flags: tuple = DREAM_FLAGS, **extra) -> Tra
         d_model=need(cfg, "hidden_size", mt),
         n_layers=need(cfg, "num_hidden_layers", mt),
         n_heads=n_heads,
-        n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
+        n_kv_heads=null_or_count(cfg, "num_key_value_heads", mt, null=n_heads),
         ffn_hidden=need(cfg, "intermediate_size", mt),
         norm_eps=cfg.get("rms_norm_eps", 1e-6),
         rope_theta=cfg.get("rope_theta", 10000.0),

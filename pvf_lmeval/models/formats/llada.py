@@ -7,7 +7,7 @@ from dataclasses import replace
 import json
 
 from ..transformer import TransformerConfig
-from .base import CheckpointFormat, UnsupportedCheckpoint, check_flags, need
+from .base import CheckpointFormat, UnsupportedCheckpoint, check_flags, count, need
 
 _LLADA_BLOCK = r"model\.transformer\.blocks\.(?P<i>\d+)\."
 LLADA_NAMES = (
@@ -53,28 +53,49 @@ LLADA_FLAGS = (
 
 def _llada_kv_heads(cfg: dict, n_heads: int) -> int:
     """LLaDA's effective key/value head count (``n_kv_heads``, or ``multi_query_attention``)."""
-    n_kv, mqa = cfg.get("n_kv_heads"), cfg.get("multi_query_attention")
+    mqa = cfg.get("multi_query_attention")
     implied = None if mqa is None else (1 if mqa else n_heads)
-    if n_kv is None:
+    if cfg.get("n_kv_heads") is None:
         return implied or n_heads
+    n_kv = need(cfg, "n_kv_heads", "LLaDA")
     if implied is not None and n_kv != implied:
         raise UnsupportedCheckpoint(f"config.json: n_kv_heads={n_kv} contradicts "
                                     f"multi_query_attention={json.dumps(mqa)}")
     return n_kv
 
 
+def _llada_ffn(cfg: dict, d_model: int) -> int:
+    """LLaDA's MLP width: ``mlp_hidden_size``, or ``mlp_ratio * d_model`` when it is null
+    (both integers: the reference sizes ``nn.Linear`` with the product as it is)."""
+    if cfg.get("mlp_hidden_size") is not None:
+        return need(cfg, "mlp_hidden_size", "LLaDA")
+    return count(cfg, "mlp_ratio", "LLaDA", default=4) * d_model
+
+
+def _llada_vocab(cfg: dict) -> int:
+    """The embedding rows: ``embedding_size``, or ``vocab_size`` when it is null, as LLaDA reads
+    them; LLaDA refuses an ``embedding_size`` below ``vocab_size`` (0 included)."""
+    vocab = need(cfg, "vocab_size", "LLaDA")
+    if cfg.get("embedding_size") is None:
+        return vocab
+    rows = need(cfg, "embedding_size", "LLaDA")
+    if rows < vocab:
+        raise UnsupportedCheckpoint(f"config.json: embedding_size={rows} is smaller than "
+                                    f"vocab_size={vocab}; LLaDA needs an embedding row per "
+                                    f"token id")
+    return rows
+
+
 def _llada_read(cfg: dict) -> TransformerConfig:
     check_flags(cfg, LLADA_FLAGS, "LLaDA")
     d_model, n_heads = need(cfg, "d_model", "LLaDA"), need(cfg, "n_heads", "LLaDA")
-    ffn = cfg.get("mlp_hidden_size") or cfg.get("mlp_ratio", 4) * d_model
-    vocab = cfg.get("embedding_size") or need(cfg, "vocab_size", "LLaDA")
     return TransformerConfig(
-        vocab_size=vocab,
+        vocab_size=_llada_vocab(cfg),
         d_model=d_model,
         n_layers=need(cfg, "n_layers", "LLaDA"),
         n_heads=n_heads,
         n_kv_heads=_llada_kv_heads(cfg, n_heads),
-        ffn_hidden=ffn,
+        ffn_hidden=_llada_ffn(cfg, d_model),
         norm_eps=cfg.get("rms_norm_eps", 1e-5),
         rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=bool(cfg.get("include_qkv_bias", False)),

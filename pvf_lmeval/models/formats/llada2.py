@@ -17,7 +17,7 @@ import json
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
 from .base import (EXPERT, MAX_TABLE_LAYERS, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint,
-                   check_flags, need, positive, rotary_dim)
+                   check_flags, count, expert_counts, need, positive, rotary_dim)
 
 #: block length of LLaDA2's reference ``generate`` (its default ``block_length``)
 LLADA2_BLOCK_SIZE = 32
@@ -62,6 +62,38 @@ LLADA2_FLAGS = (
 )
 
 
+#: the largest ``routed_scaling_factor`` read (released checkpoints: 2.5; other MoEs up to 16):
+#: a larger one scales the routed experts' sum past what the residual stream holds
+MAX_ROUTED_SCALING = 1000.0
+
+
+def _llada2_moe(cfg: dict, mt: str, routed: tuple[bool, ...]) -> MoEConfig:
+    """LLaDA 2.x's routing from config.json, each count an integer in the range the reference's
+    ``topk`` and group view need (absent: its config class's defaults)."""
+    n_experts, top_k = expert_counts(cfg, mt, top_k_default=2)
+    expert_hidden = need(cfg, "moe_intermediate_size", mt)
+    # the reference builds no shared expert for a null count, and a zero-width one for 0
+    shared = 0 if cfg.get("num_shared_experts") is None else count(cfg, "num_shared_experts", mt,
+                                                                   low=0)
+    n_groups = count(cfg, "n_group", mt, default=8)
+    if n_experts % n_groups:
+        raise UnsupportedCheckpoint(f"config.json: n_group is {n_groups}; a {mt} checkpoint needs "
+                                    f"it as a divisor of num_experts={n_experts}")
+    if n_groups > 1 and n_experts // n_groups < 2:
+        raise UnsupportedCheckpoint(f"config.json: n_group is {n_groups}; a {mt} checkpoint needs "
+                                    f"it at most {n_experts // 2} (num_experts={n_experts} / 2: a "
+                                    f"group is scored by its two best experts)")
+    return MoEConfig(
+        n_experts=n_experts, top_k=top_k, expert_hidden=expert_hidden,
+        shared_hidden=expert_hidden * shared, score="sigmoid", expert_bias=True,
+        bias_in_weight=False, normalize=True,
+        scaling=positive(cfg, "routed_scaling_factor", 2.5, mt, high=MAX_ROUTED_SCALING),
+        n_groups=n_groups,
+        topk_groups=count(cfg, "topk_group", mt, default=4, high=n_groups,
+                          high_says=f"n_group={n_groups}"),
+        router_fp32=True, layers=routed)
+
+
 def _llada2_reader(model_type: str, zero_kv_means_all: bool):
     def read(cfg: dict) -> TransformerConfig:
         mt = model_type
@@ -74,26 +106,16 @@ def _llada2_reader(model_type: str, zero_kv_means_all: bool):
         if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv < 1 or n_heads % n_kv:
             raise UnsupportedCheckpoint(f"config.json: num_key_value_heads={json.dumps(n_kv)}; a {mt} "
                                         f"checkpoint needs a positive divisor of num_attention_heads={n_heads}")
-        head_dim = cfg.get("head_dim") or d_model // n_heads
-        dense = cfg.get("first_k_dense_replace", 0)
-        if isinstance(dense, bool) or not isinstance(dense, int) or dense < 0:
-            raise UnsupportedCheckpoint(f"config.json: first_k_dense_replace={json.dumps(dense)} must "
-                                        f"be a non-negative integer")
+        # the config class reads a null or 0 head_dim as the width / heads
+        head_dim = need(cfg, "head_dim", mt) if cfg.get("head_dim") else d_model // n_heads
+        dense = count(cfg, "first_k_dense_replace", mt, default=0, low=0)
         moe = None
         if n_layers > MAX_TABLE_LAYERS:
             raise UnsupportedCheckpoint(f"config.json: num_hidden_layers={n_layers}; a {mt} "
                                         f"checkpoint has at most {MAX_TABLE_LAYERS}")
         routed = tuple(i >= dense for i in range(n_layers))
         if cfg.get("num_experts") is not None and any(routed):
-            shared = cfg.get("num_shared_experts", 0) or 0
-            expert_hidden = need(cfg, "moe_intermediate_size", mt)
-            moe = MoEConfig(
-                n_experts=need(cfg, "num_experts", mt), top_k=cfg.get("num_experts_per_tok", 2),
-                expert_hidden=expert_hidden, shared_hidden=expert_hidden * shared,
-                score="sigmoid", expert_bias=True, bias_in_weight=False, normalize=True,
-                scaling=float(cfg.get("routed_scaling_factor", 2.5)),
-                n_groups=cfg.get("n_group", 8), topk_groups=cfg.get("topk_group", 4),
-                router_fp32=True, layers=routed)
+            moe = _llada2_moe(cfg, mt, routed)
         all_routed = moe is not None and all(routed)
         return TransformerConfig(
             vocab_size=need(cfg, "vocab_size", mt), d_model=d_model, n_layers=n_layers,

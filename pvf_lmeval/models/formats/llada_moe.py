@@ -18,7 +18,7 @@ import json
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
 from .base import (EXPERT, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint, check_flags, need,
-                   positive, qwen_names, rotary_dim)
+                   expert_counts, null_or_count, positive, qwen_names, rotary_dim)
 
 LLADA_MOE_NAMES = qwen_names(biases="qkvo", qk_norm=True) + (
     (QWEN_LAYER + r"mlp\.gate\.weight", "blocks.{i}.mlp.router.weight"),
@@ -51,8 +51,8 @@ def _routed_layers(freq, n_layers: int, mt: str) -> tuple[bool, ...]:
         shown = json.dumps(freq)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise UnsupportedCheckpoint(f"config.json: moe_layer_freq={shown}; a {mt} checkpoint "
-                                    f"needs a list of at least {n_layers} numbers, one per layer "
-                                    f"(0 = dense, else routed)")
+                                    f"needs a list of at least num_hidden_layers={n_layers} "
+                                    f"numbers, one per layer (0 = dense, else routed)")
     return tuple(v != 0 for v in freq[:n_layers])
 
 
@@ -66,12 +66,13 @@ def _lladamoe_read(cfg: dict) -> TransformerConfig:
         raise UnsupportedCheckpoint(f"config.json: hidden_size={d_model} is not a multiple of "
                                     f"num_attention_heads={n_heads}")
     if cfg.get("head_dim") not in (None, head_dim):
-        raise UnsupportedCheckpoint(f"config.json: head_dim={cfg['head_dim']} differs from "
+        raise UnsupportedCheckpoint(f"config.json: head_dim={json.dumps(cfg['head_dim'])} differs from "
                                     f"hidden_size/num_attention_heads={head_dim}, which {mt} attention uses")
     routed = _routed_layers(cfg.get("moe_layer_freq"), n_layers, mt)
     shared = cfg.get("shared_expert_intermediate_size")
+    n_experts, top_k = expert_counts(cfg, mt)
     moe = MoEConfig(
-        n_experts=need(cfg, "num_experts", mt), top_k=need(cfg, "num_experts_per_tok", mt),
+        n_experts=n_experts, top_k=top_k,
         expert_hidden=need(cfg, "expert_intermediate_size", mt),
         shared_hidden=0 if shared is None else need(cfg, "shared_expert_intermediate_size", mt),
         score="softmax", expert_bias=bool(cfg.get("moe_router_enable_expert_bias")),
@@ -79,7 +80,7 @@ def _lladamoe_read(cfg: dict) -> TransformerConfig:
     bias = bool(cfg.get("attention_bias", False))
     return TransformerConfig(
         vocab_size=need(cfg, "vocab_size", mt), d_model=d_model, n_layers=n_layers,
-        n_heads=n_heads, n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
+        n_heads=n_heads, n_kv_heads=null_or_count(cfg, "num_key_value_heads", mt, null=n_heads),
         ffn_hidden=0 if all(routed) else need(cfg, "dense_intermediate_size", mt),
         norm_eps=cfg.get("rms_norm_eps", 1e-5),
         rope_theta=positive(cfg, "rope_theta", -1, mt),

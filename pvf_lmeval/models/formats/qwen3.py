@@ -16,7 +16,8 @@ Qwen3 attention: per-head RMSNorm on queries and keys (``q_norm``/``k_norm``) be
 - RND1 (``modeling_rnd.py``): Qwen3-MoE, bidirectional, shifted logits (the output at ``i-1``
   predicts ``i``, ``sampling.py``), mask 151669 (its config class's default). Its config class
   overwrites the routing keys with Qwen3-30B-A3B's values whatever config.json says (every layer
-  routed, weights renormalised: ``norm_topk_prob`` true; ``head_dim`` 128); so do we.
+  routed, weights renormalised: ``norm_topk_prob`` true; ``head_dim`` 128); so do we. It also
+  writes ``rope_scaling: false``, read as no scaling, as its rotary reads it.
 
 Qwen3-MoE feed-forward (transformers' ``Qwen3MoeSparseMoeBlock``): softmax over the experts in
 float32, the ``num_experts_per_tok`` best, divided by their sum when ``norm_topk_prob`` (also for a
@@ -31,7 +32,7 @@ import json
 from ..moe import MoEConfig
 from ..transformer import TransformerConfig
 from .base import (EXPERT, MAX_TABLE_LAYERS, QWEN_LAYER, CheckpointFormat, UnsupportedCheckpoint,
-                   check_flags, need, qwen_names)
+                   check_flags, count, expert_counts, need, null_or_count, qwen_names)
 
 #: SDAR's block length when config.json has no ``block_size`` (the reference generate's default)
 SDAR_BLOCK_SIZE = 4
@@ -55,6 +56,11 @@ QWEN3_FLAGS = (
     ("attention_bias", False, (False, True)),
     ("tie_word_embeddings", False, (False, True)),
 )
+#: RND1's: its config class writes ``rope_scaling: false`` (and ``sliding_window: false``, which
+#: no reader uses), and its rotary, transformers' Qwen3-MoE one, reads anything but a dict as no
+#: scaling; SDAR's config class raises on false (``rope_config_validation``)
+RND1_FLAGS = tuple((key, default, (None, False) if key == "rope_scaling" else supported)
+                   for key, default, supported in QWEN3_FLAGS)
 
 
 def _block_size(cfg: dict, mt: str) -> int:
@@ -88,19 +94,23 @@ def _routed_layers(cfg: dict, n_layers: int, mt: str) -> tuple[bool, ...] | None
 
 
 def _qwen3(cfg: dict, mt: str, *, head_dim_default: int | None, moe: MoEConfig | None = None,
-           block_size: int | None = None, norm_weight_fp32: bool = False) -> TransformerConfig:
+           block_size: int | None = None, norm_weight_fp32: bool = False,
+           flags: tuple = QWEN3_FLAGS) -> TransformerConfig:
     """The network of a Qwen3-layout config; ``head_dim_default``: the reference's ``head_dim``
     when the key is absent (None: ``hidden_size // num_attention_heads``); ``norm_weight_fp32``:
     the reference's norms are flash-attn's fused kernel (``TransformerConfig``)."""
-    check_flags(cfg, QWEN3_FLAGS, mt)
+    check_flags(cfg, flags, mt)
     d_model, n_heads = need(cfg, "hidden_size", mt), need(cfg, "num_attention_heads", mt)
-    head_dim = cfg.get("head_dim", head_dim_default) or d_model // n_heads
+    # Qwen3's attention sizes its projections by head_dim as it stands: a null or 0 one builds
+    # nothing the weights fit, so only an absent key takes the default
+    head_dim = (count(cfg, "head_dim", mt) if "head_dim" in cfg
+                else head_dim_default or d_model // n_heads)
     all_routed = moe is not None and moe.all_routed
     bias = bool(cfg.get("attention_bias", False))
     return TransformerConfig(
         vocab_size=need(cfg, "vocab_size", mt), d_model=d_model,
         n_layers=need(cfg, "num_hidden_layers", mt), n_heads=n_heads,
-        n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
+        n_kv_heads=null_or_count(cfg, "num_key_value_heads", mt, null=n_heads),
         ffn_hidden=0 if all_routed else need(cfg, "intermediate_size", mt),
         norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=cfg.get("rope_theta", 10000.0),
         qkv_bias=bias, o_bias=bias, max_seq_len=cfg.get("max_position_embeddings", 32768),
@@ -109,8 +119,9 @@ def _qwen3(cfg: dict, mt: str, *, head_dim_default: int | None, moe: MoEConfig |
 
 
 def _qwen3_moe(cfg: dict, mt: str, n_layers: int, normalize: bool) -> MoEConfig:
+    n_experts, top_k = expert_counts(cfg, mt)
     return MoEConfig(
-        n_experts=need(cfg, "num_experts", mt), top_k=need(cfg, "num_experts_per_tok", mt),
+        n_experts=n_experts, top_k=top_k,
         expert_hidden=need(cfg, "moe_intermediate_size", mt), score="softmax",
         normalize=normalize, normalize_single=True, layers=_routed_layers(cfg, n_layers, mt))
 
@@ -131,11 +142,11 @@ def _sdar_moe_read(cfg: dict) -> TransformerConfig:
 def _rnd1_read(cfg: dict) -> TransformerConfig:
     mt = "RND1"
     n_layers = need(cfg, "num_hidden_layers", mt)
-    moe = MoEConfig(n_experts=need(cfg, "num_experts", mt),
-                    top_k=need(cfg, "num_experts_per_tok", mt),
+    n_experts, top_k = expert_counts(cfg, mt)
+    moe = MoEConfig(n_experts=n_experts, top_k=top_k,
                     expert_hidden=need(cfg, "moe_intermediate_size", mt), score="softmax",
                     normalize=True, normalize_single=True)
-    return _qwen3(cfg, mt, head_dim_default=128, moe=moe)
+    return _qwen3(cfg, mt, head_dim_default=128, moe=moe, flags=RND1_FLAGS)
 
 
 def _writer(model_type: str, architecture: str):

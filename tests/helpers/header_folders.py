@@ -18,13 +18,19 @@ WIDTH = {"BF16": 2, "F32": 4}
 def shapes_of(weights_fn, cfg: dict) -> dict[str, tuple[int, ...]]:
     """The tensor shapes a folder builder's weight function (``helpers.moe_folders``,
     ``helpers.qwen_folders``, ``helpers.gemma_folders``) gives for ``cfg``: the function runs
-    with its module's random tensors replaced by their shapes (nothing allocated, no random
-    draw)."""
+    with the random tensors of its module and of the builders it calls (qwen_folders uses
+    moe_folders' expert weights) replaced by their shapes (nothing allocated, no random draw)."""
     import sys
+    from contextlib import ExitStack
     from unittest import mock
 
-    with mock.patch.object(sys.modules[weights_fn.__module__], "_random",
-                           lambda shape, gen, kind: tuple(shape)):
+    from helpers import gemma_folders, moe_folders, qwen_folders
+
+    modules = {sys.modules[weights_fn.__module__], moe_folders, qwen_folders, gemma_folders}
+    with ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(mock.patch.object(module, "_random",
+                                                  lambda shape, gen, kind: tuple(shape)))
         return weights_fn(cfg, 0)
 
 

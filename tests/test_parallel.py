@@ -152,6 +152,25 @@ def test_tensor_parallel_logits_within_1e_5(pool, folders, one_thread, name):
         assert err <= 1e-5, float(err)
 
 
+@pytest.mark.parametrize("name,layers", [("llada", "all"), ("llada2", "all"),
+                                         ("llada2", "experts")])
+def test_shadow_calls_split_over_the_ranks_are_one_process(pool, folders, one_thread, name,
+                                                          layers):
+    """Calls with a shadow block (``Shadow``): expert parallel bit for bit one process's logits,
+    tensor parallel within 1e-5 of them (as above)."""
+    got = _same_on_both(pool.run(jobs.logits, folders[name], layers, True))
+    want = jobs.logits(folders[name], None, True)
+    assert [w.shape[:2] for w in want] == [(3, 20 + 8), (3, 6 + 8), (3, 40 + 8)]
+    for g, w in zip(got, want):
+        if layers == "experts":
+            assert torch.equal(g, w)
+            continue
+        finite = torch.isfinite(w)
+        assert torch.equal(finite, torch.isfinite(g))
+        row = w.masked_fill(~finite, 0).abs().amax(-1, keepdim=True)
+        assert ((g - w).masked_fill(~finite, 0).abs() / row).max() <= 1e-5
+
+
 def test_tensor_parallel_decodes_the_trained_fixture_as_one_process(pool, one_thread):
     """tiny-llada (trained, confident) under tensor parallel 2: every decoder and cache mode
     commits the tokens of one process (its logits differ in the last bits only)."""
@@ -229,8 +248,11 @@ def test_a_row_split_product_with_a_bias_is_the_whole_product(pool, one_thread):
     assert (got - torch.nn.functional.linear(x, w, b)).abs().max() <= 1e-5
 
 
-def test_a_divergence_between_the_ranks_is_named(pool, folders):
-    got = pool.run(jobs.diverge, folders["llada2"], "all")
+@pytest.mark.parametrize("name,layers,what", [("llada2", "all", "tokens"),
+                                               ("llada2", "experts", "shadow")])
+def test_a_divergence_between_the_ranks_is_named(pool, folders, name, layers, what):
+    """Other tokens, or the same tokens with another shadow, on rank 1."""
+    got = pool.run(jobs.diverge, folders[name], layers, what)
     for message in got:
         assert message.startswith("RanksDiverged: pvf-dlm: tensor-parallel ranks diverged: the "
                                   "inputs of model call "), message

@@ -2,7 +2,8 @@
 
     mask_id: int
     eos_ids: tuple[int, ...]
-    logits(tokens, positions, *, attention_mask=None, cache=None) -> FloatTensor[N, P, V]
+    logits(tokens, positions, *, attention_mask=None, cache=None, shadow=None)
+        -> FloatTensor[N, P, V], or [N, P + S, V] with a shadow of S rows
 
 plus the optional extras ``pad_id``, ``vocab_size``, ``device``, ``tokenizer``, ``family`` and
 ``block_size`` (block diffusion: the network applies the block-causal mask itself).
@@ -171,7 +172,7 @@ class DiffusionLM:
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, positions: torch.Tensor, *, attention_mask=None,
-               cache=None, self_conditioning=None):
+               cache=None, self_conditioning=None, shadow=None):
         """Logits [N, P, V] (float32) predicting canvas ``positions`` ([P] or [N, P]) of ``tokens`` [N, T].
 
         ``cache``: None, a per-request KV cache object, or ``[(cache_or_None, n_rows), ...]`` for
@@ -185,9 +186,18 @@ class DiffusionLM:
         canvas (transformers' ``generate`` hands over these logits divided by the step's
         temperature, rounded to the model's dtype, which this network does itself); None at a
         canvas's first step. Its logits are softcapped (float32). No KV cache yet (``cache``).
+
+        ``shadow`` (``tensors.shadow.Shadow(start [N], length)``, WINO's verification rows):
+        ``length`` mask tokens appended to every row as a shadow copy of canvas columns
+        ``start .. start + length - 1`` (who sees whom: ``tensors/shadow.py``); the result is
+        [N, P + length, V], the canvas rows as without a shadow followed by the shadow rows.
+        Refused in one line on a logit-shifted family (Dream, Fast-dLLM v2, RND1), on a
+        uniform-state one, and with a ``cache``.
         """
+        if shadow is not None:
+            self._check_shadow(tokens, attention_mask, cache, shadow)
         if self.check_ranks and self.comm is not None:
-            self._same_call_on_every_rank(tokens, positions, attention_mask)
+            self._same_call_on_every_rank(tokens, positions, attention_mask, shadow)
         if self.canvas_length is not None:
             return self._canvas_logits(tokens, positions, attention_mask, cache, self_conditioning)
         if self_conditioning is not None:
@@ -202,7 +212,10 @@ class DiffusionLM:
         # neighbour and reads output 0, as upstream Dream does (cat([logits[:, :1], logits[:, :-1]])).
         # Without the clamp, [P] positions wrapped to the last row and [N, P] positions raised.
         src = (positions.to(tokens.device) - self.logit_shift).clamp(min=0)
-        rows = self.net.hidden(tokens, attention_mask, kv_out=kv_out, out_index=src)
+        if shadow is not None:
+            tokens = torch.cat([tokens, tokens.new_full((tokens.shape[0], shadow.length),
+                                                        self.mask_id)], dim=1)
+        rows = self.net.hidden(tokens, attention_mask, kv_out=kv_out, out_index=src, shadow=shadow)
         if segs is not None:
             keep_pending(segs, kv_out)
         return self._head(rows)
@@ -231,13 +244,52 @@ class DiffusionLM:
                                self_conditioning=self_conditioning)
         return self._head(rows)
 
-    def _same_call_on_every_rank(self, tokens, positions, attention_mask) -> None:
-        """With ``check_ranks``: a fingerprint of the call's tokens, positions and mask,
+    def _check_shadow(self, tokens, attention_mask, cache, shadow) -> None:
+        """One-line errors for a ``shadow`` the call cannot take, before any work. The values of
+        ``shadow.start`` are checked on the device (no host read): out of range, or a shadowed
+        column that is padding, stops the call with a RuntimeError naming ``shadow.start`` (on
+        CUDA, a device-side assert)."""
+        who = self.family
+        if self.canvas_length is not None:
+            raise ValueError(f"shadow: {who} is a uniform-state model (no mask token to fill "
+                             f"the shadow rows); call without shadow")
+        if self.logit_shift:
+            raise ValueError(f"shadow: {who} shifts its logits (position j is read from the row "
+                             f"at j - 1, which a shadow row does not hide), so no shadow row "
+                             f"predicts a position without seeing its token; shadow is for "
+                             f"unshifted families; call without shadow")
+        if cache is not None:
+            raise ValueError("cache: a call with a shadow takes no KV cache (cache=None)")
+        n, t = tokens.shape
+        length, start = shadow.length, shadow.start
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= t:
+            raise ValueError(f"shadow.length={length!r} must be an integer from 1 to the call's "
+                             f"{t} canvas columns")
+        if (not isinstance(start, torch.Tensor) or start.dtype not in (torch.int64, torch.int32)
+                or tuple(start.shape) != (n,)):
+            what = (f"{start.dtype} of shape {tuple(start.shape)}" if isinstance(start, torch.Tensor)
+                    else type(start).__name__)
+            raise ValueError(f"shadow.start must be an int64 or int32 tensor [N] = [{n}] (one "
+                             f"start column per row); got {what}")
+        inside = (start >= 0) & (start <= t - length)
+        torch._assert_async(inside.all(), f"shadow.start: every start must lie in 0..{t - length} "
+                                          f"(the {t} canvas columns minus shadow.length={length})")
+        if attention_mask is not None:
+            real = attention_mask.to(torch.bool).gather(
+                1, (start.clamp(0, t - length)[:, None]
+                    + torch.arange(length, device=start.device)))
+            torch._assert_async(real.all(), "shadow.start: a shadowed column is padding "
+                                            "(attention_mask 0); shadow real canvas columns")
+
+    def _same_call_on_every_rank(self, tokens, positions, attention_mask, shadow=None) -> None:
+        """With ``check_ranks``: a fingerprint of the call's tokens, positions, mask and shadow,
         compared across the tensor-parallel ranks before any of them computes (one gather and
         one host read): ranks whose decoding took different turns stop here with
         ``parallel.RanksDiverged``, never waiting on each other in a collective."""
         self._calls += 1
-        same_on_every_rank(self.comm, call_fingerprint(tokens, positions, attention_mask),
+        rows = None if shadow is None else torch.cat(
+            [shadow.start.long().reshape(-1), shadow.start.new_tensor([shadow.length]).long()])
+        same_on_every_rank(self.comm, call_fingerprint(tokens, positions, attention_mask, rows),
                            f"the inputs of model call {self._calls}")
 
     def _head(self, rows: torch.Tensor) -> torch.Tensor:

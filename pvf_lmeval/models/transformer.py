@@ -30,6 +30,7 @@ from .canvas import split_attention
 from .mlp import ACTIVATIONS, MLP
 from .moe import MoEConfig, RoutedExperts
 from .parallel import row_parallel
+from .shadow import ShadowMask, shadow_columns, shadow_positions, shadow_visible
 
 
 @dataclass(frozen=True)
@@ -316,9 +317,24 @@ class Attention(nn.Module):
         q = self._queries(take_rows(x, out_index), take_rows(cos, out_index),
                           take_rows(sin, out_index))
         k, v = self._kv(x, cos, sin)
-        out = ops.attention(q, k, v, attn_bias, self.n_kv_heads != self.n_heads, self.scale)
+        out = self._attend(q, k, v, attn_bias)
         n, p = q.shape[0], q.shape[2]
         return self._out(out.transpose(1, 2).reshape(n, p, -1)), k, v
+
+    def _attend(self, q, k, v, attn_bias):
+        """``ops.attention`` of queries ``q`` over keys ``k``/``v`` as ``attn_bias`` allows. A
+        :class:`.shadow.ShadowMask` (a shadow call: the last ``S`` queries and keys are the
+        shadow's) makes two calls: the canvas queries over the canvas keys with the canvas
+        mask (the call without a shadow), the shadow queries over every key with theirs."""
+        gqa = self.n_kv_heads != self.n_heads
+        if not isinstance(attn_bias, ShadowMask):
+            return ops.attention(q, k, v, attn_bias, gqa, self.scale)
+        s = attn_bias.shadow.shape[-2]
+        t = k.shape[2] - s
+        canvas = ops.attention(q[:, :, :-s], k[:, :, :t], v[:, :, :t], attn_bias.canvas, gqa,
+                               self.scale)
+        shadow = ops.attention(q[:, :, -s:], k, v, attn_bias.shadow, gqa, self.scale)
+        return torch.cat([canvas, shadow], dim=2)
 
     def _out(self, x):
         """The output projection of the heads' outputs ``x`` [N, P, heads * D]."""
@@ -516,7 +532,7 @@ class BidirectionalTransformer(nn.Module):
     def hidden(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
                position_ids: torch.Tensor | None = None, kv_out: list | None = None,
                out_index: torch.Tensor | None = None,
-               self_conditioning: torch.Tensor | None = None) -> torch.Tensor:
+               self_conditioning: torch.Tensor | None = None, shadow=None) -> torch.Tensor:
         """Final-norm hidden states [N, T, d_model], or [N, P, d_model] at ``out_index`` ([P] or
         [N, P] canvas indices): the last layer then computes only those query rows (exact: the
         other rows' outputs feed nothing), which spares the positions no caller reads.
@@ -532,9 +548,22 @@ class BidirectionalTransformer(nn.Module):
         canvas and the columns before them the context (``canvas.py`` says who sees whom);
         ``self_conditioning`` [N, canvas_length, V]: the previous denoising step's logits for
         the canvas input (None: none, a canvas's first step).
+
+        ``shadow`` (``tensors.shadow.Shadow``): the last ``shadow.length`` columns of ``tokens``
+        are shadow rows of the canvas columns ``shadow.start + j`` (``shadow.py`` says who sees
+        whom); ``attention_mask``, ``position_ids`` and ``out_index`` cover the canvas columns;
+        the result holds the canvas rows (all of them, or ``out_index``'s) followed by the
+        shadow rows, and ``kv_out`` the keys and values of both.
         """
         n, t = tokens.shape
         x = self._embed(tokens)
+        s = 0
+        if shadow is not None:
+            if self.cfg.canvas_length is not None:
+                raise ValueError("shadow rows are not defined for a network with a canvas "
+                                 "(canvas_length)")
+            s = shadow.length
+            t -= s
         context = None
         if self.cfg.canvas_length is not None:
             if t < self.cfg.canvas_length:
@@ -551,13 +580,24 @@ class BidirectionalTransformer(nn.Module):
             position_ids = torch.arange(t, device=tokens.device)[None]
         if out_index is not None and out_index.dim() == 1:
             out_index = out_index.expand(n, -1).contiguous()   # one index form: one compiled graph
+        canvas_positions, canvas_index = position_ids, out_index
+        if shadow is not None:
+            columns = shadow_columns(shadow.start, s)
+            position_ids = shadow_positions(position_ids, columns)
+            shadow_bias = additive_bias(
+                shadow_visible(position_ids, columns, keep, self.block_size)[:, None], x.dtype)
+            if out_index is not None:
+                rows = torch.arange(t, t + s, device=tokens.device).expand(n, -1)
+                out_index = torch.cat([out_index, rows], dim=1)
         last = len(self.blocks) - 1
         kinds = {}      # per kind of layer (global or not): tables and masks, built once
         for i, block in enumerate(self.blocks):
             kind = self.cfg.is_global(i)
             if kind not in kinds:
-                kinds[kind] = (*self._rotary(position_ids, x.dtype, i),
-                               *self._biases(position_ids, t, i, keep, x.dtype, out_index))
+                biases = self._biases(canvas_positions, t, i, keep, x.dtype, canvas_index)
+                if shadow is not None:
+                    biases = tuple(ShadowMask(b, shadow_bias) for b in biases)
+                kinds[kind] = (*self._rotary(position_ids, x.dtype, i), *biases)
             cos, sin, attn_bias, last_bias = kinds[kind]
             extra = () if context is None else (context,)
             if i == last and out_index is not None:

@@ -14,6 +14,7 @@ import torch
 
 from pvf_lmeval.decoding import decode_batch
 from pvf_lmeval.models import load_model
+from pvf_lmeval.tensors.shadow import Shadow
 
 _MODELS: dict = {}
 
@@ -53,9 +54,12 @@ def calls(vocab: int, canvas: int = 40, rows: int = 3, seed: int = 0) -> list[tu
             (tokens, per_row, None), (tokens, torch.arange(canvas), mask)]
 
 
-def logits(folder: str, layers: str | None) -> list[torch.Tensor]:
+def logits(folder: str, layers: str | None, shadow: bool = False) -> list[torch.Tensor]:
+    """The logits of every call of :func:`calls`; with ``shadow``, each call with a shadow of
+    8 rows at columns 20, 24 and 16 of its three rows."""
     m = model(folder, layers)
-    return [m.logits(t, p, attention_mask=a) for t, p, a in calls(m.vocab_size)]
+    extra = {"shadow": Shadow(torch.tensor([20, 24, 16]), 8)} if shadow else {}
+    return [m.logits(t, p, attention_mask=a, **extra) for t, p, a in calls(m.vocab_size)]
 
 
 def decodes(folder: str, layers: str | None, cases: list[tuple[str, dict]],
@@ -123,17 +127,22 @@ def compare_values(per_rank: list) -> str:
     return "same"
 
 
-def diverge(folder: str, layers: str) -> str:
-    """Rank 1 calls the model with other tokens than rank 0: the call check must stop both."""
+def diverge(folder: str, layers: str, what: str = "tokens") -> str:
+    """Rank 1 calls the model with other tokens than rank 0 (``what="shadow"``: the same tokens
+    with a shadow of other start columns): the call check must stop both."""
     import torch.distributed as dist
 
     m = model(folder, layers)
     tokens, positions, _ = calls(m.vocab_size)[0]
-    if dist.get_rank() == 1:
+    other = dist.get_rank() == 1
+    extra = {}
+    if what == "shadow":
+        extra["shadow"] = Shadow(torch.tensor([20, 24 + other, 16]), 8)
+    elif other:
         tokens = tokens.clone()
         tokens[0, 0] += 1
     try:
-        m.logits(tokens, positions)
+        m.logits(tokens, positions, **extra)
     except Exception as exc:          # noqa: BLE001  (the message is what the test checks)
         return f"{type(exc).__name__}: {exc}"
     return "no error"

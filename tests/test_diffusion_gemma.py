@@ -308,8 +308,10 @@ def test_expert_and_tensor_parallel_on_two_real_processes(folders):
     ({"layer_types": ["sliding_attention"] * 5}, {}, "text_config.layer_types=["),
     ({"num_experts": None}, {}, "text_config.num_experts is null"),
     ({"final_logit_softcapping": None}, {}, "text_config.final_logit_softcapping=null"),
-    ({"num_global_key_value_heads": 3}, {}, "key/value heads that divide num_attention_heads=4"),
-    ({}, {"canvas_length": 0}, "canvas_length=0; a diffusion_gemma checkpoint needs a positive"),
+    ({"num_global_key_value_heads": 3}, {}, "text_config.num_global_key_value_heads=3 key/value "
+                                            "heads do not divide num_attention_heads=4"),
+    ({}, {"canvas_length": 0}, "canvas_length is 0; a diffusion_gemma checkpoint needs it as a "
+                               "positive integer"),
     ({}, {"text_config": None}, "text_config=null; a diffusion_gemma checkpoint needs"),
 ])
 def test_what_the_network_does_not_implement_is_refused_in_one_line(text, top, says):

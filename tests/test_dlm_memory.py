@@ -2,8 +2,11 @@
 
 A LLaDA2.0-flash-shaped folder (the published config: 32 layers, the first dense, hidden 4096,
 32 query / 4 key-value heads of 128, 256 routed experts of 1024, one shared expert, vocabulary
-157,184) whose files are headers over holes: the figures come from the headers only, and must
-equal the hand arithmetic below on the published shapes.
+157,184) and a DiffusionGemma-26B-A4B-shaped one whose files are headers over holes: the figures
+come from the headers only, and must equal the hand arithmetic below on the published shapes.
+DiffusionGemma's KV cache is the context's as transformers' ``DynamicCache`` holds it between
+calls (its ``DynamicSlidingWindowLayer`` keeps the last ``sliding_window - 1`` positions of a
+sliding-window layer). Hostile folders get the loader's one-line errors.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import shutil
 
 import pytest
 import torch
-from helpers.gemma_folders import PUBLISHED, gemma_config, gemma_weights
+from helpers.gemma_folders import (PUBLISHED, gemma_config, gemma_weights, make_gemma_folder,
+                                   make_saved_gemma_folder)
 from helpers.bounds import bounded
 from helpers.edited_folders import edit_config
 from helpers.header_folders import shapes_of, write_header_files
@@ -97,7 +101,9 @@ def test_the_command_prints_the_table(flash, capsys):
     assert lines[5].split() == ["weights", f"{(experts + other) / 1e9:.2f}",
                                 str(experts + other)]
     assert lines[6].split() == ["KV", "cache", f"{kv / 1e9:.2f}", str(kv)]
-    assert "batch_size=16 x 1280 tokens (prompt_length 256 + gen_length 1024)" in out.out
+    assert lines[8] == ("KV cache: batch_size=16 x 1280 tokens (prompt_length 256 + gen_length "
+                        "1024): every layer's keys and values at every position, as cache=prefix "
+                        "or dual hold them; activations are not included")
 
 
 @pytest.mark.parametrize("spec,says", [
@@ -154,8 +160,28 @@ def test_diffusion_gemma_26b_per_rank_at_expert_parallel(gemma26b, n):
     fp = footprint(gemma26b, n, "experts", torch.bfloat16, batch_size=1, tokens=4096)
     assert (fp.experts, fp.other) == _gemma_by_hand(n)
     assert fp.whole == sum(_gemma_by_hand(1))
-    keys = SLIDING[0] * SLIDING[1] * SLIDING[2] + GLOBAL[0] * GLOBAL[1] * GLOBAL[2]
-    assert fp.kv_cache == 2 * keys * 4096 * 2
+
+
+@pytest.mark.parametrize("tokens,kept", [(4096, 1023), (1024, 1023), (1023, 1023), (512, 512)])
+def test_diffusion_gemma_sliding_layers_keep_their_window(gemma26b, tokens, kept):
+    """Keys and values, bfloat16, 3 requests: the 5 global layers (2 heads of 512) at every
+    position, the 25 sliding-window layers (8 heads of 256) at the last sliding_window - 1 =
+    1023 (counted at every position, one request of 4096 tokens gave 0.92 GB where the cache
+    holds 0.29 GB)."""
+    fp = footprint(gemma26b, 2, "experts", torch.bfloat16, batch_size=3, tokens=tokens)
+    assert fp.kv_cache == 2 * (5 * 2 * 512 * tokens + 25 * 8 * 256 * kept) * 3 * 2
+
+
+def test_diffusion_gemma_kv_line_says_what_it_counts(gemma26b, capsys):
+    assert dlm.main(["memory", f"pretrained={gemma26b},prompt_length=4000,gen_length=96"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    kv = 2 * (5 * 2 * 512 * 4096 + 25 * 8 * 256 * 1023) * 2
+    assert lines[5].split() == ["KV", "cache", f"{kv / 1e9:.2f}", str(kv)]
+    assert lines[7] == (
+        "KV cache: batch_size=1 x 4096 tokens (prompt_length 4000 + gen_length 96): the context's "
+        "keys and values as transformers' DynamicCache holds them between calls (5 global "
+        "layers: every position; 25 sliding-window layers: the last 1023, sliding_window - 1); "
+        "the decoders here keep no cache for diffusion_gemma; activations are not included")
 
 
 def test_diffusion_gemma_26b_replicates_attention_when_all_is_split(gemma26b):
@@ -207,6 +233,46 @@ def test_a_config_the_loader_refuses_is_refused_in_one_line(llada_copy, capsys, 
     "KV cache -16384 bytes", 10**21 layers 8.2e15 GB."""
     edit_config(llada_copy, **changes)
     code, out, err = _memory(f"pretrained={llada_copy},tp_size=2", capsys)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("pvf-dlm memory: ") and says in err, err
+
+
+@pytest.fixture(scope="module")
+def gemma_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gemma")
+    return {"published": make_gemma_folder(root / "published"),
+            "saved": make_saved_gemma_folder(root / "saved")}
+
+
+@pytest.mark.parametrize("form,path,value,says", [
+    # a traceback from the meta-device build (TypeError: empty() ... Overflow)
+    ("published", ("text_config", "global_head_dim"), 2 ** 64, "text_config.global_head_dim is "
+                                                               "18446744073709551616"),
+    ("saved", ("text_config", "per_layer_config", "5", "head_dim"), 2 ** 64,
+     'text_config.per_layer_config["5"].head_dim is 18446744073709551616'),
+    ("published", ("text_config", "global_head_dim"), 2 ** 44, "num_attention_heads x "
+                                                               "global_head_dim x hidden_size"),
+    ("published", ("text_config", "num_global_key_value_heads"), 10 ** 12,
+     "text_config.num_global_key_value_heads=1000000000000 key/value heads do not divide"),
+    ("published", ("text_config", "top_k_experts"), 10 ** 12, "text_config.top_k_experts is "
+                                                              "1000000000000"),
+    # a table of a window and a canvas no context holds
+    ("published", ("text_config", "sliding_window"), 10 ** 12, "sliding_window=1000000000000 "
+                                                               "exceeds 16777216 tokens"),
+    ("published", ("canvas_length",), 10 ** 12, "canvas_length=1000000000000 exceeds"),
+    ("published", ("text_config", "num_attention_heads"), -16, "text_config.num_attention_heads "
+                                                               "is -16"),
+])
+def test_a_diffusion_gemma_config_the_loader_refuses_is_one_line(gemma_folders, tmp_path, capsys,
+                                                                 form, path, value, says):
+    folder = shutil.copytree(gemma_folders[form], tmp_path / "g")
+    cfg = json.loads((folder / "config.json").read_text())
+    inner = cfg
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
+    (folder / "config.json").write_text(json.dumps(cfg))
+    code, out, err = _memory(f"pretrained={folder},gen_length=64", capsys)
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert err.startswith("pvf-dlm memory: ") and says in err, err
 

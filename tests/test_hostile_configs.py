@@ -1,19 +1,24 @@
 """Numeric config.json values of every family, typed and bounded before anything is allocated.
 
 Each family's folder is built from its published config (``helpers/qwen_folders.py``,
-``helpers/moe_folders.py``, ``helpers/hub_folders.py``: every key as released, sizes scaled
-down). A size, count or index is an integer (a float such as 16.0 or a string such as "16" is
-refused: the reference modeling code passes it to ``nn.Linear``, ``topk`` or ``view``, which take
-integers only), a float is a finite number in its range, a product of sizes stays within the
-caps of ``models/validation.py``; each refusal is one line naming the key, before any weight is
-read. The property test sets every numeric key of every family to a negative, zero, float,
-string, NaN, infinite or huge value: each loads with logits free of NaN and +inf or fails in one line naming
-the key (or, for a value of the right type, the weight the safetensors headers hold that
-contradicts it), and a load of a value equal to the published one gives the published logits
-exactly."""
+``helpers/moe_folders.py``, ``helpers/hub_folders.py``, ``helpers/gemma_folders.py``: every key
+as released, sizes scaled down); DiffusionGemma's also as its configuration class saves it
+(``per_layer_config``). A size, count or index is an integer (a float such as 16.0 or a string
+such as "16" is refused: the reference modeling code passes it to ``nn.Linear``, ``topk`` or
+``view``, which take integers only, and DiffusionGemma's strict configuration class refuses it,
+unless it drops the value as equal to the global one), a float is a finite number in its range,
+a product of sizes stays within the caps of ``models/validation.py``; each refusal is one line
+naming the key, before any weight is read. The property test sets every numeric key of every
+family (nested ones too: DiffusionGemma's ``text_config``, its ``rope_parameters`` and
+``per_layer_config``; not its vision tower's, which nothing reads) to a negative, zero, float,
+string, NaN, infinite or huge value: each loads with logits free of NaN and +inf or fails in one
+line naming the key (or, for a value of the right type, the weight the safetensors headers hold
+that contradicts it), and a load of a value equal to the published one gives the published
+logits exactly."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -22,6 +27,7 @@ import pytest
 import torch
 from helpers.bounds import bounded
 from helpers.edited_folders import DROP, edited_copy
+from helpers.gemma_folders import make_gemma_folder, make_saved_gemma_folder
 from helpers.hub_folders import make_dream_folder, make_llada_folder, make_mmada_folder
 from helpers.moe_folders import make_llada2_folder, make_lladamoe_folder
 from helpers.qwen_folders import make_fast_dllm_folder, make_rnd1_folder, make_sdar_folder
@@ -41,6 +47,8 @@ BUILDERS = {
     "sdar_moe": lambda folder: make_sdar_folder(folder, moe=True, mlp_only_layers=[0]),
     "rnd1": make_rnd1_folder,
     "fast_dllm": make_fast_dllm_folder,
+    "diffusion_gemma": make_gemma_folder,
+    "diffusion_gemma_saved": make_saved_gemma_folder,
 }
 
 
@@ -221,6 +229,227 @@ def test_numbers_past_what_torch_and_floats_hold_are_one_line(folders, tmp_path,
     assert says in _refused(folder, key, json.dumps(value)[:40])     # long values are cut
 
 
+# --- DiffusionGemma: text_config, its rotary parameters and per_layer_config ----------------------
+
+def _set(config: dict, path: tuple, value) -> dict:
+    """A deep copy of ``config`` with the value at ``path`` (keys into nested objects) set."""
+    out = copy.deepcopy(config)
+    inner = out
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
+    return out
+
+
+def _copy_with(src, dst, path: tuple, value):
+    """A copy of folder ``src`` at ``dst`` whose config.json holds ``value`` at ``path``."""
+    cfg = json.loads((src / "config.json").read_text())
+    return edited_copy(src, dst, **{path[0]: _set(cfg, path, value)[path[0]]})
+
+
+T = "text_config"
+#: the counts of ``DiffusionGemmaTextConfig`` (``int`` fields: its strict dataclass refuses a
+#: float, a string, a bool) the network is sized by
+GEMMA_COUNTS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "global_head_dim",
+                "num_global_key_value_heads", "num_experts", "top_k_experts",
+                "moe_intermediate_size", "sliding_window", "max_position_embeddings"]
+
+
+@pytest.mark.parametrize("key", GEMMA_COUNTS)
+@pytest.mark.parametrize("value", [-16, 0, 1.5, "2", math.nan, math.inf, True])
+def test_a_diffusion_gemma_count_that_is_not_a_positive_integer_is_one_line(folders, tmp_path,
+                                                                             key, value):
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", (T, key), value)
+    _refused(folder, f"{T}.{key}", json.dumps(value))
+
+
+@pytest.mark.parametrize("family,path,value", [
+    ("diffusion_gemma", (T, "global_head_dim"), 2 ** 64),
+    ("diffusion_gemma_saved", (T, "per_layer_config", "5", "head_dim"), 2 ** 64),
+    *(("diffusion_gemma", (T, key), v) for v in (10 ** 12, 2 ** 64)
+      for key in ("num_global_key_value_heads", "top_k_experts", "sliding_window")),
+    ("diffusion_gemma_saved", (T, "per_layer_config", "5", "num_key_value_heads"), 10 ** 12),
+    ("diffusion_gemma", ("canvas_length",), 10 ** 12),
+    ("diffusion_gemma", ("canvas_length",), 2 ** 64),
+])
+def test_a_huge_diffusion_gemma_count_is_one_line_naming_it(folders, tmp_path, family, path,
+                                                            value):
+    """Past what the weights may hold, the heads divide, the experts number, a context holds or
+    64 bits: one line naming the key. A global head width of 2^64 was a traceback from the
+    meta-device build (in ``pvf-dlm memory`` too), 10^12 global key/value heads named
+    ``num_key_value_heads``, 10^12 experts per token was "not a readable config", a window or a
+    canvas of 10^12 loaded (a window of 2^64 then overflowed at the first forward)."""
+    folder = _copy_with(folders[family], tmp_path / "g", path, value)
+    with bounded(seconds=30, extra_bytes=256 << 20), pytest.raises(UnsupportedCheckpoint) as exc:
+        load_model(str(folder), device="cpu", dtype="float32")
+    msg = str(exc.value)
+    assert "\n" not in msg and path[-1] in msg, msg
+    assert "weight '" not in msg and "not a readable" not in msg, msg
+
+
+@pytest.mark.parametrize("family,path,says", [
+    ("diffusion_gemma", (T, "global_head_dim"), "num_attention_heads x global_head_dim x "
+                                                "hidden_size"),
+    ("diffusion_gemma_saved", (T, "per_layer_config", "5", "head_dim"),
+     'num_attention_heads x text_config.per_layer_config["5"].head_dim x hidden_size'),
+])
+def test_a_global_layer_past_the_weight_cap_is_one_line(folders, tmp_path, family, path, says):
+    folder = _copy_with(folders[family], tmp_path / "g", path, 2 ** 44)
+    with bounded(seconds=30, extra_bytes=256 << 20), pytest.raises(UnsupportedCheckpoint) as exc:
+        load_model(str(folder), device="cpu", dtype="float32")
+    msg = str(exc.value)
+    assert "\n" not in msg and says in msg and "exceeds 2^48 elements" in msg, msg
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("sliding_window", 10 ** 12, "exceeds 16777216 tokens"),
+    ("canvas_length", 10 ** 12, "exceeds 16777216 tokens"),
+    ("num_global_key_value_heads", 3, "text_config.num_global_key_value_heads=3 key/value "
+                                      "heads do not divide num_attention_heads=4"),
+    ("global_head_dim", 15, "text_config.global_head_dim=15 is odd; rotary embeddings need it "
+                            "even"),
+    ("top_k_experts", 9, "an integer from 1 to num_experts=8"),
+    # no per-layer table of more layers than any checkpoint holds (checked against the weights
+    # later)
+    ("num_hidden_layers", 65537, "an integer from 1 to 65536"),
+])
+def test_diffusion_gemma_sizes_out_of_their_range_name_the_key(folders, tmp_path, key, value,
+                                                               says):
+    path = (key,) if key == "canvas_length" else (T, key)
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", path, value)
+    assert says in _refused(folder, path[-1], json.dumps(value))
+
+
+@pytest.mark.parametrize("value", [-8, 0, 8.0, "8", math.nan, None, 2 ** 64])
+def test_a_canvas_length_that_is_not_a_positive_integer_is_one_line(folders, tmp_path, value):
+    """``DiffusionGemmaConfig.canvas_length`` is ``int | None``; ``generate`` divides by it and
+    sizes the canvas with it: null, 0 or a negative one cannot decode."""
+    folder = edited_copy(folders["diffusion_gemma"], tmp_path / "g", canvas_length=value)
+    _refused(folder, "canvas_length", json.dumps(value))
+
+
+@pytest.mark.parametrize("key,value", [
+    ("rms_norm_eps", v) for v in (-1e-6, 0, 1, "1e-06", math.nan, math.inf, 1e300, True)] + [
+    ("final_logit_softcapping", v) for v in (-30.0, 0, "30", math.nan, math.inf, 1e300, 2 ** 64,
+                                             True, None)])
+def test_diffusion_gemma_numbers_are_finite_and_positive(folders, tmp_path, key, value):
+    """A softcap of 1e300 loaded and gave NaN logits (the cap is applied in float32, where
+    1e300 is infinite); 0, NaN or infinite ones do so in the reference; a string raises there."""
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", (T, key), value)
+    _refused(folder, key, json.dumps(value))
+
+
+def _rope(kind: str, key: str) -> tuple:
+    return (T, "rope_parameters", kind, key)
+
+
+@pytest.mark.parametrize("kind", ["sliding_attention", "full_attention"])
+@pytest.mark.parametrize("value", [-1.0, 0, "1e4", math.nan, math.inf, 2 ** 64,
+                                   pytest.param(10 ** 400, id="10^400"), True, None])
+def test_a_rope_theta_is_a_finite_positive_number(folders, tmp_path, kind, value):
+    """10^400 was "not a readable config" (OverflowError); 2^64 overflows the reference's build;
+    -1, 0, NaN and inf load there and rotate by nothing or garbage."""
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", _rope(kind, "rope_theta"),
+                        value)
+    _refused(folder, f"{kind}.rope_theta", json.dumps(value)[:40])
+
+
+@pytest.mark.parametrize("kind,value", [
+    ("sliding_attention", v) for v in (0.5, 0.25, 0, -1, 1.5, "1", math.nan)] + [
+    ("full_attention", v) for v in (0, -0.25, 1.5, "0.25", math.nan, math.inf)])
+def test_a_partial_rotary_factor_the_reference_cannot_run_is_one_line(folders, tmp_path, kind,
+                                                                      value):
+    """The sliding layers' default rotary turns the whole head in the reference (a factor below 1
+    sizes its tables smaller than the head, and its forward raises; 0.5 loaded here and rotated
+    half the head); the global layers' proportional one takes a factor in (0, 1] that turns at
+    least one frequency pair."""
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g",
+                        _rope(kind, "partial_rotary_factor"), value)
+    _refused(folder, f"{kind}.partial_rotary_factor", json.dumps(value))
+
+
+@pytest.mark.parametrize("key", ["eos_token_id", "pad_token_id", "bos_token_id"])
+@pytest.mark.parametrize("value", [-1, 1.5, "1", math.nan])
+def test_text_config_token_ids_are_token_ids_even_under_a_top_level_one(folders, tmp_path, key,
+                                                                        value):
+    """The top level's ``eos_token_id`` is the one in use; the text config's, which it hides,
+    is still a token id (the configuration class refuses a float or a string there): 1.5
+    loaded unnoticed."""
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", (T, key), value)
+    _refused(folder, key, json.dumps(value))
+
+
+def test_a_list_of_end_ids_under_a_top_level_one_loads(folders, tmp_path):
+    """The text config's ``eos_token_id`` may be a list (``int | list[int] | None``), as the top
+    level's is: hidden by the top level's, it is checked as a list of token ids."""
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", (T, "eos_token_id"), [1, 106])
+    assert load_model(str(folder), device="cpu", dtype="float32").eos_ids == (1, 106)
+
+
+@pytest.mark.parametrize("layer", ["2\u00b2", "-1", "6", "five"])
+def test_a_per_layer_config_index_that_is_no_layer_is_one_line(folders, tmp_path, layer):
+    """``"2²"`` passed ``str.isdigit`` and raised in ``int`` ("not a readable config")."""
+    cfg = json.loads((folders["diffusion_gemma_saved"] / "config.json").read_text())
+    plc = {layer: cfg[T]["per_layer_config"]["5"]}
+    folder = _copy_with(folders["diffusion_gemma_saved"], tmp_path / "g",
+                        (T, "per_layer_config"), plc)
+    with bounded(seconds=30, extra_bytes=256 << 20), pytest.raises(UnsupportedCheckpoint) as exc:
+        load_model(str(folder), device="cpu", dtype="float32")
+    msg = str(exc.value)
+    assert "\n" not in msg and f"per_layer_config[{json.dumps(layer)}]" in msg, msg
+
+
+@pytest.fixture(scope="module")
+def even(tmp_path_factory):
+    """A DiffusionGemma folder whose global layers have the sliding layers' shape (16 x 2), and
+    its logits: what a float of the same value must load as."""
+    folder = make_gemma_folder(tmp_path_factory.mktemp("even") / "g", global_head_dim=16,
+                               num_global_key_value_heads=2)
+    return folder, _logits(load_model(str(folder), device="cpu", dtype="float32"))
+
+
+@pytest.mark.parametrize("changes", [
+    {"global_head_dim": 16.0}, {"num_global_key_value_heads": 2.0},
+    {"global_head_dim": 16.0, "num_global_key_value_heads": 2.0},
+    {"global_head_dim": DROP, "num_global_key_value_heads": DROP,
+     "per_layer_config": {"5": {"head_dim": 16.0, "num_key_value_heads": 2.0}}},
+    {"global_head_dim": DROP, "num_global_key_value_heads": DROP,
+     "per_layer_config": {"+5": {"head_dim": 16, "num_key_value_heads": 2}}},
+])
+def test_a_per_layer_value_equal_to_the_global_one_loads_as_it(even, tmp_path, changes):
+    """The configuration class drops a per-layer override equal (``==``) to the global value
+    before its strict type check, so a global layer's 16.0 beside a ``head_dim`` of 16 is 16;
+    its index is read with ``int`` ("+5" is layer 5)."""
+    from transformers import DiffusionGemmaTextConfig
+
+    folder, logits = even
+    cfg = json.loads((folder / "config.json").read_text())
+    text = {k: v for k, v in cfg[T].items() if k not in changes or changes[k] is not DROP}
+    text.update({k: v for k, v in changes.items() if v is not DROP})
+    ref = DiffusionGemmaTextConfig(**{k: v for k, v in text.items()
+                                      if k not in ("model_type", "dtype")})
+    assert type(ref.per_layer_config[5].head_dim) is int          # the reference's reading
+    model = load_model(str(edited_copy(folder, tmp_path / "g", **{T: text})), device="cpu",
+                       dtype="float32")
+    assert model.net.cfg.global_attention.head_dim == 16
+    assert torch.equal(_logits(model), logits)
+
+
+@pytest.mark.parametrize("path,value", [
+    ((T, "final_logit_softcapping"), 30), (_rope("sliding_attention", "rope_theta"), 10000),
+    (_rope("full_attention", "rope_theta"), 1000000),
+    (_rope("sliding_attention", "partial_rotary_factor"), 1),
+])
+def test_a_number_written_as_an_integer_loads_as_the_float(folders, published, tmp_path, path,
+                                                           value):
+    """The configuration class types these as floats without refusing an integer, and the
+    reference computes the same with it."""
+    logits = published["diffusion_gemma"][3]
+    folder = _copy_with(folders["diffusion_gemma"], tmp_path / "g", path, value)
+    assert torch.equal(_logits(load_model(str(folder), device="cpu", dtype="float32")), logits)
+
+
 # --- every numeric key of every family, by property ---------------------------------------------
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -251,10 +480,25 @@ def _replace(value, kind: str):
     return float(kind)
 
 
-def _numeric_keys(folder) -> list[str]:
-    cfg = json.loads((folder / "config.json").read_text())
-    return sorted(k for k, v in cfg.items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool))
+def _numeric_keys(folder) -> list[tuple[str, ...]]:
+    """The paths (keys into nested objects) of config.json's numbers, the vision tower's left
+    out (the text network reads none of its keys)."""
+    def walk(obj: dict, path: tuple) -> list[tuple[str, ...]]:
+        found = []
+        for key, value in obj.items():
+            if isinstance(value, dict) and key != "vision_config":
+                found += walk(value, path + (key,))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                found.append(path + (key,))
+        return found
+
+    return sorted(walk(json.loads((folder / "config.json").read_text()), ()))
+
+
+def _at(config: dict, path: tuple):
+    for key in path:
+        config = config[key]
+    return config
 
 
 #: a canvas every family's vocabulary holds (ids below 691, the smallest fixture vocabulary)
@@ -262,9 +506,15 @@ TOKENS = torch.tensor([[3, 17, 101, 250, 5, 9, 400, 77]])
 
 
 def _logits(model) -> torch.Tensor:
-    x = TOKENS.clone()
-    x[0, 4:] = model.mask_id
-    return model.logits(x, torch.arange(x.shape[1]))
+    """Logits of the masked half of TOKENS; for a uniform-state model (no mask), of a canvas of
+    TOKENS after a context of its first half."""
+    if model.canvas_length is None:
+        x = TOKENS.clone()
+        x[0, 4:] = model.mask_id
+        return model.logits(x, torch.arange(x.shape[1]))
+    c = model.canvas_length
+    x = torch.cat([TOKENS[:, :4], TOKENS.repeat(1, -(-c // TOKENS.shape[1]))[:, :c]], dim=1)
+    return model.logits(x, torch.arange(4, 4 + c))
 
 
 @pytest.fixture(scope="module")
@@ -290,9 +540,10 @@ def test_every_numeric_key_loads_as_published_or_fails_in_one_line_naming_it(pub
     def run(data):
         name = data.draw(st.sampled_from(names))
         work, base, keys, logits = published[name]
-        key = data.draw(st.sampled_from(keys))
-        value = _replace(base[key], data.draw(st.sampled_from(KINDS)))
-        (work / "config.json").write_text(json.dumps({**base, key: value}))
+        path = data.draw(st.sampled_from(keys))
+        key, published_value = path[-1], _at(base, path)
+        value = _replace(published_value, data.draw(st.sampled_from(KINDS)))
+        (work / "config.json").write_text(json.dumps(_set(base, path, value)))
         try:
             with bounded(seconds=60, extra_bytes=512 << 20):
                 model = load_model(str(work), device="cpu", dtype="float32")
@@ -303,7 +554,7 @@ def test_every_numeric_key_loads_as_published_or_fails_in_one_line_naming_it(pub
             return
         got = _logits(model)          # -inf only where the model masks undecodable ids
         assert not bool(got.isnan().any() or (got == math.inf).any()), (name, key, value)
-        equal = (not isinstance(value, (str, bool)) and value == base[key]
+        equal = (not isinstance(value, (str, bool)) and value == published_value
                  and not (isinstance(value, float) and math.isnan(value)))
         if equal:
             assert torch.equal(got, logits), (name, key, value)
@@ -346,6 +597,27 @@ def test_check_shape_checks_what_a_reader_let_through(moe, config, says):
     cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                             ffn_hidden=0, moe=MoEConfig(**{"n_experts": 8, "top_k": 2,
                                                            "expert_hidden": 16, **moe}))
+    with pytest.raises(UnsupportedCheckpoint) as exc:
+        check_shape(cfg, {"hidden_size": 32, **config}, "config.json")
+    assert str(exc.value) == f"config.json: {says}"
+
+
+@pytest.mark.parametrize("attention,config,says", [
+    (dict(head_dim=16.0), {"global_head_dim": 16.0}, "global_head_dim=16.0 (head_dim) must be a "
+                                                     "positive integer"),
+    (dict(n_kv_heads=-1), {"num_global_key_value_heads": -1},
+     "num_global_key_value_heads=-1 (n_kv_heads) must be a positive integer"),
+    (dict(rope_theta=math.nan), {}, "rope_theta=NaN (rope_theta) must be a positive finite number"),
+])
+def test_check_shape_checks_a_global_layer_a_reader_let_through(attention, config, says):
+    """The global layers' attention (DiffusionGemma's) under the same check as the rest."""
+    from pvf_lmeval.models.transformer import LayerAttention, TransformerConfig
+    from pvf_lmeval.models.validation import check_shape
+
+    cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            ffn_hidden=64, global_layers=(False, True),
+                            global_attention=LayerAttention(**{"head_dim": 16, "n_kv_heads": 1,
+                                                               "rope_theta": 1e6, **attention}))
     with pytest.raises(UnsupportedCheckpoint) as exc:
         check_shape(cfg, {"hidden_size": 32, **config}, "config.json")
     assert str(exc.value) == f"config.json: {says}"

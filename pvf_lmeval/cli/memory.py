@@ -101,7 +101,7 @@ def report(args: dict) -> str:
              f"{'per rank':<16}{'GB':>9}{'bytes':>16}"]
     lines += [f"  {name:<14}{value / GB:>9.2f}{value:>16}" for name, value in rows]
     lines += [f"KV cache: batch_size={args['batch_size']} x {tokens} tokens (prompt_length "
-              f"{args['prompt_length']} + gen_length {args['gen_length']}), cache=prefix or "
-              f"dual; activations are not included",
+              f"{args['prompt_length']} + gen_length {args['gen_length']}): {fp.kv_covers}; "
+              f"activations are not included",
               f"whole model: {fp.whole / GB:.2f} GB of weights"]
     return "\n".join(lines) + "\n"

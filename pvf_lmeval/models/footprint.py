@@ -3,8 +3,11 @@ safetensors headers alone (no tensor is read).
 
 Weights per rank are what the loader reads under the same :class:`.parallel.Shard` plan (each
 header's shape through :meth:`Shard.part`), at the dtype the run uses; the KV cache per rank is
-``2 (keys, values) x the sum over layers of the rank's key/value heads x their head_dim x tokens x
-requests x bytes`` (a request's branches share its cache). Activations are not estimated.
+``2 (keys, values) x the sum over layers of the rank's key/value heads x their head_dim x the
+positions the layer keeps x requests x bytes`` (a request's branches share its cache): every
+position, or on a sliding-window layer the last ``sliding_window - 1``, as transformers'
+``DynamicSlidingWindowLayer`` keeps them between calls (DiffusionGemma's context; the decoders
+here keep no cache for a uniform-state model, :func:`kv_covers`). Activations are not estimated.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Footprint:
     experts: int             # routed experts' weights
     other: int               # every other weight
     kv_cache: int
+    kv_covers: str           # what ``kv_cache`` counts, in words (:func:`kv_covers`)
     whole: int               # the whole model's weights at ``dtype``
     notes: tuple[str, ...]
 
@@ -42,14 +46,31 @@ class Footprint:
         return self.experts + self.other
 
 
-def kv_per_token(cfg, shard: Shard) -> int:
-    """Key (or value) elements per token over all layers on ``shard``'s rank: per layer its
-    key/value heads (split when attention is) times their width."""
-    def per_layer(a) -> int:
-        return shard.width(a.n_kv_heads, shard.attention) * a.head_dim
+def kv_elements(cfg, shard: Shard, tokens: int) -> int:
+    """Key (or value) elements one request's cache of ``tokens`` positions holds on ``shard``'s
+    rank: per layer its key/value heads (split when attention is) times their width times the
+    positions it keeps (every one; on a sliding-window layer at most ``sliding_window - 1``)."""
+    def per_layer(i: int) -> int:
+        a, window = cfg.attention_of(i), cfg.window_of(i)
+        kept = tokens if window is None else min(tokens, window - 1)
+        return shard.width(a.n_kv_heads, shard.attention) * a.head_dim * kept
     if cfg.global_layers is None:
-        return cfg.n_layers * per_layer(cfg.attention_of(0))
-    return sum(per_layer(cfg.attention_of(i)) for i in range(cfg.n_layers))
+        return cfg.n_layers * per_layer(0)
+    return sum(per_layer(i) for i in range(cfg.n_layers))
+
+
+def kv_covers(cfg, model_type: str) -> str:
+    """What :func:`kv_elements` counts for network ``cfg``, in words."""
+    if cfg.canvas_length is None:
+        return "every layer's keys and values at every position, as cache=prefix or dual hold them"
+    sliding = sum(cfg.window_of(i) is not None for i in range(cfg.n_layers))
+    full = cfg.n_layers - sliding
+    kept = [f"{full} global layer{'s' * (full > 1)}: every position"] * (full > 0)
+    if sliding:
+        kept.append(f"{sliding} sliding-window layer{'s' * (sliding > 1)}: the last "
+                    f"{cfg.sliding_window - 1}, sliding_window - 1")
+    return (f"the context's keys and values as transformers' DynamicCache holds them between "
+            f"calls ({'; '.join(kept)}); the decoders here keep no cache for {model_type}")
 
 
 def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bfloat16,
@@ -88,7 +109,8 @@ def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bflo
                 other += n * math.prod(read) * width
         per_rank.append((experts + other, experts, other, shard))
     _, experts, other, shard = max(per_rank, key=lambda r: r[0])
-    kv = 2 * kv_per_token(cfg, shard) * tokens * batch_size * width
+    kv = 2 * kv_elements(cfg, shard, tokens) * batch_size * width
     return Footprint(model_type=fmt.model_type, size=size, layers=layers, dtype=dtype,
-                     experts=experts, other=other, kv_cache=kv, whole=whole,
+                     experts=experts, other=other, kv_cache=kv,
+                     kv_covers=kv_covers(cfg, fmt.model_type), whole=whole,
                      notes=tuple(shard.notes()))

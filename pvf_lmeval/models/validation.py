@@ -214,6 +214,9 @@ _FIELD_WORDS = {
     "max_seq_len": (LENGTH_KEYS, ()),
     "head_size": (("head_dim",), ()),
     "block_size": (("block", "bd_size"), ()),
+    "canvas_length": (("canvas",), ()),
+    "sliding_window": (("window",), ()),
+    "global_head_dim": (("head_dim",), ()),
     "n_experts": (("experts",), ("per_tok", "shared")),
     "expert_hidden": (("intermediate",), ("dense", "shared")),
     "top_k": (("per_tok",), ()),
@@ -234,25 +237,27 @@ def _keys_of(config: dict, value, field: str) -> str:
 
 def check_config_values(config: dict, where: str) -> None:
     """Generic value ranges of config keys, whichever format they belong to (vocabulary-free
-    part: token ids are checked by :func:`check_token_ids`)."""
+    part: token ids are checked by :func:`check_token_ids`). A key may be a path into a nested
+    object (``text_config.eos_token_id``): its last name says what it holds."""
     for key, value in config.items():
+        name = key.rpartition(".")[2]
         if key.endswith("_eps") or key.endswith("epsilon"):
             if not finite_number(value) or not 0 < value < 1:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a finite "
                                             f"number between 0 and 1 (exclusive)")
-        elif key in LENGTH_KEYS:
+        elif name in LENGTH_KEYS:
             if not _is_int(value) or not 1 <= value <= MAX_LENGTH:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be an integer "
                                             f"from 1 to {MAX_LENGTH}")
-        elif key == "rope_theta":
+        elif name == "rope_theta":
             if not finite_number(value) or value <= 0:
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a positive "
                                             f"finite number")
         elif key.endswith("_token_id") and value is not None:
-            several = key in LIST_ID_KEYS and isinstance(value, list)
+            several = name in LIST_ID_KEYS and isinstance(value, list)
             ids = value if several else [value]
             if not ids or not all(_is_int(i) and i >= 0 for i in ids):
-                also = " (or a list of them)" if key in LIST_ID_KEYS else ""
+                also = " (or a list of them)" if name in LIST_ID_KEYS else ""
                 raise UnsupportedCheckpoint(f"{where}: {key}={_show(value)} must be a "
                                             f"non-negative integer token id{also}")
 
@@ -286,6 +291,10 @@ def _check_products(cfg: TransformerConfig, config: dict, where: str) -> None:
             else f"{d[1]}/{heads[1]}")
     products = [[(cfg.vocab_size, _keys_of(config, cfg.vocab_size, "vocab_size")), d],
                 [heads, head, d]]
+    g = cfg.global_attention
+    if g is not None:
+        products.append([heads, (g.head_dim, _keys_of(config, g.head_dim, "global_head_dim")),
+                         d])
     if cfg.has_dense_layer:
         products.append([(cfg.ffn_hidden, _keys_of(config, cfg.ffn_hidden, "ffn_hidden")), d])
     m = cfg.moe
@@ -304,13 +313,17 @@ def _check_products(cfg: TransformerConfig, config: dict, where: str) -> None:
 def check_shape(cfg: TransformerConfig, config: dict, where: str) -> None:
     """The network shape read from the config: positive integer sizes (``ffn_hidden`` may be 0
     when every layer is routed, a shared expert's width 0 when there is none), finite positive
-    floats, the routed experts' counts likewise, a block no longer than the longest context,
-    products of sizes within :data:`MAX_WEIGHT_ELEMENTS`, heads dividing the width, key/value
-    heads dividing the heads, an even head width."""
+    floats, the routed experts' counts and the global layers' attention likewise, a block, a
+    canvas and a sliding window no longer than the longest context, products of sizes within
+    :data:`MAX_WEIGHT_ELEMENTS`, heads dividing the width, key/value heads dividing the heads,
+    an even head width."""
     _check_fields(cfg, config, where, zero_ok=() if cfg.has_dense_layer else ("ffn_hidden",))
-    if cfg.moe is not None:
-        _check_fields(cfg.moe, config, where, zero_ok=("shared_hidden",))
-    for name, value in (("max_seq_len", cfg.max_seq_len), ("block_size", cfg.block_size)):
+    for part in (cfg.moe, cfg.global_attention):
+        if part is not None:
+            _check_fields(part, config, where, zero_ok=("shared_hidden",))
+    for name, value in (("max_seq_len", cfg.max_seq_len), ("block_size", cfg.block_size),
+                        ("canvas_length", cfg.canvas_length),
+                        ("sliding_window", cfg.sliding_window)):
         if value is not None and value > MAX_LENGTH:
             raise UnsupportedCheckpoint(f"{where}: {_keys_of(config, value, name)}={value} "
                                         f"exceeds {MAX_LENGTH} tokens")

@@ -10,6 +10,8 @@ stack once under ``model.decoder.*`` (the head is the embedding), the encoder's 
 ``layer_scalar`` buffers, the self-conditioning MLP, and a vision tower of a tiny
 ``gemma4_vision`` config (``model.encoder.vision_tower.*``, ``model.encoder.embed_vision.*``),
 which the text network ignores. No ``v_proj`` on global layers (their values are the keys).
+:func:`make_saved_gemma_folder` writes the same folder's config.json with transformers' own
+``DiffusionGemmaConfig.save_pretrained`` (``per_layer_config`` in place of the global keys).
 
 The tokenizer is a stand-in: a word-level vocabulary with Gemma's special ids (``<pad>`` 0,
 ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3) and an end-of-turn token at 106 (config.json's second end
@@ -185,4 +187,18 @@ def make_gemma_folder(folder: Path, seed: int = 0, encoder_scalars: str = "equal
     cfg = gemma_config(VOCAB, canvas_length, top, **changes)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     write_shards(folder, gemma_weights(cfg, seed, encoder_scalars))
+    return folder
+
+
+def make_saved_gemma_folder(folder: Path, seed: int = 0, **changes) -> Path:
+    """:func:`make_gemma_folder` with the config.json transformers' ``DiffusionGemmaConfig``
+    writes of it (``save_pretrained``): the global layers' shape as ``per_layer_config``, no
+    ``global_head_dim`` / ``num_global_key_value_heads``, no top-level end ids."""
+    from transformers import DiffusionGemmaConfig
+
+    make_gemma_folder(folder, seed, **changes)
+    cfg = json.loads((folder / "config.json").read_text())
+    text = {k: v for k, v in cfg["text_config"].items() if k not in ("model_type", "dtype")}
+    DiffusionGemmaConfig(text_config=text, vision_config=dict(VISION),
+                         canvas_length=cfg["canvas_length"]).save_pretrained(folder)
     return folder

@@ -171,9 +171,10 @@ def check_flags(cfg: dict, flags: tuple, model_type: str) -> None:
 
 
 def count(cfg: dict, key: str, model_type: str, default: int | None = None, *, low: int = 1,
-          high: int | None = None, high_says: str = "") -> int:
+          high: int | None = None, high_says: str = "", at: str = "") -> int:
     """``cfg[key]`` as an integer from ``low`` to ``high`` (None: no bound), ``default`` when the
-    key is absent (None: the key is required); else a one-line error naming the key.
+    key is absent (None: the key is required); else a one-line error naming the key (after
+    ``at``, the path of a nested ``cfg`` such as "text_config.").
 
     A float (even 16.0), a string or a bool is refused: the reference modeling code passes these
     values to ``nn.Linear``, ``topk`` or ``view``, which take integers only, and 64-bit ones
@@ -188,13 +189,13 @@ def count(cfg: dict, key: str, model_type: str, default: int | None = None, *, l
         what = f"an integer from {low} to {high_says or high}"
     else:
         what = ("a positive integer" if low == 1 else f"an integer >= {low}") + " below 2^63"
-    raise UnsupportedCheckpoint(f"config.json: {key} is {got}; a {model_type} checkpoint needs "
-                                f"it as {what}")
+    raise UnsupportedCheckpoint(f"config.json: {at}{key} is {got}; a {model_type} checkpoint "
+                                f"needs it as {what}")
 
 
-def need(cfg: dict, key: str, model_type: str) -> int:
+def need(cfg: dict, key: str, model_type: str, at: str = "") -> int:
     """A shape key the weights depend on: present, a positive integer."""
-    return count(cfg, key, model_type)
+    return count(cfg, key, model_type, at=at)
 
 
 def expert_counts(cfg: dict, model_type: str, top_k_default: int | None = None) -> tuple[int, int]:
@@ -232,13 +233,15 @@ def finite_number(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
-def positive(cfg: dict, key: str, default, model_type: str, high: float = math.inf) -> float:
+def positive(cfg: dict, key: str, default, model_type: str, high: float = math.inf,
+             at: str = "") -> float:
     """``cfg[key]`` (``default`` when absent): a finite number in (0, ``high``], else a one-line
-    error. An integer is taken as it is (the reference multiplies by it); a string is refused
-    (the reference's product with a string raises)."""
+    error naming the key (after ``at``, as :func:`count`). An integer is taken as it is (the
+    reference multiplies by it); a string is refused (the reference's product with a string
+    raises)."""
     value = cfg.get(key, default)
     if not finite_number(value) or not 0 < value <= high:
         bound = "a positive number" if high == math.inf else f"a finite number in (0, {high:g}]"
-        raise UnsupportedCheckpoint(f"config.json: {key}={json.dumps(value)}; a {model_type} "
+        raise UnsupportedCheckpoint(f"config.json: {at}{key}={json.dumps(value)}; a {model_type} "
                                     f"checkpoint needs it as {bound}")
     return value

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from ..moe import MoEConfig
 from ..transformer import LayerAttention, TransformerConfig
-from .base import MAX_TABLE_LAYERS, CheckpointFormat, UnsupportedCheckpoint, check_flags
+from .base import (MAX_TABLE_LAYERS, CheckpointFormat, UnsupportedCheckpoint, check_flags, count,
+                   positive)
 
 MT = "diffusion_gemma"
 DEC = r"model\.decoder\."
@@ -73,6 +76,11 @@ NAMES = (
 VISION = (r"model\.encoder\.vision_tower\..+", r"model\.encoder\.embed_vision\..+")
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+#: where the text model's keys are, as errors name them
+AT = "text_config."
+#: the largest ``final_logit_softcapping``: the cap is applied in float32 (logits / cap, then
+#: times cap), where a larger one is infinite and every logit NaN
+MAX_SOFTCAP = torch.finfo(torch.float32).max
 #: ``DiffusionGemmaTextConfig``'s defaults of the keys read here
 TEXT_DEFAULTS = {
     "vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216,
@@ -125,34 +133,48 @@ def _text(cfg: dict) -> dict:
 
 def flatten(cfg: dict) -> dict:
     """The text model's keys with the top level's over them (``eos_token_id``,
-    ``tie_word_embeddings``, ``canvas_length``), the vision keys left out."""
+    ``tie_word_embeddings``, ``canvas_length``), the vision keys left out; the text keys the top
+    level hides and the per-layer overrides also under their paths
+    (``text_config.eos_token_id``, ``text_config.per_layer_config["5"].head_dim``), so that the
+    value checks see them and their errors name them."""
     text = cfg.get("text_config")
+    text = text if isinstance(text, dict) else {}
     top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
-    return {**(text if isinstance(text, dict) else {}), **top}
+    hidden = {AT + k: v for k, v in text.items() if k in top}
+    plc = text.get("per_layer_config")
+    layers = {f"{AT}per_layer_config[{json.dumps(i)}].{k}": v
+              for i, over in (plc.items() if isinstance(plc, dict) else ())
+              if isinstance(over, dict) for k, v in over.items()}
+    return {**text, **top, **hidden, **layers}
 
 
-def _int(d: dict, key: str, where: str = "text_config.", default=None) -> int:
-    value = d.get(key, TEXT_DEFAULTS.get(key, default))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        got = "absent" if key not in d else json.dumps(value)
-        _fail(f"{where}{key} is {got}; a {MT} checkpoint needs it as a positive integer")
-    return value
+def _size(text: dict, key: str, **bounds) -> int:
+    """``text_config[key]`` as a positive integer (``base.count``; absent: the configuration
+    class's default, a key without one is required). ``DiffusionGemmaTextConfig`` types these
+    ``int`` in a strict dataclass: it refuses a float (even 16.0), a string or a bool."""
+    return count(text, key, MT, TEXT_DEFAULTS.get(key), at=AT, **bounds)
 
 
-def _number(d: dict, key: str) -> float:
-    value = d.get(key, TEXT_DEFAULTS[key])
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        _fail(f"text_config.{key}={json.dumps(value)}; a {MT} checkpoint needs it as a positive "
-              f"number")
-    return value
+def _layer_index(key) -> int:
+    """A ``per_layer_config`` key as the configuration class reads it (``int(key)``: "05" and
+    "+5" are layer 5); -1 for one ``int`` refuses."""
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _per_layer(d: dict, key: str, glob: int, at: str, default: int | None = None) -> int:
+    """A per-layer value ``d[key]`` (``default`` when absent) over the global one ``glob``:
+    ``glob`` when equal to it (the configuration class drops an override equal to the global
+    value before its strict type check, so 16.0 beside a ``head_dim`` of 16 is 16), else a
+    positive integer."""
+    return glob if d.get(key, default) == glob else count(d, key, MT, default, at=at)
 
 
 def layer_types(text: dict, n_layers: int) -> tuple[str, ...]:
     """``layer_types`` as the config class leaves it: absent, every sixth layer global; the last
-    layer forced to ``full_attention``."""
-    if n_layers > MAX_TABLE_LAYERS:     # the weights' layer count is checked later: no 10**9 table
-        _fail(f"text_config.num_hidden_layers={n_layers}; a {MT} checkpoint has at most "
-              f"{MAX_TABLE_LAYERS}")
+    layer forced to ``full_attention``. ``n_layers``: at most ``MAX_TABLE_LAYERS``."""
     types = text.get("layer_types")
     if types is None:
         types = [SLIDING if (i + 1) % PATTERN else FULL for i in range(n_layers)]
@@ -164,127 +186,134 @@ def layer_types(text: dict, n_layers: int) -> tuple[str, ...]:
     return (*types[:-1], FULL)
 
 
-def _layer_shapes(text: dict, types: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """{layer type: (head_dim, key/value heads)}, the same for every layer of a type."""
+#: per layer type: ((head_dim, the key it is read from), (key/value heads, the key))
+Shape = tuple[tuple[int, str], tuple[int, str]]
+
+
+def _layer_shapes(text: dict, types: tuple[str, ...]) -> dict[str, Shape]:
+    """{layer type: its :data:`Shape`}, the same for every layer of a type."""
     n_layers = len(types)
-    overrides: dict[int, dict] = {}
+    base = {k: (_size(text, k), AT + k) for k in LAYER_KEYS}
+    overrides: dict[int, dict[str, tuple[int, str]]] = {}
     if "per_layer_config" in text:
         plc = text["per_layer_config"]
         if not isinstance(plc, dict):
             _fail(f"text_config.per_layer_config={json.dumps(plc)}; a {MT} checkpoint needs an "
                   f"object of layer index -> overrides")
         for key, value in plc.items():
-            i = int(key) if isinstance(key, str) and key.isdigit() else -1
-            if not 0 <= i < n_layers or not isinstance(value, dict):
-                _fail(f"text_config.per_layer_config[{json.dumps(key)}] is not an object for a "
-                      f"layer index below {n_layers}")
-            _only(value, LAYER_KEYS, f"text_config.per_layer_config[{json.dumps(key)}]")
-            overrides[i] = value
+            where = f"{AT}per_layer_config[{json.dumps(key)}]"
+            if not 0 <= _layer_index(key) < n_layers or not isinstance(value, dict):
+                _fail(f"{where} is not an object for a layer index below {n_layers}")
+            _only(value, LAYER_KEYS, where)
+            overrides[_layer_index(key)] = {
+                k: (_per_layer(value, k, base[k][0], where + "."), f"{where}.{k}") for k in value}
     else:       # the published form: one shape for the global layers
-        glob = {"head_dim": _int(text, "global_head_dim")}
-        kv = text.get("num_global_key_value_heads")
-        if kv is not None and text.get("attention_k_eq_v", True):
-            glob["num_key_value_heads"] = _int(text, "num_global_key_value_heads")
+        glob = {"head_dim": (_per_layer(text, "global_head_dim", base["head_dim"][0], AT,
+                                        TEXT_DEFAULTS["global_head_dim"]), AT + "global_head_dim")}
+        if text.get("num_global_key_value_heads") is not None and text.get("attention_k_eq_v",
+                                                                            True):
+            glob["num_key_value_heads"] = (
+                _per_layer(text, "num_global_key_value_heads", base["num_key_value_heads"][0], AT),
+                AT + "num_global_key_value_heads")
         overrides = {i: glob for i, t in enumerate(types) if t == FULL}
-    base = {"head_dim": _int(text, "head_dim"),
-            "num_key_value_heads": _int(text, "num_key_value_heads")}
-    shapes: dict[str, tuple[int, int]] = {}
+    shapes: dict[str, Shape] = {}
     for i, t in enumerate(types):
         layer = {**base, **overrides.get(i, {})}
-        shape = tuple(_int(layer, k, f"text_config.per_layer_config[{i}].") for k in LAYER_KEYS)
-        if shapes.setdefault(t, shape) != shape:
+        shape = (layer["head_dim"], layer["num_key_value_heads"])
+        first = shapes.setdefault(t, shape)
+        if (first[0][0], first[1][0]) != (shape[0][0], shape[1][0]):
             _fail(f"text_config: the {t} layers differ in head_dim / num_key_value_heads (layer "
-                  f"{i}: {list(shape)}, before: {list(shapes[t])}); the reference needs one "
-                  f"shape per layer type")
+                  f"{i}: {[shape[0][0], shape[1][0]]}, before: {[first[0][0], first[1][0]]}); "
+                  f"the reference needs one shape per layer type")
     return shapes
 
 
-def _rope(text: dict, kind: str, head_dim: int) -> tuple[float, int | None, int | None]:
-    """(theta, rotary_dim or None, rope_pairs or None) of layer type ``kind``."""
+def _rope(text: dict, kind: str, head_dim: int) -> tuple[float, int | None]:
+    """(theta, rope_pairs or None) of layer type ``kind``."""
     rope = text.get("rope_parameters", DEFAULT_ROPE)
     params = rope.get(kind) if isinstance(rope, dict) else None
-    where = f"text_config.rope_parameters.{kind}"
+    where = f"{AT}rope_parameters.{kind}"
     if not isinstance(params, dict):
         _fail(f"{where} is {json.dumps(params)}; a {MT} checkpoint needs an object with "
               f"rope_type and rope_theta")
     _only(params, ROPE_KEYS, where)
     kind_of = params.get("rope_type")
-    theta = params.get("rope_theta")
-    factor = params.get("partial_rotary_factor", 1.0)
     if kind_of not in ("default", "proportional"):
         _fail(f"{where}.rope_type={json.dumps(kind_of)} is not supported by the native network; "
               f"supported: \"default\", \"proportional\"")
     if params.get("factor", 1.0) != 1.0:
         _fail(f"{where}.factor={json.dumps(params['factor'])} is not supported by the native "
               f"network; supported: 1.0")
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < float("inf"):
-        _fail(f"{where}.rope_theta={json.dumps(theta)}; a {MT} checkpoint needs a positive number")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-        _fail(f"{where}.partial_rotary_factor={json.dumps(factor)}; a {MT} checkpoint needs it "
-              f"in (0, 1]")
-    if kind_of == "default":        # the first int(head_dim * factor) dimensions turn
-        dim = int(head_dim * factor)
-        if dim < 2 or dim % 2:
-            _fail(f"{where}.partial_rotary_factor={factor} rotates {dim} of {head_dim} head "
-                  f"dimensions; rotary needs an even number >= 2")
-        return float(theta), (dim if dim < head_dim else None), None
-    pairs = int(factor * head_dim // 2)         # proportional: over the whole head
+    theta = float(positive(params, "rope_theta", None, MT, at=where + "."))
+    if kind_of == "default":
+        # the reference sizes its tables by int(head_dim * factor) but rotates the whole head:
+        # its forward raises for any factor but 1
+        factor = params.get("partial_rotary_factor", 1.0)
+        if factor != 1:
+            _fail(f"{where}.partial_rotary_factor={json.dumps(factor)} is not supported: the "
+                  f"reference's default rotary turns the whole head; supported: 1")
+        return theta, None
+    # proportional: the first int(factor * head_dim // 2) frequency pairs turn, over the head
+    pairs = int(positive(params, "partial_rotary_factor", 1.0, MT, high=1, at=where + ".")
+                * head_dim // 2)
     if pairs < 1:
-        _fail(f"{where}.partial_rotary_factor={factor} turns no frequency of a head of "
-              f"{head_dim}")
-    return float(theta), None, (pairs if pairs < head_dim // 2 else None)
+        _fail(f"{where}.partial_rotary_factor={params['partial_rotary_factor']} turns no "
+              f"frequency of a head of {head_dim}")
+    return theta, (pairs if pairs < head_dim // 2 else None)
 
 
 def _read(cfg: dict) -> TransformerConfig:
     text = _text(cfg)
     check_flags(text, TEXT_FLAGS, MT)
     check_flags(cfg, TOP_FLAGS, MT)
-    n_layers = _int(text, "num_hidden_layers")
-    n_heads = _int(text, "num_attention_heads")
+    # the weights' layer count is checked later: no 10**9-entry table before that
+    n_layers = _size(text, "num_hidden_layers", high=MAX_TABLE_LAYERS)
+    n_heads = _size(text, "num_attention_heads")
     types = layer_types(text, n_layers)
     shapes = _layer_shapes(text, types)
-    for kind, (head_dim, kv) in shapes.items():
-        if head_dim % 2 or n_heads % kv:
-            _fail(f"text_config: the {kind} layers' head_dim {head_dim} / num_key_value_heads "
-                  f"{kv}: a {MT} checkpoint needs an even head_dim and key/value heads that "
-                  f"divide num_attention_heads={n_heads}")
+    for (head_dim, head_key), (kv, kv_key) in shapes.values():
+        if n_heads % kv:
+            _fail(f"{kv_key}={kv} key/value heads do not divide num_attention_heads={n_heads}")
+        if head_dim % 2:
+            _fail(f"{head_key}={head_dim} is odd; rotary embeddings need it even")
     local = shapes.get(SLIDING, shapes[FULL])
-    local_rope = _rope(text, SLIDING, local[0]) if SLIDING in shapes else _rope(text, FULL, local[0])
-    full_rope = _rope(text, FULL, shapes[FULL][0])
-    canvas = cfg.get("canvas_length", CANVAS_LENGTH)
-    if isinstance(canvas, bool) or not isinstance(canvas, int) or canvas < 1:
-        _fail(f"canvas_length={json.dumps(canvas)}; a {MT} checkpoint needs a positive integer")
+    (local_dim, _), (local_kv, _) = local
+    (full_dim, _), (full_kv, _) = shapes[FULL]
+    local_theta, local_pairs = _rope(text, SLIDING if SLIDING in shapes else FULL, local_dim)
+    full_theta, full_pairs = _rope(text, FULL, full_dim)
+    n_experts = _size(text, "num_experts")
     moe = MoEConfig(
-        n_experts=_int(text, "num_experts"), top_k=_int(text, "top_k_experts"),
-        expert_hidden=_int(text, "moe_intermediate_size"), score="softmax", normalize=True,
+        n_experts=n_experts,
+        top_k=_size(text, "top_k_experts", high=n_experts, high_says=f"num_experts={n_experts}"),
+        expert_hidden=_size(text, "moe_intermediate_size"), score="softmax", normalize=True,
         normalize_single=True, activation="gelu_tanh", fused_gate_up=True,
         router_input_norm=True, per_expert_scale=True)
-    d_model = _int(text, "hidden_size")
+    d_model = _size(text, "hidden_size")
     return TransformerConfig(
-        vocab_size=_int(text, "vocab_size"), d_model=d_model, n_layers=n_layers,
-        n_heads=n_heads, n_kv_heads=local[1], ffn_hidden=_int(text, "intermediate_size"),
-        norm_eps=_number(text, "rms_norm_eps"), rope_theta=local_rope[0],
-        max_seq_len=_int(text, "max_position_embeddings"),
-        head_size=local[0] if local[0] != d_model // n_heads else None,
-        rotary_dim=local_rope[1], rope_pairs=local_rope[2], qk_norm=True, norm_weight_fp32=True,
+        vocab_size=_size(text, "vocab_size"), d_model=d_model, n_layers=n_layers,
+        n_heads=n_heads, n_kv_heads=local_kv, ffn_hidden=_size(text, "intermediate_size"),
+        norm_eps=positive(text, "rms_norm_eps", TEXT_DEFAULTS["rms_norm_eps"], MT, at=AT),
+        rope_theta=local_theta, max_seq_len=_size(text, "max_position_embeddings"),
+        head_size=local_dim if local_dim != d_model // n_heads else None,
+        rope_pairs=local_pairs, qk_norm=True, norm_weight_fp32=True,
         moe=moe, activation="gelu_tanh", embed_scale=True, attn_scale=1.0, v_norm=True,
-        sandwich=True, logit_softcap=float(_number(text, "final_logit_softcapping")),
+        sandwich=True,
+        logit_softcap=float(positive(text, "final_logit_softcapping",
+                                     TEXT_DEFAULTS["final_logit_softcapping"], MT,
+                                     high=MAX_SOFTCAP, at=AT)),
         global_layers=tuple(t == FULL for t in types),
         global_attention=LayerAttention(
-            head_dim=shapes[FULL][0], n_kv_heads=shapes[FULL][1], rope_theta=full_rope[0],
-            rotary_dim=full_rope[1], rope_pairs=full_rope[2], values_from_keys=True),
-        sliding_window=_int(text, "sliding_window"), canvas_length=canvas,
-        self_conditioning=True)
+            head_dim=full_dim, n_kv_heads=full_kv, rope_theta=full_theta, rope_pairs=full_pairs,
+            values_from_keys=True),
+        sliding_window=_size(text, "sliding_window"),
+        canvas_length=count(cfg, "canvas_length", MT, CANVAS_LENGTH), self_conditioning=True)
 
 
-def _rope_params(theta: float, head_dim: int, rotary_dim: int | None, pairs: int | None) -> dict:
+def _rope_params(theta: float, head_dim: int, pairs: int | None) -> dict:
     if pairs is not None:
         return {"rope_type": "proportional", "partial_rotary_factor": 2 * pairs / head_dim,
                 "rope_theta": theta}
-    out = {"rope_type": "default", "rope_theta": theta}
-    if rotary_dim is not None:
-        out["partial_rotary_factor"] = rotary_dim / head_dim
-    return out
+    return {"rope_type": "default", "rope_theta": theta}
 
 
 def _write(c: TransformerConfig, special: dict) -> dict:
@@ -301,8 +330,8 @@ def _write(c: TransformerConfig, special: dict) -> dict:
         "rms_norm_eps": c.norm_eps, "sliding_window": c.sliding_window,
         "layer_types": [FULL if x else SLIDING for x in c.global_layers],
         "rope_parameters": {
-            SLIDING: _rope_params(c.rope_theta, c.head_dim, c.rotary_dim, c.rope_pairs),
-            FULL: _rope_params(g.rope_theta, g.head_dim, g.rotary_dim, g.rope_pairs)},
+            SLIDING: _rope_params(c.rope_theta, c.head_dim, c.rope_pairs),
+            FULL: _rope_params(g.rope_theta, g.head_dim, g.rope_pairs)},
         "final_logit_softcapping": c.logit_softcap, "use_bidirectional_attention": "vision",
         "attention_bias": False, "attention_dropout": 0.0, "num_experts": m.n_experts,
         "top_k_experts": m.top_k, "moe_intermediate_size": m.expert_hidden,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoder_names import DECODER_NAMES
+from pvf_lmeval.decoding.registry import DECODER_NAMES
 from pvf_lmeval.models import load_model
 
 import benchlib

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from pvf_lmeval.decoder_names import PLANNING_DECODERS  # torch-free (no benchlib here)
+from pvf_lmeval.decoding.registry import PLANNING_DECODERS
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -59,7 +59,7 @@ def test_args_plain_lines():
     assert lines[0].split() == ["key", "default", "allowed", "meaning"]
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
-    assert row.split("  ")[-1] == "the decoding algorithm (pvf-dlm decoders)"
+    assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, freedave, pvf, explore  " in row
     assert len(lines) == 1 + 56
 
@@ -71,9 +71,10 @@ def test_decoders_and_their_parameters():
     assert own == {
         "static": "steps",
         "threshold": "threshold, factor",
-        "freedave": "threshold, factor, draft_steps, base_rule",
+        "freedave": "draft_steps, base_rule, threshold (with base_rule=threshold), factor (with "
+                    "base_rule=threshold)",
         "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",
-        "explore": "threshold, reveal_next, pick, band, vocab",
+        "explore": "threshold, pick, band, reveal_next, vocab",
     }
 
 

@@ -35,23 +35,17 @@ def args_text(markdown: bool = False) -> str:
 
 
 def decoders_text() -> str:
-    from ..decoder_names import DECODER_NAMES, DECODER_SUMMARIES, PLANNING_DECODERS
-    from ..lmeval.model_args import DECODER_ARGS
+    from ..decoding.param_spec import reads_of
+    from ..decoding.registry import DECODERS
 
     rows = []
-    for name in DECODER_NAMES:
-        reads = [a.name for a in DECODER_ARGS if _reads(a.meaning, name)]
-        if name in PLANNING_DECODERS:
+    for name, cls in DECODERS.items():
+        reads = [r.param.name + (f" (with {r.condition})" if r.when else "")
+                 for r in reads_of(cls.reads)]
+        if cls.uses_vocab:
             reads.append("vocab")
-        rows.append((name, DECODER_SUMMARIES[name], ", ".join(reads) or "-"))
+        rows.append((name, cls.summary, ", ".join(reads) or "-"))
     return _columns(rows, ("decoder", "what it does", "its own parameters"))
-
-
-def _reads(meaning: str, decoder: str) -> bool:
-    """Whether a parameter's meaning names ``decoder`` as the one(s) it applies to
-    (``"pvf, explore: ..."``, ``"static only: ..."``)."""
-    head = meaning.split(":")[0]
-    return decoder in [w.strip() for w in head.replace(" only", "").split(",")]
 
 
 def presets_text() -> str:

@@ -43,7 +43,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .param_spec import ROWS, Param, at_most, less
 from .select import first_true, rank_desc, static_select, threshold_select
+from .shared_params import REVEAL_NEXT, THRESHOLD
 from .stats import Stats
 from .step import AR, BASE, FORCED, PLAN, Branches, Choice, Step, base_labels
 from .verify import rows_of, verify_plans
@@ -62,10 +64,25 @@ def _at(x: Tensor, pos: Tensor) -> Tensor:
     return x.gather(2, pos.unsqueeze(-1)).squeeze(-1)
 
 
+def _probability(name: str, default: float, meaning: str) -> Param:
+    return Param(name, float, default, meaning, bounds="[0, 1]", preset=True)
+
+
 class PVFDecoder(Step):
     name = "pvf"
+    summary = "Plan-Verify-Fill: plans on planning-vocabulary tokens, verifies branches, AR fallback"
     uses_vocab = True
-    reveals = True
+    reads = (THRESHOLD,
+             _probability("plan_lo", 0.2, "low end of the planning band"),
+             _probability("plan_hi", 0.65, "high end of the planning band"),
+             _probability("ar_lo", 0.1, "AR-fallback confidence floor"),
+             Param("width", int, 3, "branch width K", bounds=">= 1", cap=ROWS, preset=True),
+             REVEAL_NEXT,
+             Param("routes", str, "plan+ar", "which routes run",
+                   choices=("plan+ar", "plan", "ar", "none")),
+             Param("plan_self_check", bool, False, "check that a candidate keeps p >= plan_lo "
+                   "in its own branch"))
+    checks = (less("plan_lo", "plan_hi"), at_most("plan_hi", "threshold"))
 
     @staticmethod
     def rows_per_call(params) -> int:

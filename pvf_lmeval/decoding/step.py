@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .param_spec import reads_of
 from .rules import rules_for
 from .stats import Stats
 
@@ -99,10 +100,16 @@ class Choice:
 class Step:
     """A decoder: how one round builds each request's branch rows and picks the committed one.
 
-    Decoders describe themselves: ``name``; ``uses_vocab`` (reads the planning vocabulary);
-    ``reveals`` (honours ``reveal_next``, early cross-block revelation); ``draws`` (needs
-    uniform draws each round); ``rows_per_call(params)`` (M, the most rows a request sends in
-    one round). ``max_rows`` caps the rows of one physical model call (None: no cap).
+    Decoders describe themselves: ``name`` and ``summary`` (one line, ``pvf-dlm decoders``);
+    ``reads``, the parameters it reads besides the loop's (:class:`.param_spec.Param`, its own,
+    declared here, or a shared one of :mod:`.shared_params`; ``.when(...)`` for one read under a
+    condition) and ``checks``, its rules across parameters (:class:`.param_spec.Rule`): the
+    parameters, their validation, the ``--model_args`` table and the run identity derive from
+    them; ``uses_vocab`` (reads the planning vocabulary); ``reveals`` (honours ``reveal_next``,
+    early cross-block revelation: it reads it); ``draws`` (needs uniform draws each round);
+    ``baseline`` (one the report compares the others with); ``rows_per_call(params)`` (M, the
+    most rows a request sends in one round). ``max_rows`` caps the rows of one physical model
+    call (None: no cap).
 
     A step is pure: ``branches`` and ``choose`` are tensor operations on their arguments only,
     never a host value that changes from round to round (``b.ids`` included) and never a side
@@ -134,10 +141,23 @@ class Step:
     """
 
     name = ""
+    summary = ""
+    reads: tuple = ()
+    checks: tuple = ()
     uses_vocab = False
     reveals = False
     draws = False
+    baseline = False
     max_rows: int | None = None
+
+    @classmethod
+    def reads_param(cls, name: str) -> bool:
+        """Whether the decoder reads the parameter ``name`` (besides the loop's)."""
+        return any(r.param.name == name for r in reads_of(cls.reads))
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.reveals = cls.reads_param("reveal_next")
 
     @staticmethod
     def rows_per_call(params) -> int:

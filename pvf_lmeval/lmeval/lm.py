@@ -28,7 +28,8 @@ from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, m
 from ..decoding.blocks import block_size_of, check_block_length, default_block_length
 from ..decoding.cache import cache_exact
 from ..decoding.options import check_options
-from ..decoding.params import DecodeParams, _bool, override
+from ..decoding.param_spec import as_bool as _bool
+from ..decoding.params import DecodeParams, override
 from ..files.append import check_target, open_records
 from ..models.chat_render import RENDERER
 from ..models.diffusion_lm import compile_seconds

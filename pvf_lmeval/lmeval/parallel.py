@@ -70,7 +70,7 @@ class ParallelArgs:
         launch (``env``: the launcher's environment, default ``os.environ``), before any
         process group exists or any weight is read: a bad value is a one-line
         ``ModelArgError``."""
-        from ..decoding.params import _bool
+        from ..decoding.param_spec import as_bool as _bool
         from .model_args import ModelArgError, positive_int
 
         env = os.environ if env is None else env

@@ -365,7 +365,7 @@ class RunVocab:
     @staticmethod
     def settings(spec, args: dict) -> dict:
         """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
-        from ..decoding.params import _bool, _float, _int
+        from ..decoding.param_spec import as_bool as _bool, as_float as _float, as_int as _int
 
         if spec != "online":
             stray = sorted(k for k in args if k != "vocab_force")

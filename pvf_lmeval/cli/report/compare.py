@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...decoder_names import DECODER_NAMES, REFERENCE_DECODERS
+from ...decoding.registry import DECODER_NAMES, REFERENCE_DECODERS
 from . import identity as ident
 from .runs import Entry
 

@@ -3,7 +3,6 @@ the README's model-args table is its ``args --markdown`` output."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -37,20 +36,23 @@ def test_readme_model_args_table_is_the_generated_one():
 
 
 def test_the_table_lists_exactly_the_keys_the_adapter_accepts():
-    pytest.importorskip("lm_eval")
-    from pvf_lmeval.lmeval import parallel
-    from pvf_lmeval.lmeval.lm import DECODER_KEYS, VOCAB_KEYS, PVFDiffusionLM
-    from pvf_lmeval.lmeval.model_args import ALL_ARGS, IGNORED_ARGS
+    from pvf_lmeval.decoding.params import PARAMS
+    from pvf_lmeval.lmeval import parallel, settings
+    from pvf_lmeval.lmeval.model_args import ALL_ARGS
+    from pvf_lmeval.planning.vocab import VOCAB_ARGS
 
-    named = [p for p in inspect.signature(PVFDiffusionLM.__init__).parameters
-             if p not in ("self", "decoder_args", "_device_is_cli_default", *IGNORED_ARGS)]
     specs = {a.name: a for a in ALL_ARGS}
-    taken = [k for k in parallel.KEYS if k not in parallel.ALIASES]   # ParallelArgs.pop's
-    assert sorted(specs) == sorted([*named, "vocab_force", *DECODER_KEYS, *VOCAB_KEYS[1:],
-                                    *taken])
-    defaults = {p.name: p.default for p in inspect.signature(PVFDiffusionLM.__init__).parameters.values()}
-    for name in ("pretrained", "dtype", "batch_size", "vocab", "mc_num", "mc_batch", "truncation"):
-        assert specs[name].default == str(defaults[name]), name
+    taken = [k for k in parallel.KEYS if k not in parallel.ALIASES]   # parse_parallel's
+    decoding = [name for name, p in PARAMS.items() if p.public]
+    assert sorted(specs) == sorted([*settings.MODEL_KEYS, *settings.OPTION_KEYS, "vocab",
+                                    *VOCAB_ARGS, *decoding, *taken])
+    run = settings.RunSettings.parse({})
+    assert (specs["pretrained"].default, specs["dtype"].default) == (run.model.pretrained,
+                                                                     run.model.dtype)
+    assert specs["vocab"].default == run.vocabulary.spec
+    for name in ("batch_size", "mc_num", "mc_batch", "truncation"):
+        assert specs[name].default == str(getattr(run.options, name)), name
+    assert (run.model.compile, run.options.trace) == (None, None)
     assert (specs["compile"].default, specs["trace"].default) == ("false", "none")
 
 

@@ -204,15 +204,15 @@ def test_frozen_statistics_are_batch_size_invariant():
 
 
 def test_bad_online_arguments():
-    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.settings import VocabSettings
 
     with pytest.raises(ValueError, match="online_level=2.0 must be in"):
-        PVFDiffusionLM._online_settings("online", {"online_level": "2"})
+        VocabSettings.parse("online", {"online_level": "2"})
     with pytest.raises(ValueError, match="rho_ver applies only to vocab=online"):
-        PVFDiffusionLM._online_settings("auto", {"rho_ver": "0.8"})
+        VocabSettings.parse("auto", {"rho_ver": "0.8"})
     with pytest.raises(ValueError, match="online_explore='x' must be an integer"):
-        PVFDiffusionLM._online_settings("online", {"online_explore": "x"})
-    cfg = PVFDiffusionLM._online_settings("online", {"online_frozen": "true", "rho_ver": "0.8"})
+        VocabSettings.parse("online", {"online_explore": "x"})
+    cfg = VocabSettings.parse("online", {"online_frozen": "true", "rho_ver": "0.8"}).cfg
     assert cfg["frozen"] is True and cfg["rho_ver"] == 0.8
 
 

@@ -35,7 +35,7 @@ def test_registry_lists_derive_from_the_step_classes():
 def test_the_fields_are_the_declared_parameters_each_once():
     assert PARAM_NAMES == (
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
-        "seed", "early_stop", "cache", "rules", "plan_vocab",          # the loop's
+        "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
         "steps", "threshold", "factor", "draft_steps", "base_rule", "plan_lo", "plan_hi",
         "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES

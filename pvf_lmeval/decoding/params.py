@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from .param_spec import POSITIONS, Param, Read, multiple_of, reads_of
+from .param_spec import POSITIONS, Param, Read, Rule, multiple_of, reads_of
 from .registry import DECODERS
 from .rules import RULES, rules_for
 
@@ -140,9 +140,24 @@ LOOP_PARAMS = (
           parse=_rules, check=rules_for, allowed=", ".join(RULES) + ", paper+<switch>+..."),
     Param("plan_vocab", tuple, None, "the planning vocabulary's token ids (resolved by the "
           "caller)", parse=_vocab, public=False),
+    Param("model_block", int, None, "the attention block size of the model decoded (a "
+          "block-diffusion model; None: bidirectional attention): blocks.on_model sets it",
+          public=False),
 )
+
+
+def _one_model_block(p) -> str | None:
+    """A block-diffusion model decodes one of its attention blocks per decoding block."""
+    if p.model_block is None or p.block_length == p.model_block:
+        return None
+    return (f"block_length={p.block_length} must equal the model's block size {p.model_block} "
+            "(a block-diffusion model decodes one attention block at a time)")
+
+
 #: the loop's rules across parameters
-LOOP_CHECKS = (multiple_of("gen_length", "block_length"),)
+LOOP_CHECKS = (multiple_of("gen_length", "block_length"),
+               Rule(_one_model_block, "block_length", "the model's block size on a "
+                                                      "block-diffusion model"))
 
 
 def every_param(decoders: dict) -> dict[str, Param]:

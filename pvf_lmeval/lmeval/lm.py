@@ -24,32 +24,29 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
-from ..decoding.blocks import block_size_of, check_block_length, default_block_length
+from ..decoding import DECODERS, PLANNING_DECODERS, decode_batch
+from ..decoding.blocks import block_size_of
 from ..decoding.cache import cache_exact
-from ..decoding.options import check_options
-from ..decoding.param_spec import as_bool as _bool
-from ..decoding.params import DecodeParams, override
-from ..files.append import check_target, open_records
+from ..decoding.params import PARAMS, override
+from ..files.append import open_records
 from ..models.chat_render import RENDERER
 from ..models.diffusion_lm import compile_seconds
 from .batching import batches
 from .generation import GenerationText, cut_at_stop, tokens_before
-from .auto_batch import batch_size_arg
 from .launch import quiet_git_probe, single_rank_warning
-from .parallel import ParallelArgs, Ranks
-from .model_args import check_keys, exit_in_one_line, one_line_errors, positive_int
-from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
+from .parallel import Ranks
+from ..one_line import exit_in_one_line, one_line_errors
+from .settings import CLI_DEVICE, RunSettings
+from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value
 from .stats import StatTotals
 from .task_presets import task_preset
 from .trace_records import trace_record
-from ..planning.vocab import VOCAB_ARGS, RunVocab
+from ..planning.vocab import RunVocab
 
 log = logging.getLogger("pvf_lmeval")
 
-DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
-#: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
-VOCAB_KEYS = VOCAB_ARGS
+#: the decoding parameters a request may set (``generation_kwargs``) and the results report
+DECODER_KEYS = tuple(name for name, p in PARAMS.items() if p.public)
 #: what the CLI passes as ``--device`` when the user said nothing
 CLI_DEFAULT_DEVICE = "cuda:0"
 
@@ -57,20 +54,6 @@ CLI_DEFAULT_DEVICE = "cuda:0"
 def _notice(msg: str) -> None:
     with tqdm.external_write_mode(file=sys.stderr):   # above a progress bar, not inside its line
         log.warning(msg)
-
-
-def _compile_scope(v) -> str | None:
-    """``compile=false|true|blocks|model`` -> None or the ``DiffusionLM.compile`` scope.
-
-    true: the fastest option measured on the model's device (``models.diffusion_lm.COMPILE_TRUE``;
-    blocks: on the 8B shapes it compiles in ~25 s and gets most of model's speed-up, while model
-    needs 1-2 min per call shape, which a GSM8K-sized run does not win back)."""
-    if isinstance(v, str) and v.strip().lower() in ("model", "blocks"):
-        return v.strip().lower()
-    try:
-        return "true" if _bool("compile", v) else None
-    except ValueError:
-        raise ValueError(f"compile={v!r} must be one of false, true, blocks, model") from None
 
 
 class PVFOutOfMemoryError(RuntimeError):
@@ -100,118 +83,39 @@ class PVFDiffusionLM(LM):
     Task ``generation_kwargs`` and ``--gen_kwargs`` override decoder parameters per request.
     """
 
-    def __init__(self, pretrained: str = "tiny-llada", dtype: str = "auto", device: str | None = None,
-                 batch_size: int | str = 1, max_batch_size: int | None = None,
-                 trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
-                 trace_append: bool | str = False,
-                 mc_num: int | str = 128, mc_batch: int | str = 32,
-                 compile: bool | str = False, compile_round: bool | str = False,
-                 truncation: str = "left",
-                 batch_invariant: bool | str = False, revision: str | None = None,
-                 tokenizer: str | None = None, add_bos_token: bool | str | None = None,
-                 max_length: int | str | None = None, _device_is_cli_default: bool = False,
-                 **decoder_args):
+    def __init__(self, **model_args):
         super().__init__()
-        # Every argument is checked here, before the model loads: bad input fails fast, in one line.
-        check_keys(decoder_args)
-        self.parallel = ParallelArgs.pop(decoder_args)
-        self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
-        self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
-        self._decoder = self._explicit.pop("decoder", "threshold")
-        # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
-        self._preset_given = "preset" in decoder_args
-        # without a seed model arg, every random draw follows lm-eval's --seed (_run_seed)
-        self._seed_given = "seed" in self._explicit
-        # Without block_length, a block-diffusion model gives its own once loaded: until then
-        # the rules that involve it are checked with gen_length as one block.
-        one_block = ({} if "block_length" in self._explicit else
-                     {"block_length": self._explicit.get("gen_length", DecodeParams.gen_length)})
-        self.params = make_params(self._decoder, preset=self._explicit.pop("preset", None),
-                                  **self._explicit, **one_block)
+        # every argument is checked here, before the model loads: bad input fails fast, in one line
+        self.settings = RunSettings.parse(model_args)
+        opts = self.settings.options
+        self.batch_size, self._auto_batch = opts.batch_size, opts.auto
+        self.batch_invariant = opts.decode.batch_invariant
+        self.truncation, self.add_bos_token = opts.truncation, opts.add_bos_token
+        self.mc_num, self.mc_batch = opts.mc_num, opts.mc_batch
+        #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
+        self.trace_path, self.trace_append = opts.trace, opts.trace_append
+        self._trace_opened = False
+        self.revision = self.settings.model.revision
+        self.tokenizer_source = self.settings.model.tokenizer
         self._preset_params: dict = {}
         self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
         # task -> parameter -> the values its requests ran with, where they differ from the run's
         self._task_params: dict[str, dict[str, set]] = {}
-        self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
-        self._compile = _compile_scope(compile)
-        self._compile_round = _bool("compile_round", compile_round)
-        self.batch_invariant = _bool("batch_invariant", batch_invariant)
-        #: decode_batch's compile options: the statistics pass with the model call
-        #: (``compile``), the round's tensor work (``compile_round``); None: eager
-        self._compile_step = {} if self._compile else None
-        self._round_options = {} if self._compile_round else None
-        check_options(batch_invariant=self.batch_invariant, compile_round=self._round_options)
-        self.truncation = truncation_mode(truncation)
-        # HFLM's add_bos_token: None keeps the default (contexts encoded without special tokens)
-        self.add_bos_token = None if add_bos_token is None else _bool("add_bos_token", add_bos_token)
-        self._max_length = None if max_length is None else positive_int("max_length", max_length)
-        self.revision = None if revision is None else str(revision)
-        self.tokenizer_source = None if tokenizer is None else str(tokenizer)
-        self.mc_num = self._positive_int("mc_num", mc_num)
-        #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
-        self.trace_append = _bool("trace_append", trace_append)
-        # its folder must exist and the path be no link: an error now, not after the model loads
-        self.trace_path = str(check_target(trace, "trace")) if trace else None
-        self._trace_opened = False
-        self.mc_batch = self._positive_int("mc_batch", mc_batch)
-        self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
-        if trust_remote_code is not None:
+        self.vocab = RunVocab(self.settings.vocabulary.spec, self.settings.vocabulary.cfg)
+        if self.settings.remote_code_asked:
             _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
                     "no remote code runs")
-
-        import torch
-
-        from ..models import load_model
-        from ..models.batch_invariant import support_error
-        from ..models.loader import is_hub_id, resolve_device, resolve_dtype
-
-        # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
-        self.ranks = Ranks.launch(self.parallel, device)
-        self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
-        if self.ranks.world > 1:
-            dev = self.ranks.device
-        elif _device_is_cli_default and not torch.cuda.is_available():
-            _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {device!r}")
-            dev = torch.device("cpu")
-        else:
-            dev = resolve_device(device)
-        warning = single_rank_warning(self.world_size)
-        if warning:
-            _notice(warning)
-        quiet_git_probe()
-        if self.batch_invariant:        # before the weights load: a one-line error, no fallback
-            err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
-            if err:
-                raise ValueError(err)
-        if self.revision is not None and not is_hub_id(str(pretrained)):
-            _notice(f"pvf-dlm: revision={self.revision} is for hub ids; pretrained={pretrained} is "
-                    "a local or bundled folder, which has no revisions (transformers ignores it "
-                    "there too)")
-        self.model = load_model(pretrained, device=dev, dtype=dtype, comm=self.ranks.comm,
-                                parallel_layers=self.parallel.layers, revision=self.revision,
-                                tokenizer=self.tokenizer_source)
-        self.model.check_ranks = self.parallel.check_ranks
-        if self._max_length is not None and self._max_length > self.model.max_length:
-            raise ValueError(f"max_length={self._max_length} is longer than the checkpoint's "
-                             f"context of {self.model.max_length} tokens; use at most that")
-        if self.add_bos_token and self.model.tokenizer.bos_token_id is None:
-            raise ValueError(f"add_bos_token=true: the tokenizer of {pretrained!r} has no BOS "
-                             "token; drop add_bos_token")
-        if one_block:
-            # the model's own block (block-diffusion), else the default; task presets build on it
-            self._explicit["block_length"] = default_block_length(self.model,
-                                                                  DecodeParams.block_length)
-            self.params = override(self.params, block_length=self._explicit["block_length"])
-        check_block_length(self.model, self.params.block_length)   # before any request
+        self.model = self._load()
+        self.run = self.settings.bind(self.model)
+        self.params = self.run.params
         self._compile_s0 = None
-        if self._compile:          # torch.compile of the model call (off by default)
-            self.model.compile(scope=self._compile)
-        if self._compile or self._compile_round:
+        if self.settings.model.compile:          # torch.compile of the model call (off by default)
+            self.model.compile(scope=self.settings.model.compile)
+        if self.settings.model.compile or opts.decode.compile_round is not None:
             self._compile_s0 = compile_seconds()   # the warm-up is what compiles after this
         self._device = self.model.device
         self.tokenizer = self.model.tokenizer
-        self.pretrained = str(pretrained)
-
+        self.pretrained = self.settings.model.pretrained
         if self.params.decoder in PLANNING_DECODERS:
             self.params = self._with_vocab(self.params)
         # The statistics of the evaluation under way: this rank's requests not yet shared with
@@ -223,13 +127,47 @@ class PVFDiffusionLM(LM):
         #: lm-eval's --use_cache database as claimed (set_cache_hook), else None
         self._response_cache = None
 
+    def _load(self):
+        """Join the run's processes and load the model on this process's device (the
+        batch-invariant kernels checked for it before any weight is read)."""
+        import torch
+
+        from ..models import load_model
+        from ..models.loader import is_hub_id, resolve_device
+
+        m = self.settings.model
+        # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
+        self.ranks = Ranks.launch(self.settings.parallel, m.device)
+        self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
+        if self.ranks.world > 1:
+            dev = self.ranks.device
+        elif m.cli_device and not torch.cuda.is_available():
+            _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {m.device!r}")
+            dev = torch.device("cpu")
+        else:
+            dev = resolve_device(m.device)
+        warning = single_rank_warning(self.world_size)
+        if warning:
+            _notice(warning)
+        quiet_git_probe()
+        if m.revision is not None and not is_hub_id(m.pretrained):
+            _notice(f"pvf-dlm: revision={m.revision} is for hub ids; pretrained={m.pretrained} is "
+                    "a local or bundled folder, which has no revisions (transformers ignores it "
+                    "there too)")
+        model = load_model(m.pretrained, device=dev, dtype=m.dtype, comm=self.ranks.comm,
+                           parallel_layers=self.settings.parallel.layers, revision=m.revision,
+                           tokenizer=m.tokenizer,
+                           batch_invariant=self.settings.options.decode.batch_invariant)
+        model.check_ranks = self.settings.parallel.check_ranks
+        return model
+
     # ------------------------------------------------------------------ construction
 
     @property
     def max_length(self) -> int:
         """The context in tokens: the ``max_length`` model arg (as HFLM's: prompts are cut to
         it), else the checkpoint's."""
-        return self._max_length or self.model.max_length
+        return self.run.context
 
     def _encode_context(self, text: str) -> list[int]:
         """A context's token ids: no special tokens, or with ``add_bos_token=true`` the BOS token
@@ -259,11 +197,7 @@ class PVFDiffusionLM(LM):
     def plan_vocab(self):
         return self.vocab.ids
 
-    _positive_int = staticmethod(positive_int)
-
     # ------------------------------------------------------------------ vocab=online
-
-    _online_settings = staticmethod(RunVocab.settings)
 
     def _online_update(self) -> None:
         """Fold the pending outcomes in; with online_merge, every rank's, in rank order."""
@@ -278,7 +212,7 @@ class PVFDiffusionLM(LM):
                 continue
             merged[key] = value
             if key == "device" and value == CLI_DEFAULT_DEVICE:
-                merged["_device_is_cli_default"] = True
+                merged[CLI_DEVICE] = True
         return merged
 
     @classmethod
@@ -436,11 +370,11 @@ class PVFDiffusionLM(LM):
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "truncation": self.truncation,
             # what shapes the prompts besides the checkpoint (None: the checkpoint's own)
-            "max_length": self._max_length, "add_bos_token": self.add_bos_token,
+            "max_length": self.settings.model.max_length, "add_bos_token": self.add_bos_token,
             "tokenizer": self.tokenizer_source, "revision": self.revision,
             "decoder": self.params.decoder,
             "params": params,
-            "seed_from": "seed model arg" if self._seed_given else "lm-eval --seed (torch's seed)",
+            "seed_from": "seed model arg" if self.settings.decoding.seed_given else "lm-eval --seed (torch's seed)",
             "early_stop": self.params.early_stop,
             "task_presets": dict(self.task_presets),
             "task_params": self._task_params_info(),
@@ -464,7 +398,7 @@ class PVFDiffusionLM(LM):
         seed is read back (``torch.initial_seed()``) and each request draws from its own
         generator seeded by it and the request's task, document and repeat: the same ``--seed``
         reproduces a run bit for bit, whatever the batch."""
-        if self._seed_given:
+        if self.settings.decoding.seed_given:
             return self.params.seed
         import torch
 
@@ -476,11 +410,12 @@ class PVFDiffusionLM(LM):
         (``compile_round``), and ``compile_s``, the seconds torch.compile spent compiling
         during this run (the warm-up its first batches paid; included in their wall time and
         so in ``tps``), None where torch keeps no record of it."""
-        if not self._compile and not self._compile_round:
+        scope, decode = self.settings.model.compile, self.settings.options.decode
+        if not scope and decode.compile_round is None:
             return None
         now, s0 = compile_seconds(), self._compile_s0
-        return {"scope": self.model.compile_scope if self._compile else None,
-                "round": self._compile_round,
+        return {"scope": self.model.compile_scope if scope else None,
+                "round": decode.compile_round is not None,
                 "compile_s": None if now is None or s0 is None else round(now - s0, 3)}
 
     def _record_task_params(self, task: str, params, run: dict) -> None:
@@ -652,11 +587,10 @@ class PVFDiffusionLM(LM):
     def _params_with_preset(self, preset):
         """The run's parameters under a task's ``preset`` (``task_presets``); a ``preset``
         model arg wins over it."""
-        if preset is None or self._preset_given:
+        if preset is None or self.settings.decoding.preset_given:
             return self.params
         if preset not in self._preset_params:
-            self._preset_params[preset] = make_params(
-                self._decoder, preset=None if preset in ("", "none") else preset, **self._explicit)
+            self._preset_params[preset] = self.run.params_under(preset)
         return self._preset_params[preset]
 
     def _request_params(self, gen_kwargs: dict, task: str | None = None, seed: int | None = None):
@@ -676,7 +610,7 @@ class PVFDiffusionLM(LM):
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in DECODER_KEYS}
         if do_sample is False:
             overrides["temperature"] = 0.0
-        if seed is not None and not self._seed_given:
+        if seed is not None and not self.settings.decoding.seed_given:
             overrides.setdefault("seed", seed)
         ignored = sorted(kwargs)
         if ignored and tuple(ignored) not in self._length_notices:
@@ -688,10 +622,9 @@ class PVFDiffusionLM(LM):
         if base is not self.params:
             self.task_presets[task or "unknown"] = preset
         params = override(base, **overrides) if overrides else base
-        check_block_length(self.model, params.block_length)
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
-        if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:
+        if "gen_length" not in overrides and "gen_length" not in self.settings.decoding.given and max_gen_toks:
             blocks = -(-max_gen_toks // params.block_length)
             length = blocks * params.block_length
             key = (max_gen_toks, length)
@@ -719,7 +652,7 @@ class PVFDiffusionLM(LM):
         done = 0
         copies: list[tuple[int, int]] = []
         seed = self._run_seed()
-        run_params = self._public_params(self.params if self._seed_given else
+        run_params = self._public_params(self.params if self.settings.decoding.seed_given else
                                          override(self.params, seed=seed))
         try:
             # Every request is prepared (parameters, prompt fitted to the context) before any is
@@ -816,8 +749,7 @@ class PVFDiffusionLM(LM):
                 self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
                 request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
                 repeat_indices=[c["repeat_index"] for c in chunk], trace=trace,
-                online=self.online, batch_invariant=self.batch_invariant,
-                compile_step=self._compile_step, compile_round=self._round_options)
+                online=self.online, options=self.settings.options.decode)
 
     @property
     def batch_sizes(self) -> dict:

@@ -41,7 +41,7 @@ import sqlite3
 from typing import Callable
 
 from .generation import GenerationText
-from .model_args import exit_in_one_line
+from ..one_line import exit_in_one_line
 from .stats import MEAN_KEYS
 
 #: pvf-dlm's table in lm-eval's cache file: ``name`` -> JSON ``value``

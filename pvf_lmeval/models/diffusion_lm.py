@@ -51,9 +51,8 @@ class DiffusionLM:
     def __init__(self, net: BidirectionalTransformer, *, mask_id: int, eos_ids: tuple[int, ...],
                  pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
                  family: str = "", name: str = "", config: dict | None = None,
-                 weights_fingerprint: str | None = None, shard=None, comm=None):
-        if pad_id is not None and pad_id == mask_id:
-            raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
+                 weights_fingerprint: str | None = None, shard=None, comm=None,
+                 invariant_checked: bool = False):
         self.net = net.eval()
         self.mask_id = int(mask_id)
         self.eos_ids = tuple(int(e) for e in eos_ids)
@@ -75,6 +74,9 @@ class DiffusionLM:
         #: compare every call's inputs across the tensor-parallel ranks (see :meth:`logits`)
         self.check_ranks = False
         self._calls = 0
+        #: the batch-invariant kernels run on this device and dtype (checked at most once: by
+        #: the loader when asked, else when first entered)
+        self._invariant_checked = invariant_checked
 
     @property
     def block_size(self) -> int | None:
@@ -138,9 +140,11 @@ class DiffusionLM:
         on the CPU, Triton kernels on CUDA). A device or dtype without one is a one-line
         ValueError naming ``batch_invariant`` (the CPU in float32; CUDA in
         bfloat16/float16/float32)."""
-        err = support_error(self.device, self.dtype)
-        if err:
-            raise ValueError(err)
+        if not self._invariant_checked:
+            err = support_error(self.device, self.dtype)
+            if err:
+                raise ValueError(err)
+            self._invariant_checked = True
         return ops.use(batch_invariant_ops(self.device))
 
     @torch.no_grad()

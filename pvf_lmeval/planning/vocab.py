@@ -351,9 +351,10 @@ class RunVocab:
     (update, count the requests, save to ``online_save``).
     """
 
-    def __init__(self, spec, args: dict):
+    def __init__(self, spec, cfg: dict):
+        """``cfg``: :meth:`settings` of the model args."""
         self.spec = spec
-        self.cfg = self.settings(spec, args)
+        self.cfg = cfg
         self.ids: tuple[int, ...] | None = None
         self.source = "unused"
         self.online = None

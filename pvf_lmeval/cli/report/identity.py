@@ -38,7 +38,7 @@ COLUMN_KEYS = ("model", "decoder", "threshold")
 #: are in the parameters) and the vocabulary is recorded as resolved
 NOT_PARAMS = ("decoder", "preset", "plan_vocab")
 #: decoding parameters of the shared loop: every decoder reads them (a comparison holds them fixed)
-LOOP_PARAMS = tuple(p.name for p in _LOOP_SPECS if p.name not in NOT_PARAMS)
+LOOP_PARAMS = tuple(p.name for p in _LOOP_SPECS if p.public and p.name not in NOT_PARAMS)
 #: parameters each decoder reads besides the loop's (its step's ``reads``, some under a condition:
 #: :func:`reads`); a parameter no decoder declares (one of another version) is kept in every identity
 DECODER_PARAMS = {name: tuple(r.param.name for r in reads_of(cls.reads))

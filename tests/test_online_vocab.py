@@ -230,13 +230,14 @@ def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
                                gen_length=32, block_length=32)
     assert lm.online is not None and lm.vocab_source == "online"
     decoded, updates = [], []
-    real_decode, real_update = lm_mod.decode_batch, lm._online_update
+    real_decode, real_update = lm_mod.decode_batch, lm.vocab.update
 
     def spy(model, prompts, **k):
         decoded.extend([k["online"]] * len(prompts))
         return real_decode(model, prompts, **k)
     monkeypatch.setattr(lm_mod, "decode_batch", spy)
-    monkeypatch.setattr(lm, "_online_update", lambda: updates.append(len(decoded)) or real_update())
+    monkeypatch.setattr(lm.vocab, "update",
+                        lambda gather: updates.append(len(decoded)) or real_update(gather))
     kw = {"until": ["Question:"], "do_sample": False}
     reqs = [Instance(request_type="generate_until", doc={}, idx=0, doc_id=i, task_name="arith",
                      arguments=(f"Question: Tom has {i + 3} books. He gets 2 books from Noah. How "

@@ -110,7 +110,7 @@ def test_models_lists_every_family_and_how_it_is_recognised():
     by_type = {line.split("  ")[0]: line for line in rows}
     assert len(rows) == 10
     sdar = next(line for line in rows if line.startswith("SDAR, TraDo "))
-    assert sdar.split()[2:4] == ["sdar", "SDARForCausalLM"]
+    assert sdar.split()[2:5] == ["sdar", "sdar", "SDARForCausalLM"]     # model_family: sdar
     assert "block-causal, blocks of block_size (4 if absent)" in sdar
     fast = next(line for line in rows if line.startswith("Fast-dLLM v2 "))
     assert fast.split()[-2:] == ["yes", "151665"]                 # shifted; |<MASK>| by default

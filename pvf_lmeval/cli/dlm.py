@@ -78,14 +78,16 @@ def models_text() -> str:
     rows = []
     for f in FORMATS.values():
         mask = dict(f.generate_defaults).get("mask_token_id")
-        rows.append((f.title, f.model_type, ", ".join(f.architectures) or "-", f.attention,
-                     "yes" if f.logit_shift else "no", "-" if mask is None else str(mask)))
-    table = _columns(rows, ("family", "model_type", "or architectures", "attention",
-                            "shifted logits", "default mask id"))
+        rows.append((f.title, f.model_type, f.family, ", ".join(f.architectures) or "-",
+                     f.attention, "yes" if f.logit_shift else "no",
+                     "-" if mask is None else str(mask)))
+    table = _columns(rows, ("family", "model_type", "model_family", "or architectures",
+                            "attention", "shifted logits", "default mask id"))
     refused = "".join(f"  {t}: {why}\n" for t, why in REFUSED.items())
     return (table + "\nconfig.json is read by its model_type, else by the first class in "
             "architectures listed above; model_type llada with num_experts is LLaDA-MoE (its "
-            "released folders say llada).\nThe mask id is config.json's mask_token_id, else the "
+            "released folders say llada).\nmodel_family is the key of planning-vocabulary "
+            "artifacts (pvf-calibrate writes it; vocab=auto picks by it).\nThe mask id is config.json's mask_token_id, else the "
             f"tokenizer's {' / '.join(MASK_TOKENS)}, else the default above.\n"
             f"Refused with one line:\n{refused}")
 

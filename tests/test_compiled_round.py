@@ -1,4 +1,4 @@
-"""The compiled round (``decode_batch(compile_round=...)``, ``pvf_lmeval.decoding.round`` as
+"""The compiled round (``decode_batch(compile_round=...)``, ``pvf_lmeval.decoding.rounds`` as
 torch.compile programs): every field of every result equal to the eager loop's, for every
 decoder and every cache mode, alone and batched (left-padded prompts, requests finishing in
 different rounds), under ``rules=reference`` and with a learning vocabulary; no graph break at

@@ -10,7 +10,7 @@ Every request of a batch (one included) goes through the same rounds::
         early stop, finished requests leave the batch
 
 All of it runs as tensor operations over the live requests (:class:`Live`). A round is: call
-(:class:`.runner.Runner`), settle and prepare (:mod:`.round`), with the cache commit between
+(:class:`.runner.Runner`), settle and prepare (:mod:`.rounds`), with the cache commit between
 them, then one host read and the retirement of the finished requests (:func:`retire`). The
 next round's branches are built at the end of the round before, so that the host reads their
 call layout together with the round's stop positions and flags (one :class:`.host_row.HostRow`
@@ -30,11 +30,11 @@ import torch
 from torch import Tensor
 
 from ..tensors.uploads import upload
-from . import round as round_step
+from . import rounds
 from .batch import Batch
 from .cache import cache_exact
 from .compiled import round_programs
-from .round import Settled
+from .rounds import Settled
 from .host_row import HostRow
 from .runner import Runner
 from .stats import Stats
@@ -206,7 +206,7 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     runner.commit_caches(y)
     state = step.start(b)
     none = torch.zeros(n, dtype=torch.bool, device=dev)
-    br, table = round_step.prepare(b, runner, step, y, st, state, _draws(b, step),
+    br, table = rounds.prepare(b, runner, step, y, st, state, _draws(b, step),
                                    torch.full_like(ones, -1), none, none)
     layout = _count_unmade(runner, b.ids, HostRow.read(table))
     return Live(b.ids, y, st, torch.zeros((n, b.L), dtype=torch.int8, device=dev),

@@ -5,6 +5,7 @@ route codes that label every committed position.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -54,15 +55,33 @@ class Branches:
 
 
 def take_rows(v, keep: Tensor):
-    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple or a dict's values; other
-    values as they are."""
+    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple, a dict's values or a
+    record's fields (a dataclass); other values as they are."""
     if isinstance(v, Tensor):
         return v.index_select(0, keep)
     if isinstance(v, tuple):
         return tuple(take_rows(x, keep) for x in v)
     if isinstance(v, dict):
         return {k: take_rows(x, keep) for k, x in v.items()}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.replace(v, **{f.name: take_rows(getattr(v, f.name), keep)
+                                         for f in dataclasses.fields(v)})
     return v
+
+
+@dataclass
+class Outcomes:
+    """A round's planning candidates as verified, [R, K] each: ``tok`` (the token it placed),
+    ``nonvacuous`` (its impact set holds a position besides its own), ``passed``, ``vig`` (its
+    verification information gain), ``tried`` (a candidate, not an empty slot); ``req`` [R, K]:
+    the request of each, where the record keeps it (calibration), else None."""
+
+    tok: Tensor
+    nonvacuous: Tensor
+    passed: Tensor
+    vig: Tensor
+    tried: Tensor
+    req: Tensor | None = None
 
 
 @dataclass
@@ -84,7 +103,7 @@ class Choice:
     state:  the step's per-request state for the next round (see :meth:`Step.start`), None for
             steps without one.
     record: what the loop hands to :meth:`Step.record` after the round (outside a compiled
-            round's programs): a tuple of tensors, or None for nothing to record.
+            round's programs): the round's :class:`Outcomes`, or None for nothing to record.
     """
 
     pick: Tensor
@@ -94,7 +113,7 @@ class Choice:
     remask: Tensor | None = None
     memo: dict = field(default_factory=dict)
     state: dict | None = None
-    record: tuple | None = None
+    record: Outcomes | None = None
 
 
 class Step:
@@ -181,10 +200,10 @@ class Step:
         """Single-row steps: the request commits its one row."""
         return Choice(torch.zeros_like(br.n), br.labels)
 
-    def record(self, b, record: tuple) -> None:
-        """Keep a round's ``Choice.record`` (called by the loop): the planning outcomes
-        (token, non-vacuous, passed, VIG, tried) go to the online vocabulary's queue."""
-        b.vocab.record(*record)
+    def record(self, b, record: Outcomes) -> None:
+        """Keep a round's ``Choice.record`` (called by the loop): the planning outcomes go to the
+        online vocabulary's queue."""
+        b.vocab.record(record.tok, record.nonvacuous, record.passed, record.vig, record.tried)
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
         return {"route": "base"}

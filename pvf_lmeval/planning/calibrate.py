@@ -145,8 +145,10 @@ def calibrate_prompts(model, prompts: list, cfg: CalibConfig) -> list[Tally]:
     step = CalibrationStep(params, cfg.band, cfg.reveal_next, cfg.width)
     results = run(model, batch, params, step)
     if step.events:
-        req, tok, nonvac, passed, vig, kept = (torch.cat([e[i].reshape(-1) for e in step.events])
-                                               .cpu() for i in range(6))
+        req, tok, nonvac, passed, vig, kept = (torch.cat([getattr(e, f).reshape(-1)
+                                                          for e in step.events]).cpu()
+                                               for f in ("req", "tok", "nonvacuous", "passed",
+                                                         "vig", "tried"))
     tallies = []
     for r, res in enumerate(results):
         out = Tally()

@@ -3,7 +3,7 @@ outside ``model.logits`` per round, per decoder x cache x batch size (tiny fixtu
 `arith` items). A count, not a time: it does not depend on the machine's load, and it grows
 with the batch only where the host does work per request (one operation per request per round
 would add R - 1 operations at batch R). The column "of them in the round's programs" counts
-those made by the round's ``settle`` and ``prepare`` (``pvf_lmeval/decoding/rounds.py``), which
+those made by the round's ``settle`` and ``prepare`` (``pvf_lmeval/decoding/round.py``), which
 ``compile_round=true`` runs as two compiled programs instead: a few fused kernels each.
 
 With ``--device cuda``, the table adds the synchronisations CUDA reports per round
@@ -24,9 +24,9 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pvf_lmeval.decoding import decode_batch
-from pvf_lmeval.decoding import rounds as round_mod
-from pvf_lmeval.models import load_model
+from benchlib import decode_batch
+from benchlib import rounds as round_mod
+from benchlib import load_model
 
 import benchlib
 from e2e import RoundCounter, params_for

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pvf_lmeval.cli.report import compare, identity
+from pvf_lmeval.cli.report import compare
+from pvf_lmeval.lmeval import identity
 from pvf_lmeval.decoding import DecodeParams
 from pvf_lmeval.decoding.param_spec import Param
 from pvf_lmeval.decoding.params import PARAM_NAMES, every_param
@@ -110,7 +111,7 @@ CHECK_NEW = r'''
 import subprocess, sys
 from pvf_lmeval.decoding import decode, make_params
 from pvf_lmeval.decoding.params import PARAM_NAMES
-from pvf_lmeval.cli.report.identity import decoding_identity
+from pvf_lmeval.lmeval.identity import decoding_identity
 from pvf_lmeval.models import load_model
 
 assert PARAM_NAMES[-1] == "k"

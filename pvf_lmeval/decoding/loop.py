@@ -43,6 +43,15 @@ from .step import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches, 
 #: exactly the keys of docs/decoding.md "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
              "tps", "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
+#: the rates of the statistics, as (numerator, denominator): tokens per forward (model call),
+#: tokens per second; over several requests, a ratio of sums
+RATES = {"tpf": ("gen_tokens", "nfe"), "tps": ("gen_tokens", "wall_s")}
+
+
+def rate(numerator: float, denominator: float) -> float:
+    """A rate of :data:`RATES`: ``numerator / denominator``, 0 when nothing ran (no call, no
+    time)."""
+    return numerator / denominator if denominator > 0 else 0.0
 
 
 @dataclass
@@ -88,11 +97,11 @@ class DecodeResult:
 
     @property
     def tpf(self) -> float:
-        return self.gen_tokens / self.nfe if self.nfe else 0.0
+        return rate(self.gen_tokens, self.nfe)
 
     @property
     def tps(self) -> float:
-        return self.gen_tokens / self.wall_s if self.wall_s > 0 else 0.0
+        return rate(self.gen_tokens, self.wall_s)
 
     def stats(self) -> dict:
         """The "Statistics" record of docs/decoding.md (exactly ``STAT_KEYS``)."""

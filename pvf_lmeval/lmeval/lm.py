@@ -258,7 +258,7 @@ class PVFDiffusionLM(LM):
         """How ``task``'s requests decode before their own generation kwargs (which lm-eval's
         cache key holds): the run's parameters under the task's preset, spelled as the run
         identity spells them, without the seed (``response_cache`` records it per answer)."""
-        from ..cli.report.identity import decoding_identity
+        from .identity import decoding_identity
 
         params = public_params(self.planner.params_under(task_preset(task)))
         params.pop("seed")

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...decoding.registry import DECODER_NAMES, REFERENCE_DECODERS
-from . import identity as ident
+from ...lmeval import identity as ident
 from .runs import Entry
 
 #: table order of the decoders this package ships; other model types sort after them

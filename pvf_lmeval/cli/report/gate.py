@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from ...decoding.registry import REFERENCE_DECODERS
-from . import identity as ident
+from ...lmeval import identity as ident
 from .compare import Table, describe
 from .runs import BINARY_METRICS, ReportError, UsageError, num
 

@@ -24,10 +24,10 @@ import json
 import math
 import re
 
-from ...decoding.param_spec import reads_of
-from ...decoding.params import LOOP_PARAMS as _LOOP_SPECS
-from ...decoding.params import decoder_reads
-from ...decoding.registry import DECODERS, PLANNING_DECODERS  # noqa: F401  (report code reads it here)
+from ..decoding.param_spec import reads_of
+from ..decoding.params import LOOP_PARAMS as _LOOP_SPECS
+from ..decoding.params import decoder_reads
+from ..decoding.registry import DECODERS, PLANNING_DECODERS  # noqa: F401  (report code reads it here)
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``

@@ -28,8 +28,7 @@ from ..decoding.params import override
 from ..models.diffusion_lm import compile_seconds
 from ..one_line import exit_in_one_line, one_line_errors
 from ..planning.vocab import RunVocab
-from .launch import quiet_git_probe, single_rank_warning
-from .parallel import Ranks
+from .launch import start
 from .planner import Planner, Prompts, public_params
 from .settings import CLI_DEVICE, RunSettings
 from .sink import Sink
@@ -81,7 +80,9 @@ class PVFDiffusionLM(LM):
         if self.settings.remote_code_asked:
             _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native "
                     "network, no remote code runs")
-        self.model = self._load()
+        # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
+        self.ranks, self.model = start(self.settings, _notice)
+        self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
         self.run = self.settings.bind(self.model)
         self._compile_s0 = self._compile()
         self.tokenizer = self.model.tokenizer
@@ -93,40 +94,6 @@ class PVFDiffusionLM(LM):
         self.sink = Sink(tokenizer=self.tokenizer, model_name=self.pretrained,
                          model_family=self.model.family, vocab=self.vocab,
                          options=self.settings.options, ranks=self.ranks)
-
-    def _load(self):
-        """Join the run's processes and load the model on this process's device (the
-        batch-invariant kernels checked for it before any weight is read)."""
-        import torch
-
-        from ..models import load_model
-        from ..models.loader import is_hub_id, resolve_device
-
-        m = self.settings.model
-        # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
-        self.ranks = Ranks.launch(self.settings.parallel, m.device)
-        self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
-        if self.ranks.world > 1:
-            dev = self.ranks.device
-        elif m.cli_device and not torch.cuda.is_available():
-            _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {m.device!r}")
-            dev = torch.device("cpu")
-        else:
-            dev = resolve_device(m.device)
-        warning = single_rank_warning(self.world_size)
-        if warning:
-            _notice(warning)
-        quiet_git_probe()
-        if m.revision is not None and not is_hub_id(m.pretrained):
-            _notice(f"pvf-dlm: revision={m.revision} is for hub ids; pretrained={m.pretrained} is "
-                    "a local or bundled folder, which has no revisions (transformers ignores it "
-                    "there too)")
-        model = load_model(m.pretrained, device=dev, dtype=m.dtype, comm=self.ranks.comm,
-                           parallel_layers=self.settings.parallel.layers, revision=m.revision,
-                           tokenizer=m.tokenizer,
-                           batch_invariant=self.settings.options.decode.batch_invariant)
-        model.check_ranks = self.settings.parallel.check_ranks
-        return model
 
     def _compile(self) -> float | None:
         """torch.compile the model call (``compile``, off by default); the compile seconds

@@ -17,9 +17,7 @@ import time
 
 import torch
 
-from pvf_lmeval.decoding import decode_batch, make_params
-from pvf_lmeval.lmeval.batching import batches, padding_share
-from pvf_lmeval.models import load_model
+from benchlib import decode_batch, make_params, batches, padding_share, load_model
 
 import benchlib
 

@@ -12,6 +12,10 @@
   :class:`CacheDriftProbe` (the cache's approximation error). The decode loop's own cache is
   ``pvf_lmeval.decoding.cache.BatchKV``.
 
+- the package as the scripts use it: each script imports the package's functions from here
+  (:data:`PACKAGE`, imported on first use), so that a change of the package's layout is one
+  change here.
+
 Scripts run as ``python bench/x.py`` find this module beside them (``bench/`` is on their
 ``sys.path``); the package is installed.
 """
@@ -19,6 +23,7 @@ Scripts run as ``python bench/x.py`` find this module beside them (``bench/`` is
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import json
 import resource
@@ -33,6 +38,59 @@ from pvf_lmeval.models.diffusion_lm import DiffusionLM
 from pvf_lmeval.models.kv import cache_segments, is_cached_call
 from pvf_lmeval.models.moe import MoEConfig
 from pvf_lmeval.models.transformer import BidirectionalTransformer, TransformerConfig
+
+#: what the scripts use of the package: name -> (module, attribute); ``from benchlib import
+#: NAME`` imports it on first use (so a script pays for what it uses: the report and its
+#: plotting, the sandbox, the process groups)
+PACKAGE = {
+    **{name: ("pvf_lmeval.decoding", name) for name in (
+        "DECODERS", "PLANNING_DECODERS", "decode", "decode_batch", "make_params")},
+    "pvf_step": ("pvf_lmeval.decoding", "pvf"),
+    "rounds": ("pvf_lmeval.decoding", "rounds"),
+    "runner": ("pvf_lmeval.decoding", "runner"),
+    "Batch": ("pvf_lmeval.decoding.batch", "Batch"),
+    "DecodeResult": ("pvf_lmeval.decoding.loop", "DecodeResult"),
+    "BatchKV": ("pvf_lmeval.decoding.cache", "BatchKV"),
+    "KVCall": ("pvf_lmeval.decoding.cache", "KVCall"),
+    **{name: ("pvf_lmeval.decoding.likelihood", name) for name in (
+        "Continuation", "elbo", "elbo_batch", "greedy_matches", "loglikelihoods")},
+    "invariant_mode": ("pvf_lmeval.decoding.options", "invariant_mode"),
+    "DECODER_NAMES": ("pvf_lmeval.decoding.registry", "DECODER_NAMES"),
+    "SWITCHES": ("pvf_lmeval.decoding.rules", "SWITCHES"),
+    "rules_for": ("pvf_lmeval.decoding.rules", "rules_for"),
+    "Runner": ("pvf_lmeval.decoding.runner", "Runner"),
+    "vocab_artifacts_dir": ("pvf_lmeval.files.paths", "vocab_artifacts_dir"),
+    "batches": ("pvf_lmeval.lmeval.batching", "batches"),
+    "padding_share": ("pvf_lmeval.lmeval.batching", "padding_share"),
+    "load_model": ("pvf_lmeval.models", "load_model"),
+    "compile_seconds": ("pvf_lmeval.models.diffusion_lm", "compile_seconds"),
+    "FIXTURES_DIR": ("pvf_lmeval.models.loader", "FIXTURES_DIR"),
+    "Comm": ("pvf_lmeval.models.parallel", "Comm"),
+    "Shard": ("pvf_lmeval.models.parallel", "Shard"),
+    "MLP": ("pvf_lmeval.models.transformer", "MLP"),
+    "OnlineVocab": ("pvf_lmeval.planning.online", "OnlineVocab"),
+    **{name: ("pvf_lmeval.planning.vocab", name) for name in (
+        "artifact_statistics", "capitalised_ids", "load_artifact", "online_artifact",
+        "resolve_artifact", "resolve_vocab_for", "save_artifact")},
+    "check_candidates": ("pvf_lmeval.sandbox", "check_candidates"),
+    "default_workers": ("pvf_lmeval.sandbox", "default_workers"),
+    "dataset_file": ("pvf_lmeval.data", "dataset_file"),
+    "report": ("pvf_lmeval.cli", "report"),
+    "plot": ("pvf_lmeval.cli.report.plot", "plot"),
+}
+
+
+def __getattr__(name: str):
+    """``from benchlib import NAME`` of :data:`PACKAGE`: imported now, kept."""
+    if name not in PACKAGE:
+        raise AttributeError(f"module 'benchlib' has no attribute {name!r}")
+    module, attr = PACKAGE[name]
+    found = importlib.import_module(module)
+    value = getattr(found, attr) if hasattr(found, attr) else \
+        importlib.import_module(f"{module}.{attr}")
+    globals()[name] = value
+    return value
+
 
 REPO = Path(__file__).resolve().parent.parent
 ARITH = REPO / "tasks" / "arith"

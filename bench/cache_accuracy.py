@@ -14,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoder_names import DECODER_NAMES
-from pvf_lmeval.models import load_model
+from benchlib import DECODER_NAMES, load_model
 
 import benchlib
 from decoders import run_config

@@ -55,11 +55,9 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoding import DECODERS, decode_batch, make_params
-from pvf_lmeval.decoding import runner as runner_mod
-from pvf_lmeval.models import load_model
-from pvf_lmeval.models.diffusion_lm import DiffusionLM, compile_seconds
-from pvf_lmeval.models.kv import cache_segments, is_cached_call
+from benchlib import DECODERS, decode_batch, make_params
+from benchlib import runner as runner_mod
+from benchlib import load_model, DiffusionLM, compile_seconds, cache_segments, is_cached_call
 
 import benchlib
 from benchlib import KVCache, call_view, random_model, sync
@@ -184,7 +182,7 @@ def params_for(dec: str, cache: str, args, model, vocab_cache: dict):
     if getattr(DECODERS[dec], "uses_vocab", dec in ("pvf", "explore")):
         extra["preset"] = "arith"
         if "ids" not in vocab_cache:
-            from pvf_lmeval.planning.vocab import resolve_vocab_for
+            from benchlib import resolve_vocab_for
             vocab_cache["ids"], _ = resolve_vocab_for(model, task_family="math-word")
         extra["plan_vocab"] = vocab_cache["ids"]
     return make_params(dec, gen_length=args.gen_length, block_length=args.block_length,
@@ -377,7 +375,7 @@ def shadow_model(shape: str, device, dtype) -> DiffusionLM:
 
 def run_shadow(args, docs) -> tuple[list[dict], str]:
     """Rows of the shadow table (see the module docstring) and the table's note."""
-    from pvf_lmeval.lmeval.batching import batches
+    from benchlib import batches
 
     dev = torch.device(args.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32

@@ -36,16 +36,13 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoding import DECODERS, PLANNING_DECODERS, decode_batch
-from pvf_lmeval.models import load_model
-from pvf_lmeval.planning.vocab import resolve_vocab_for
-from benchlib import REPO
+from benchlib import (DECODERS, PLANNING_DECODERS, REPO, DecodeResult, decode_batch, load_model,
+                      resolve_vocab_for)
 
 TASK = REPO / "tasks" / "arith_var" / "data" / "test.jsonl"
 #: result fields compared beside tokens, NFE and branch_rows (wall time is not a result)
-OTHER = tuple(f.name for f in dataclasses.fields(
-    __import__("pvf_lmeval.decoding.loop", fromlist=["DecodeResult"]).DecodeResult)
-    if f.name not in ("tokens", "nfe", "branch_rows", "wall_s", "steps"))
+OTHER = tuple(f.name for f in dataclasses.fields(DecodeResult)
+              if f.name not in ("tokens", "nfe", "branch_rows", "wall_s", "steps"))
 
 
 def prompts_of(model, n: int) -> list[list[int]]:

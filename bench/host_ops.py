@@ -24,9 +24,9 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pvf_lmeval.decoding import decode_batch
-from pvf_lmeval.decoding import round as round_mod
-from pvf_lmeval.models import load_model
+from benchlib import decode_batch
+from benchlib import rounds as round_mod
+from benchlib import load_model
 
 import benchlib
 from e2e import RoundCounter, params_for

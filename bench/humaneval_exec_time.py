@@ -19,13 +19,12 @@ import sys
 import time
 import types
 
-from pvf_lmeval.sandbox import check_candidates, default_workers
-from benchlib import REPO
+from benchlib import check_candidates, default_workers, REPO
 
 
 def _problems(path: str | None) -> list[dict]:
     if path is None:
-        from pvf_lmeval.data import dataset_file
+        from benchlib import dataset_file
         path = dataset_file("humaneval")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

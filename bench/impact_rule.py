@@ -14,8 +14,7 @@ import sys
 
 import torch
 
-from pvf_lmeval.decoding import decode_batch, make_params
-from pvf_lmeval.models import load_model
+from benchlib import decode_batch, make_params, load_model
 import benchlib
 from benchlib import REPO
 

@@ -24,12 +24,8 @@ import time
 
 import torch
 
-from benchlib import held_out
-from pvf_lmeval.decoding import make_params
-from pvf_lmeval.decoding.options import invariant_mode
-from pvf_lmeval.decoding.likelihood import (Continuation, elbo, elbo_batch, greedy_matches,
-                                            loglikelihoods)
-from pvf_lmeval.models import load_model
+from benchlib import (held_out, make_params, invariant_mode, Continuation, elbo, elbo_batch,
+                      greedy_matches, loglikelihoods, load_model)
 
 
 def tasks(tokenizer, docs) -> dict[str, list[Continuation]]:

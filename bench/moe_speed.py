@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from pvf_lmeval.models.transformer import MLP, TransformerConfig
+from benchlib import MLP, TransformerConfig
 
 import benchlib
 from benchlib import PAPER_CALLS_PER_512, KVCache, call_view, peak_mib, random_model, reset_peak, sync

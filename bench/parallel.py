@@ -77,7 +77,7 @@ def _rank(rank: int, world: int, port: int, args, cfg, results) -> None:
                       WORLD_SIZE=str(world))
     import torch.distributed as dist
 
-    from pvf_lmeval.models.parallel import Comm, Shard
+    from benchlib import Comm, Shard
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -130,7 +130,7 @@ def flash_shard(args) -> None:
     """Rank 0 of expert parallel 8 on LLaDA2.0-flash, alone, collectives local."""
     import torch.distributed as dist
 
-    from pvf_lmeval.models.parallel import Comm, Shard
+    from benchlib import Comm, Shard
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                       WORLD_SIZE="1")

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoding import decode_batch, make_params
-from pvf_lmeval.models import load_model
-from pvf_lmeval.planning.vocab import resolve_vocab_for
+from benchlib import decode_batch, make_params, load_model, resolve_vocab_for
 
 import benchlib
 

@@ -8,9 +8,8 @@ one torch thread:
     python bench/plan_vacuity.py dream 120 hand-written paper+impact_includes_committed plan+ar
 """
 import sys, json, torch
-import pvf_lmeval.decoding.pvf as P
-from pvf_lmeval.decoding import decode_batch, make_params
-from pvf_lmeval.models import load_model
+from benchlib import pvf_step as P
+from benchlib import decode_batch, make_params, load_model
 import benchlib
 from benchlib import REPO
 torch.set_num_threads(1)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.models import load_model
+from benchlib import load_model
 
 import benchlib
 

@@ -18,10 +18,8 @@ import math
 
 import torch
 
-from pvf_lmeval.decoding import decode_batch, make_params
-from pvf_lmeval.decoding.rules import SWITCHES, rules_for
-from pvf_lmeval.models import load_model
-from pvf_lmeval.planning.vocab import capitalised_ids, resolve_vocab_for
+from benchlib import (decode_batch, make_params, SWITCHES, rules_for, load_model, capitalised_ids,
+                      resolve_vocab_for)
 
 import benchlib
 

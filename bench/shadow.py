@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from pvf_lmeval.decoding.cache import BatchKV, KVCall
+from benchlib import BatchKV, KVCall
 
 from benchlib import sync
 

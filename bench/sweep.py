@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from pvf_lmeval.decoder_names import PLANNING_DECODERS  # torch-free (no benchlib here)
+from benchlib import PLANNING_DECODERS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from pvf_lmeval.cli import report
+    from benchlib import report
 
     base = [str(args.out / "runs")]
     rc = report.main(base)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("sweep: matplotlib missing (pip install 'pvf-lmeval[plot]'): no plot", file=sys.stderr)
     else:
-        from pvf_lmeval.cli.report.plot import plot
+        from benchlib import plot
 
         table = report.build(base)
         for kind in ("accuracy-nfe", "accuracy-tps"):

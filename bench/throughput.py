@@ -38,10 +38,8 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoding import PLANNING_DECODERS, decode_batch, make_params
-from pvf_lmeval.models import load_model
-from pvf_lmeval.models.kv import cache_segments, is_cached_call
-from pvf_lmeval.models.loader import FIXTURES_DIR
+from benchlib import (PLANNING_DECODERS, decode_batch, make_params, load_model, cache_segments,
+                      is_cached_call, FIXTURES_DIR)
 
 import benchlib
 from benchlib import (PAPER_CALLS_PER_512, SHAPES, CacheDriftProbe, KVCache, call_view, peak_mib,
@@ -86,7 +84,7 @@ def run_tiny(name, args, extract, docs):
                                  cache=cache, **extra)
             if dec in PLANNING_DECODERS:
                 if vocab is None:
-                    from pvf_lmeval.planning.vocab import resolve_vocab_for
+                    from benchlib import resolve_vocab_for
                     vocab, _ = resolve_vocab_for(model, task_family=params.family)
                 params = make_params(dec, gen_length=args.gen_length,
                                      block_length=args.block_length, cache=cache,

@@ -33,11 +33,8 @@ from pathlib import Path
 
 import torch
 
-from pvf_lmeval.decoding import decode, decode_batch, make_params
-from pvf_lmeval.planning.online import OnlineVocab
-from pvf_lmeval.models import load_model
-from pvf_lmeval.files.paths import vocab_artifacts_dir
-from pvf_lmeval.planning.vocab import artifact_statistics, load_artifact, resolve_artifact
+from benchlib import (decode, decode_batch, make_params, OnlineVocab, load_model,
+                      vocab_artifacts_dir, artifact_statistics, load_artifact, resolve_artifact)
 
 import benchlib
 
@@ -91,8 +88,8 @@ def run_pass(model, prompts, targets, extract, params, online=None, batch=1, bat
 
 def entropy_cost(model, prompts, params, reps=30):
     """ms per planning-shaped call (1 + width rows) with and without the entropies."""
-    from pvf_lmeval.decoding.batch import Batch
-    from pvf_lmeval.decoding.runner import Runner
+    from benchlib import Batch
+    from benchlib import Runner
 
     p = torch.tensor(prompts[0], device=model.device)
     b = Batch(model, [p], params, request_indices=[0], repeat_indices=[0])
@@ -113,7 +110,7 @@ def entropy_cost(model, prompts, params, reps=30):
 def save_online(args, online, tok, model, name, label) -> None:
     if args.save_online is None:
         return
-    from pvf_lmeval.planning.vocab import online_artifact, save_artifact
+    from benchlib import online_artifact, save_artifact
 
     art = online_artifact(online, tok, model_family=model.family, task_family="math-word",
                           model_name=name)

@@ -156,12 +156,13 @@ def test_option_reaches_model_and_decoding_side(monkeypatch, cache):
     ("maybe", "float32", r"^batch_invariant='maybe'"),
 ])
 def test_model_arg_errors_before_the_model_loads(monkeypatch, value, dtype, message):
-    import pvf_lmeval.models as models
+    import pvf_lmeval.models.loader as loader
     from pvf_lmeval.lmeval.lm import PVFDiffusionLM
 
     def no_load(*a, **k):
-        raise AssertionError("the model loaded")
-    monkeypatch.setattr(models, "load_model", no_load)
+        raise AssertionError("the weights were read")
+    monkeypatch.setattr(loader, "load_native_state", no_load)
+    monkeypatch.setattr(loader, "load_tokenizer", no_load)
     with pytest.raises(ValueError, match=message):
         PVFDiffusionLM(pretrained="tiny-llada", device="cpu", dtype=dtype, batch_invariant=value)
 
@@ -180,8 +181,8 @@ def test_model_arg_reaches_every_call(monkeypatch):
     seen = []
     real = lm_mod.decode_batch
 
-    def decode_spy(*a, batch_invariant=False, **k):
-        seen.append(("decode", batch_invariant))
+    def decode_spy(*a, batch_invariant=False, options=None, **k):
+        seen.append(("decode", options.batch_invariant if options else batch_invariant))
         return real(*a, **k)            # the option counted, not run: torch's kernels here
     monkeypatch.setattr(lm_mod, "decode_batch", decode_spy)
 

@@ -1,4 +1,4 @@
-"""The compiled round (``decode_batch(compile_round=...)``, ``pvf_lmeval.decoding.round`` as
+"""The compiled round (``decode_batch(compile_round=...)``, ``pvf_lmeval.decoding.rounds`` as
 torch.compile programs): every field of every result equal to the eager loop's, for every
 decoder and every cache mode, alone and batched (left-padded prompts, requests finishing in
 different rounds), under ``rules=reference`` and with a learning vocabulary; no graph break at
@@ -183,8 +183,8 @@ def test_the_model_arg_compiles_the_round(monkeypatch):
     seen = []
     real = lm_mod.decode_batch
 
-    def spy(*args, compile_step=None, compile_round=None, **kw):
-        seen.append((compile_step, compile_round))
+    def spy(*args, options=None, **kw):
+        seen.append((options.compile_step, options.compile_round))
         return real(*args, **kw)                   # eager: the options are what is checked
     monkeypatch.setattr(lm_mod, "decode_batch", spy)
     req = Instance(request_type="generate_until", doc={}, idx=0, metadata=("arith", 0, 1),

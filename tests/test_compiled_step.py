@@ -104,9 +104,9 @@ def test_the_compile_model_arg_compiles_the_statistics_pass(monkeypatch, arg, op
     monkeypatch.setattr(DiffusionLM, "compile", lambda self, scope: scopes.append(scope) or self)
     real = lm_mod.decode_batch
 
-    def spy(*args, compile_step=None, compile_round=None, **kw):
-        seen.append((compile_step, compile_round))
-        return real(*args, **kw)
+    def spy(*args, options=None, **kw):
+        seen.append((options.compile_step, options.compile_round))
+        return real(*args, **kw)                   # eager: the options are what is checked
     monkeypatch.setattr(lm_mod, "decode_batch", spy)
     lm = lm_mod.PVFDiffusionLM(pretrained="tiny-llada", device="cpu", compile=arg,
                                gen_length=16, block_length=16)

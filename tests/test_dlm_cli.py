@@ -3,7 +3,6 @@ the README's model-args table is its ``args --markdown`` output."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -37,20 +36,23 @@ def test_readme_model_args_table_is_the_generated_one():
 
 
 def test_the_table_lists_exactly_the_keys_the_adapter_accepts():
-    pytest.importorskip("lm_eval")
-    from pvf_lmeval.lmeval import parallel
-    from pvf_lmeval.lmeval.lm import DECODER_KEYS, VOCAB_KEYS, PVFDiffusionLM
-    from pvf_lmeval.lmeval.model_args import ALL_ARGS, IGNORED_ARGS
+    from pvf_lmeval.decoding.params import PARAMS
+    from pvf_lmeval.lmeval import parallel, settings
+    from pvf_lmeval.lmeval.model_args import ALL_ARGS
+    from pvf_lmeval.planning.vocab import VOCAB_ARGS
 
-    named = [p for p in inspect.signature(PVFDiffusionLM.__init__).parameters
-             if p not in ("self", "decoder_args", "_device_is_cli_default", *IGNORED_ARGS)]
     specs = {a.name: a for a in ALL_ARGS}
-    taken = [k for k in parallel.KEYS if k not in parallel.ALIASES]   # ParallelArgs.pop's
-    assert sorted(specs) == sorted([*named, "vocab_force", *DECODER_KEYS, *VOCAB_KEYS[1:],
-                                    *taken])
-    defaults = {p.name: p.default for p in inspect.signature(PVFDiffusionLM.__init__).parameters.values()}
-    for name in ("pretrained", "dtype", "batch_size", "vocab", "mc_num", "mc_batch", "truncation"):
-        assert specs[name].default == str(defaults[name]), name
+    taken = [k for k in parallel.KEYS if k not in parallel.ALIASES]   # parse_parallel's
+    decoding = [name for name, p in PARAMS.items() if p.public]
+    assert sorted(specs) == sorted([*settings.MODEL_KEYS, *settings.OPTION_KEYS, "vocab",
+                                    *VOCAB_ARGS, *decoding, *taken])
+    run = settings.RunSettings.parse({})
+    assert (specs["pretrained"].default, specs["dtype"].default) == (run.model.pretrained,
+                                                                     run.model.dtype)
+    assert specs["vocab"].default == run.vocabulary.spec
+    for name in ("batch_size", "mc_num", "mc_batch", "truncation"):
+        assert specs[name].default == str(getattr(run.options, name)), name
+    assert (run.model.compile, run.options.trace) == (None, None)
     assert (specs["compile"].default, specs["trace"].default) == ("false", "none")
 
 
@@ -59,7 +61,7 @@ def test_args_plain_lines():
     assert lines[0].split() == ["key", "default", "allowed", "meaning"]
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
-    assert row.split("  ")[-1] == "the decoding algorithm (pvf-dlm decoders)"
+    assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, freedave, pvf, explore  " in row
     assert len(lines) == 1 + 56
 
@@ -71,9 +73,10 @@ def test_decoders_and_their_parameters():
     assert own == {
         "static": "steps",
         "threshold": "threshold, factor",
-        "freedave": "threshold, factor, draft_steps, base_rule",
+        "freedave": "draft_steps, base_rule, threshold (with base_rule=threshold), factor (with "
+                    "base_rule=threshold)",
         "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",
-        "explore": "threshold, reveal_next, pick, band, vocab",
+        "explore": "threshold, pick, band, reveal_next, vocab",
     }
 
 
@@ -107,7 +110,7 @@ def test_models_lists_every_family_and_how_it_is_recognised():
     by_type = {line.split("  ")[0]: line for line in rows}
     assert len(rows) == 11
     sdar = next(line for line in rows if line.startswith("SDAR, TraDo "))
-    assert sdar.split()[2:4] == ["sdar", "SDARForCausalLM"]
+    assert sdar.split()[2:5] == ["sdar", "sdar", "SDARForCausalLM"]     # model_family: sdar
     assert "block-causal, blocks of block_size (4 if absent)" in sdar
     fast = next(line for line in rows if line.startswith("Fast-dLLM v2 "))
     assert fast.split()[-2:] == ["yes", "151665"]                 # shifted; |<MASK>| by default

@@ -55,8 +55,8 @@ ALLOWED = ("pretrained, revision, tokenizer, dtype, device, batch_size, batch_in
            "max_batch_size, compile, compile_round, max_length, truncation, add_bos_token, "
            "trace, trace_append, mc_num, mc_batch, "
            "tensor_parallel_size, parallel_layers, data_parallel_size, decoder, preset, "
-           "gen_length, block_length, threshold, factor, steps, temperature, top_k, top_p, seed, "
-           "early_stop, cache, rules, draft_steps, base_rule, plan_lo, plan_hi, "
+           "gen_length, block_length, temperature, top_k, top_p, seed, early_stop, cache, rules, "
+           "steps, threshold, factor, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
            "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "
            "online_save, online_frozen, online_merge")
@@ -183,7 +183,7 @@ def test_the_one_line_hook_prints_only_marked_errors(capsys, monkeypatch):
     traceback (the previous hook)."""
     import sys as _sys
 
-    from pvf_lmeval.lmeval.model_args import exit_in_one_line
+    from pvf_lmeval.one_line import exit_in_one_line
 
     seen = []
     monkeypatch.setattr(_sys, "excepthook", lambda *a: seen.append(a[1]))

@@ -112,7 +112,7 @@ def test_add_bos_token_starts_every_context_with_bos(monkeypatch):
     lm.generate_until([_gen("Question: 1 + 2?\nAnswer:"), _gen("<|startoftext|>Question: 1 + 2?\nAnswer:")],
                       disable_tqdm=True)
     assert seen == [[BOS, *plain], [BOS, *plain]]
-    ctx, cont = lm._encode_pair("Question: 1 + 2?\nAnswer:", " 3")
+    ctx, cont = lm.prompts.pair("Question: 1 + 2?\nAnswer:", " 3")
     assert ctx == [BOS, *plain] and cont == lm.tokenizer.encode(" 3", add_special_tokens=False)
     req = Instance(request_type="loglikelihood", doc={}, idx=0, metadata=("t", 0, 1),
                    arguments=("Question: 1 + 2?\nAnswer:", " 3"))

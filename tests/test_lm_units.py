@@ -113,11 +113,12 @@ class CharTokenizer:
         return "".join(chr(i) for i in ids if not (skip_special_tokens and i == 0))
 
 
-def _fake_lm(tokenizer, eos_ids) -> PVFDiffusionLM:
-    lm = object.__new__(PVFDiffusionLM)
-    lm.tokenizer = tokenizer
-    lm.model = SimpleNamespace(eos_ids=tuple(eos_ids))
-    return lm
+def _fake_lm(tokenizer, eos_ids):
+    """What cuts an answer: the sink, with ``tokenizer`` (``eos_ids`` are the results')."""
+    from pvf_lmeval.lmeval.sink import Sink
+
+    return SimpleNamespace(sink=Sink(tokenizer=tokenizer, model_name="fake", model_family="fake",
+                                     vocab=None, options=None, ranks=None))
 
 
 def _result(tokens, eos_ids, nfe=4) -> DecodeResult:
@@ -135,13 +136,13 @@ def test_until_cut_with_a_fake_tokenizer():
     assert tokens_before(tok.encode("hello world"), 5, tok) == 5
     lm = _fake_lm(tok, [0])
     ids = tok.encode("12 + 1 = 13\nQuestion: next") + [0] * 6
-    text, stats = lm._finish(_result(ids, {0}, nfe=5), ["Question:"])
+    text, stats = lm.sink.text(_result(ids, {0}, nfe=5), ["Question:"])
     assert text == "12 + 1 = 13\n" and type(text) is str
     assert stats["gen_tokens"] == len("12 + 1 = 13\n")
     assert stats["tpf"] == stats["gen_tokens"] / 5
     assert tuple(stats) == STAT_KEYS
     # no stop string: everything before end-of-text counts
-    text, stats = lm._finish(_result(ids, {0}, nfe=5), [])
+    text, stats = lm.sink.text(_result(ids, {0}, nfe=5), [])
     assert text == "12 + 1 = 13\nQuestion: next" and stats["gen_tokens"] == len(text)
 
 
@@ -153,16 +154,16 @@ def test_until_cut_with_the_fixture_tokenizer():
     tail = tok.encode("Question: Tom has 3 books.", add_special_tokens=False)
     ids = head + tail + [eos] + tok.encode("Question: x", add_special_tokens=False) + [eos] * 4
     assert tok.decode(head, skip_special_tokens=True) == ANSWER
-    text, stats = lm._finish(_result(ids, {eos}, nfe=3), ["Question:"])
+    text, stats = lm.sink.text(_result(ids, {eos}, nfe=3), ["Question:"])
     assert text == ANSWER
     assert stats["gen_tokens"] == len(head)          # not len(head + tail), not gen_length
     assert stats["committed"] == len(ids) and stats["gen_length"] == len(ids)
     assert stats["tpf"] == pytest.approx(len(head) / 3)
     # a stop string that starts inside a token: that token is not counted
-    text, stats = lm._finish(_result(ids, {eos}, nfe=3), ["uestion:"])
+    text, stats = lm.sink.text(_result(ids, {eos}, nfe=3), ["uestion:"])
     assert text == ANSWER + "Q" and stats["gen_tokens"] == len(head)
     # end-of-text first: the text after it is never searched
-    text, stats = lm._finish(_result(head + [eos] + tail, {eos}, nfe=3), ["Question:"])
+    text, stats = lm.sink.text(_result(head + [eos] + tail, {eos}, nfe=3), ["Question:"])
     assert text == ANSWER and stats["gen_tokens"] == len(head)
 
 
@@ -213,26 +214,26 @@ def lm():
 
 def test_request_params_rounding_and_gen_kwargs_overrides(lm):
     assert lm.params.threshold == 0.9 and lm.params.block_length == 64
-    params, until, ignored = lm._request_params(dict(ARITH_KWARGS))
+    params, until, ignored = lm.planner.request_params(dict(ARITH_KWARGS))
     assert params.gen_length == 128            # max_gen_toks 96 rounded up to blocks of 64
     assert until == ["Question:"] and ignored == [] and params.temperature == 0.0
-    assert lm._request_params({"max_new_tokens": 65})[0].gen_length == 128
-    assert lm._request_params({"max_gen_toks": 64})[0].gen_length == 64
-    params, _, ignored = lm._request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1,
+    assert lm.planner.request_params({"max_new_tokens": 65})[0].gen_length == 128
+    assert lm.planner.request_params({"max_gen_toks": 64})[0].gen_length == 64
+    params, _, ignored = lm.planner.request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1,
                                              "num_beams": 1})
     assert params.threshold == 0.5 and lm.params.threshold == 0.9 and params.top_p is None
     assert ignored == ["num_beams"]                    # top_p is a decoding parameter
     with pytest.raises(ValueError, match="unknown generation kwarg 'foo'"):
-        lm._request_params({**ARITH_KWARGS, "foo": 1})
-    assert lm._request_params({**ARITH_KWARGS, "gen_length": 64})[0].gen_length == 64
+        lm.planner.request_params({**ARITH_KWARGS, "foo": 1})
+    assert lm.planner.request_params({**ARITH_KWARGS, "gen_length": 64})[0].gen_length == 64
     with pytest.raises(ValueError, match="threshold=1.5"):
-        lm._request_params({**ARITH_KWARGS, "threshold": 1.5})
+        lm.planner.request_params({**ARITH_KWARGS, "threshold": 1.5})
 
 
 def test_explicit_gen_length_wins_over_max_gen_toks():
     lm = PVFDiffusionLM.create_from_arg_string(
         f"pretrained={MODEL},gen_length=32,block_length=32", {"batch_size": 1, "device": "cpu"})
-    assert lm._request_params(dict(ARITH_KWARGS))[0].gen_length == 32
+    assert lm.planner.request_params(dict(ARITH_KWARGS))[0].gen_length == 32
 
 
 def test_generate_until_records_stats_and_skips_padding_copies():

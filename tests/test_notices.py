@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 import pvf_lmeval.lmeval.lm as adapter  # noqa: E402
+import pvf_lmeval.lmeval.sink as sink  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +20,10 @@ def lm():
 
 
 @pytest.fixture
-def events(monkeypatch):
+def events(lm, monkeypatch):
+    """The notices the planner prints (it plans the requests), in order."""
     seen = []
-    monkeypatch.setattr(adapter, "_notice", lambda msg: seen.append(msg))
+    monkeypatch.setattr(lm.planner, "notice", lambda msg: seen.append(msg))
     return seen
 
 
@@ -32,25 +34,25 @@ def _request(doc_id: int, max_gen_toks: int) -> Instance:
 
 
 def test_rounding_notice_only_when_rounded(lm, events):
-    lm._length_notices.clear()
-    assert lm._request_params({"max_gen_toks": 96})[0].gen_length == 96
-    assert lm._request_params({"max_gen_toks": 32})[0].gen_length == 32
+    lm.planner._notices.clear()
+    assert lm.planner.request_params({"max_gen_toks": 96})[0].gen_length == 96
+    assert lm.planner.request_params({"max_gen_toks": 32})[0].gen_length == 32
     assert events == []
-    assert lm._request_params({"max_gen_toks": 80})[0].gen_length == 96
-    assert lm._request_params({"max_gen_toks": 80})[0].gen_length == 96
+    assert lm.planner.request_params({"max_gen_toks": 80})[0].gen_length == 96
+    assert lm.planner.request_params({"max_gen_toks": 80})[0].gen_length == 96
     assert events == ["pvf-dlm: gen_length=96 (the task's max_gen_toks=80 rounded up to whole "
                       "blocks of 32); pass gen_length to fix it"]
 
 
 def test_notices_come_before_the_progress_bar(lm, events, monkeypatch):
-    lm._length_notices.clear()
-    real = adapter.tqdm
+    lm.planner._notices.clear()
+    real = sink.tqdm          # the sink's bar: it answers the planned requests
 
     def bar(*args, **kwargs):
         events.append("bar")
         return real(*args, **{**kwargs, "disable": True})
 
-    monkeypatch.setattr(adapter, "tqdm", bar)
+    monkeypatch.setattr(sink, "tqdm", bar)
     lm.generate_until([_request(0, 20), _request(1, 20)])
     assert events == ["pvf-dlm: gen_length=32 (the task's max_gen_toks=20 rounded up to whole "
                       "blocks of 32); pass gen_length to fix it", "bar"]

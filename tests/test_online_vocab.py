@@ -204,15 +204,15 @@ def test_frozen_statistics_are_batch_size_invariant():
 
 
 def test_bad_online_arguments():
-    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+    from pvf_lmeval.lmeval.settings import VocabSettings
 
     with pytest.raises(ValueError, match="online_level=2.0 must be in"):
-        PVFDiffusionLM._online_settings("online", {"online_level": "2"})
+        VocabSettings.parse("online", {"online_level": "2"})
     with pytest.raises(ValueError, match="rho_ver applies only to vocab=online"):
-        PVFDiffusionLM._online_settings("auto", {"rho_ver": "0.8"})
+        VocabSettings.parse("auto", {"rho_ver": "0.8"})
     with pytest.raises(ValueError, match="online_explore='x' must be an integer"):
-        PVFDiffusionLM._online_settings("online", {"online_explore": "x"})
-    cfg = PVFDiffusionLM._online_settings("online", {"online_frozen": "true", "rho_ver": "0.8"})
+        VocabSettings.parse("online", {"online_explore": "x"})
+    cfg = VocabSettings.parse("online", {"online_frozen": "true", "rho_ver": "0.8"}).cfg
     assert cfg["frozen"] is True and cfg["rho_ver"] == 0.8
 
 
@@ -230,13 +230,14 @@ def test_adapter_updates_between_batches_and_saves(tmp_path, monkeypatch):
                                gen_length=32, block_length=32)
     assert lm.online is not None and lm.vocab_source == "online"
     decoded, updates = [], []
-    real_decode, real_update = lm_mod.decode_batch, lm._online_update
+    real_decode, real_update = lm_mod.decode_batch, lm.vocab.update
 
     def spy(model, prompts, **k):
         decoded.extend([k["online"]] * len(prompts))
         return real_decode(model, prompts, **k)
     monkeypatch.setattr(lm_mod, "decode_batch", spy)
-    monkeypatch.setattr(lm, "_online_update", lambda: updates.append(len(decoded)) or real_update())
+    monkeypatch.setattr(lm.vocab, "update",
+                        lambda gather: updates.append(len(decoded)) or real_update(gather))
     kw = {"until": ["Question:"], "do_sample": False}
     reqs = [Instance(request_type="generate_until", doc={}, idx=0, doc_id=i, task_name="arith",
                      arguments=(f"Question: Tom has {i + 3} books. He gets 2 books from Noah. How "

@@ -39,7 +39,7 @@ def test_last_layer_runs_only_on_the_requested_rows(name):
 
 
 def test_compile_scope_parsing():
-    from pvf_lmeval.lmeval.lm import _compile_scope
+    from pvf_lmeval.lmeval.settings import compile_scope as _compile_scope
     assert [_compile_scope(v) for v in (False, "false", "0", True, "true", "model", "Blocks")] == \
         [None, None, None, "true", "true", "model", "blocks"]
     with pytest.raises(ValueError, match="compile='fast' must be one of false, true, blocks, model"):

@@ -11,6 +11,7 @@ import torch
 
 from pvf_lmeval.lmeval.model_args import ModelArgError, check_keys
 from pvf_lmeval.lmeval.parallel import HABITS, ParallelArgs, Ranks
+from pvf_lmeval.lmeval.settings import RunSettings, parse_parallel
 from pvf_lmeval.models import loader
 from pvf_lmeval.models.moe import MoEConfig
 from pvf_lmeval.models.parallel import SKIP, WHOLE, ParallelLayoutError, Part, Shard, span
@@ -30,15 +31,15 @@ def test_other_backends_habits_point_to_tensor_parallel_size(key):
 
 
 def test_aliases_and_derived_data_parallel():
-    args = {"tp_size": "2", "dp_size": "2", "decoder": "pvf"}
-    got = ParallelArgs.pop(args, W4)
+    run = RunSettings.parse({"tp_size": "2", "dp_size": "2", "decoder": "pvf"}, W4)
+    got = run.parallel                                    # their own group, not decoding's
     assert (got.tp, got.dp, got.world, got.layers, got.check_ranks) == (2, 2, 4, "all", False)
-    assert args == {"decoder": "pvf"}                     # the parallel keys are taken out
-    got = ParallelArgs.pop({"tensor_parallel_size": 4, "parallel_layers": "experts"},
-                           {**W4, "PVF_CHECK_RANKS": "1"})
+    assert run.decoding.decoder == "pvf" and run.decoding.given == {}
+    got = parse_parallel({"tensor_parallel_size": 4, "parallel_layers": "experts"},
+                         {**W4, "PVF_CHECK_RANKS": "1"})
     assert (got.tp, got.dp, got.layers, got.check_ranks) == (4, 1, "experts", True)
-    assert ParallelArgs.pop({}, {}) == ParallelArgs(tp=1, dp=1, world=1)
-    assert ParallelArgs.pop({}, W4).dp == 4               # plain data parallel
+    assert parse_parallel({}, {}) == ParallelArgs(tp=1, dp=1, world=1)
+    assert parse_parallel({}, W4).dp == 4                 # plain data parallel
 
 
 @pytest.mark.parametrize("args,env,says", [
@@ -59,7 +60,7 @@ def test_aliases_and_derived_data_parallel():
 ])
 def test_bad_parallel_args_are_one_line(args, env, says):
     with pytest.raises(ModelArgError) as e:
-        ParallelArgs.pop(dict(args), env)
+        parse_parallel(dict(args), env)
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 

@@ -211,7 +211,7 @@ def test_freedave_row_shows_no_threshold_it_does_not_read():
               "draft_steps": 4, "base_rule": "static", "plan_lo": 0.2, "plan_hi": 0.65,
               "ar_lo": 0.1, "width": 3, "reveal_next": 0, "routes": "plan+ar", "plan_self_check": False,
               "pick": "random", "band": [0.2, 0.6], "cache": "none", "preset": None}
-    from pvf_lmeval.cli.report.identity import decoding_identity
+    from pvf_lmeval.lmeval.identity import decoding_identity
 
     ident = decoding_identity("freedave", params)
     assert ident == {"base_rule": "static", "block_length": 32, "cache": "none", "draft_steps": 4,
@@ -222,14 +222,14 @@ def test_freedave_row_shows_no_threshold_it_does_not_read():
     pvf = decoding_identity("pvf", dict(params, decoder="pvf", band="0.2:0.6"))
     assert pvf["plan_hi"] == 0.65 and "band" not in pvf and "draft_steps" not in pvf
     # a planning vocabulary found by vocab=auto is named by its file, not by this checkout's path
-    from pvf_lmeval.cli.report.identity import run_identity
+    from pvf_lmeval.lmeval.identity import run_identity
 
     res = {"config": {"model": "pvf-dlm", "model_args": {}, "pvf": {
         "pretrained": "m", "decoder": "pvf", "params": dict(params, decoder="pvf"),
         "vocab": "auto:/home/ci/clone/vocab_artifacts/m.math-word.calibrated.json"}}}
     assert run_identity(res)["vocab"] == "auto:m.math-word.calibrated.json"
     # likelihood tasks are scored with mc_num Monte Carlo draws: part of their identity only
-    from pvf_lmeval.cli.report.identity import task_identity
+    from pvf_lmeval.lmeval.identity import task_identity
 
     res["config"]["pvf"]["likelihood"] = {"mc_num": 64, "mc_batch": 32}
     res["configs"] = {"arc_easy": {"output_type": "multiple_choice"},

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pvf_lmeval.cli.report import gate
 from pvf_lmeval.cli.report.compare import build_table
-from pvf_lmeval.cli.report.identity import run_identity
+from pvf_lmeval.lmeval.identity import run_identity
 from pvf_lmeval.cli.report.render import _fmt
 from pvf_lmeval.cli.report.runs import Entry
 

@@ -42,33 +42,33 @@ def _band(params) -> tuple:
 def test_the_task_selects_the_preset(pvf_lm):
     # SPEC paper table: math-word 0.2-0.65, ar_lo 0.1, N_s 5; code 0.8-0.9, ar_lo 0.3, N_s 0
     assert _band(pvf_lm.params) == (None, 0.2, 0.65, 0.1, 0)
-    assert _band(pvf_lm._request_params(dict(KWARGS), "arith_var")[0]) == ("arith", 0.2, 0.65, 0.1, 5)
-    assert _band(pvf_lm._request_params(dict(KWARGS), "humaneval_pvf")[0]) == ("humaneval", 0.8, 0.9, 0.3, 0)
+    assert _band(pvf_lm.planner.request_params(dict(KWARGS), "arith_var")[0]) == ("arith", 0.2, 0.65, 0.1, 5)
+    assert _band(pvf_lm.planner.request_params(dict(KWARGS), "humaneval_pvf")[0]) == ("humaneval", 0.8, 0.9, 0.3, 0)
     # lm-eval's built-in that gsm8k_pvf replicates decodes as gsm8k_pvf does; another task not
-    assert _band(pvf_lm._request_params(dict(KWARGS), "gsm8k")[0]) == ("gsm8k", 0.2, 0.65, 0.1, 5)
-    assert _band(pvf_lm._request_params(dict(KWARGS), "my_gsm8k")[0]) == (None, 0.2, 0.65, 0.1, 0)
+    assert _band(pvf_lm.planner.request_params(dict(KWARGS), "gsm8k")[0]) == ("gsm8k", 0.2, 0.65, 0.1, 5)
+    assert _band(pvf_lm.planner.request_params(dict(KWARGS), "my_gsm8k")[0]) == (None, 0.2, 0.65, 0.1, 0)
     # a preset in the generation kwargs (a task's YAML or --gen_kwargs) wins over the table
-    got = pvf_lm._request_params({**KWARGS, "preset": "math"}, "arith_var")[0]
+    got = pvf_lm.planner.request_params({**KWARGS, "preset": "math"}, "arith_var")[0]
     assert _band(got) == ("math", 0.8, 0.9, 0.3, 0)
     # --gen_kwargs preset=none (lm-eval parses none as None) turns the task's preset off
-    got = pvf_lm._request_params({**KWARGS, "preset": None}, "arith_var")[0]
+    got = pvf_lm.planner.request_params({**KWARGS, "preset": None}, "arith_var")[0]
     assert _band(got) == (None, 0.2, 0.65, 0.1, 0)
-    assert pvf_lm.task_presets == {"arith_var": "math", "humaneval_pvf": "humaneval",
+    assert pvf_lm.planner.tasks.presets == {"arith_var": "math", "humaneval_pvf": "humaneval",
                                    "gsm8k": "gsm8k"}
 
 
 def test_a_preset_model_arg_wins_and_none_turns_presets_off():
     lm = _lm(f"pretrained={MODEL},decoder=pvf,preset=humaneval,plan_lo=0.5")
-    got = lm._request_params({**KWARGS, "preset": "gsm8k"}, "arith_var")[0]
+    got = lm.planner.request_params({**KWARGS, "preset": "gsm8k"}, "arith_var")[0]
     assert _band(got) == ("humaneval", 0.5, 0.9, 0.3, 0)
     off = _lm(f"pretrained={MODEL},decoder=pvf,preset=none")
-    assert _band(off._request_params(dict(KWARGS), "arith_var")[0]) == (None, 0.2, 0.65, 0.1, 0)
-    assert off.task_presets == {}
+    assert _band(off.planner.request_params(dict(KWARGS), "arith_var")[0]) == (None, 0.2, 0.65, 0.1, 0)
+    assert off.planner.tasks.presets == {}
 
 
 def test_explicit_model_args_stay_under_a_task_preset(pvf_lm):
     lm = _lm(f"pretrained={MODEL},decoder=pvf,reveal_next=2,threshold=0.8")
-    got = lm._request_params(dict(KWARGS), "mmlu_pro_pvf")[0]
+    got = lm.planner.request_params(dict(KWARGS), "mmlu_pro_pvf")[0]
     assert (got.preset, got.reveal_next, got.threshold, got.plan_hi) == ("mmlu_pro", 2, 0.8, 0.65)
 
 

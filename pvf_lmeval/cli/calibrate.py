@@ -6,6 +6,7 @@ The command line over :mod:`pvf_lmeval.planning.calibrate` (the calibration itse
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import signal
 import sys
@@ -57,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--apply-chat-template", action="store_true",
                     help="wrap each prompt as a user turn of the tokenizer's chat template")
     ap.add_argument("--gen-length", type=int, default=256)
-    ap.add_argument("--block-length", type=int, default=32)
+    ap.add_argument("--block-length", type=int, default=None,
+                    help="block size B (default: a block-diffusion model's block size, else 32)")
     ap.add_argument("--threshold", type=float, default=0.9, help="tau_high of the base rule")
     ap.add_argument("--band", type=_band, default=(0.15, 0.25), help="calibration band lo:hi")
     ap.add_argument("--reveal-next", type=int, default=0, help="N_s for the working set")
@@ -106,11 +108,9 @@ def _main(args, argv) -> int:
         raise CalibrationError(f"--family {args.family!r} is not one of {', '.join(TASK_FAMILIES)}")
     for name in ("width", "batch_size", "save_every", "gen_length", "block_length", "min_n",
                  "min_m"):
-        if getattr(args, name) < (0 if name.startswith("min") else 1):
-            raise CalibrationError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range")
-    if args.gen_length % args.block_length:
-        raise CalibrationError(f"--gen-length={args.gen_length} must be a multiple of "
-                               f"--block-length={args.block_length}")
+        value = getattr(args, name)
+        if value is not None and value < (0 if name.startswith("min") else 1):
+            raise CalibrationError(f"--{name.replace('_', '-')}={value} is out of range")
     if args.threads:
         torch.set_num_threads(args.threads)
     prompts, data_desc = load_prompts(args.data, template=args.template,
@@ -119,15 +119,21 @@ def _main(args, argv) -> int:
         prompts = prompts[: args.limit]
         data_desc["limit"] = args.limit
     out = args.out or default_out(args.model, args.family)
-    cfg = CalibConfig(gen_length=args.gen_length, block_length=args.block_length,
+    # checked now with what the model cannot change: without --block-length, gen_length stands
+    # for the one block until the model gives its own
+    cfg = CalibConfig(gen_length=args.gen_length,
+                      block_length=args.block_length or args.gen_length,
                       threshold=args.threshold, band=tuple(args.band),
                       reveal_next=args.reveal_next, early_stop=not args.no_early_stop,
                       width=args.width, min_n=args.min_n, min_m=args.min_m,
                       rho_ver=args.rho_ver, gamma_vig=args.gamma_vig)
 
+    from ..decoding.blocks import block_size_of
     from ..models import load_model
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.block_length is None:     # a block-diffusion model's own, else the default
+        cfg = dataclasses.replace(cfg, block_length=block_size_of(model) or CalibConfig.block_length)
     tok = model.tokenizer
     if args.apply_chat_template:
         if not getattr(tok, "chat_template", None):

@@ -35,23 +35,17 @@ def args_text(markdown: bool = False) -> str:
 
 
 def decoders_text() -> str:
-    from ..decoder_names import DECODER_NAMES, DECODER_SUMMARIES, PLANNING_DECODERS
-    from ..lmeval.model_args import DECODER_ARGS
+    from ..decoding.param_spec import reads_of
+    from ..decoding.registry import DECODERS
 
     rows = []
-    for name in DECODER_NAMES:
-        reads = [a.name for a in DECODER_ARGS if _reads(a.meaning, name)]
-        if name in PLANNING_DECODERS:
+    for name, cls in DECODERS.items():
+        reads = [r.param.name + (f" (with {r.condition})" if r.when else "")
+                 for r in reads_of(cls.reads)]
+        if cls.uses_vocab:
             reads.append("vocab")
-        rows.append((name, DECODER_SUMMARIES[name], ", ".join(reads) or "-"))
+        rows.append((name, cls.summary, ", ".join(reads) or "-"))
     return _columns(rows, ("decoder", "what it does", "its own parameters"))
-
-
-def _reads(meaning: str, decoder: str) -> bool:
-    """Whether a parameter's meaning names ``decoder`` as the one(s) it applies to
-    (``"pvf, explore: ..."``, ``"static only: ..."``)."""
-    head = meaning.split(":")[0]
-    return decoder in [w.strip() for w in head.replace(" only", "").split(",")]
 
 
 def presets_text() -> str:
@@ -85,15 +79,17 @@ def models_text() -> str:
     for f in FORMATS.values():
         mask = dict(f.generate_defaults).get("mask_token_id")
         mask = "none" if not f.masked else "-" if mask is None else str(mask)
-        rows.append((f.title, f.model_type, ", ".join(f.architectures) or "-", f.attention,
-                     "yes" if f.logit_shift else "no", mask))
-    table = _columns(rows, ("family", "model_type", "or architectures", "attention",
-                            "shifted logits", "default mask id"))
+        rows.append((f.title, f.model_type, f.family, ", ".join(f.architectures) or "-",
+                     f.attention, "yes" if f.logit_shift else "no", mask))
+    table = _columns(rows, ("family", "model_type", "model_family", "or architectures",
+                            "attention", "shifted logits", "default mask id"))
     uniform = ", ".join(f.title for f in FORMATS.values() if not f.masked)
     refused = "".join(f"  {t}: {why}\n" for t, why in REFUSED.items())
     return (table + "\nconfig.json is read by its model_type, else by the first class in "
             "architectures listed above; model_type llada with num_experts is LLaDA-MoE (its "
-            "released folders say llada).\nThe mask id is config.json's mask_token_id, else the "
+            "released folders say llada).\nmodel_family is the key of planning-vocabulary "
+            "artifacts (pvf-calibrate writes it; vocab=auto picks by it).\nThe mask id is "
+            "config.json's mask_token_id, else the "
             f"tokenizer's {' / '.join(MASK_TOKENS)}, else the default above.\n"
             f"Uniform-state (no mask token; its canvas starts as random tokens): {uniform}; it "
             "loads, and the decoders here, which fill masked positions, refuse it in one line.\n"

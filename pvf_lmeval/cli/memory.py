@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..models.parallel import LAYERS
+
 KEYS = ("pretrained", "tensor_parallel_size", "tp_size", "parallel_layers", "dtype",
         "batch_size", "gen_length", "prompt_length")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -60,8 +62,8 @@ def parse(text: str) -> dict:
     if dtype not in DTYPES:
         raise MemoryArgError(f"dtype={dtype!r} must be one of {', '.join(DTYPES)}")
     layers = args.get("parallel_layers", "all")
-    if layers not in ("all", "experts"):
-        raise MemoryArgError(f"parallel_layers={layers!r} must be one of all, experts")
+    if layers not in LAYERS:
+        raise MemoryArgError(f"parallel_layers={layers!r} must be one of {', '.join(LAYERS)}")
     return {"pretrained": args["pretrained"],
             "size": _count("tensor_parallel_size", args.get("tensor_parallel_size", "1"), 1),
             "layers": layers, "dtype": "bfloat16" if dtype == "auto" else dtype,

@@ -161,7 +161,7 @@ def _check_digest(path: Path, expected: str, *, what: str) -> None:
 def _one_line(error: DataError) -> DataError:
     """``error``, printed as one line if it ends a program (lm-eval's CLI, loading a task's
     data through the shipped task utils, catches nothing)."""
-    from ..lmeval.model_args import exit_in_one_line
+    from ..one_line import exit_in_one_line
 
     exit_in_one_line(error)
     return error

@@ -1,7 +1,7 @@
 """Decoders for diffusion LMs: static, threshold, freedave, pvf, explore (rules: docs/decoding.md).
 
 Pure torch and device-agnostic; sees only the model protocol described in :mod:`.api`. The
-loop (:mod:`.loop`) runs rounds of call (:mod:`.runner`), settle and prepare (:mod:`.round`)
+loop (:mod:`.loop`) runs rounds of call (:mod:`.runner`), settle and prepare (:mod:`.rounds`)
 over the requests' state (:mod:`.batch`); each decoder is a :class:`.step.Step`.
 
 The planning vocabulary a decoder reads is a token-id set decided before decoding

@@ -34,8 +34,8 @@ from typing import Iterable
 
 import torch
 
-from .blocks import check_block_length, default_block_length
-from .options import check_options, compile_options, invariant_mode
+from .blocks import block_size_of, default_block_length, on_model
+from .options import DecodeOptions, invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
 from .plan_vocab import FixedVocab, capitalised_ids
@@ -87,7 +87,8 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
                  request_indices: list[int] | None = None, repeat_indices: list[int] | None = None,
                  trace: bool = False, online=None, preset: str | None = None,
                  batch_invariant: bool = False, compile_step: bool | dict | None = None,
-                 compile_round: bool | dict | None = None, **overrides) -> list[DecodeResult]:
+                 compile_round: bool | dict | None = None, options: DecodeOptions | None = None,
+                 **overrides) -> list[DecodeResult]:
     """Decode several prompts (lists of ids or 1-D tensors) with the same parameters, together.
 
     ``decoder`` None means "threshold" (or, with ``params``, the decoder in ``params``).
@@ -109,16 +110,17 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     ``compile_step`` / ``compile_round``: the statistics pass of every model call / the round's
     tensor work around it as ``torch.compile`` programs (True, or a dict of ``torch.compile``
     options; None or False: eager). The same tokens and NFE as eager (docs/speed.md);
-    ``compile_round`` cannot be combined with ``batch_invariant``.
+    ``compile_round`` cannot be combined with ``batch_invariant``. ``options``: the three as a
+    :class:`~.options.DecodeOptions` made before (then those arguments are not read).
     """
-    if params is None and overrides.get("block_length") is None:
-        overrides["block_length"] = default_block_length(model, DecodeParams.block_length)
-    params = params_for_call(decoder, params, preset, **overrides)
-    check_block_length(model, params.block_length)
-    compile_step = compile_options("compile_step", compile_step)
-    compile_round = compile_options("compile_round", compile_round)
-    check_options(batch_invariant=bool(batch_invariant), compile_round=compile_round)
-    mode = invariant_mode(model, bool(batch_invariant))
+    if params is None:
+        overrides.setdefault("model_block", block_size_of(model))
+        if overrides.get("block_length") is None:
+            overrides["block_length"] = default_block_length(model, DecodeParams.block_length)
+    params = on_model(params_for_call(decoder, params, preset, **overrides), model)
+    if options is None:
+        options = DecodeOptions.of(batch_invariant, compile_step, compile_round)
+    mode = invariant_mode(model, options.batch_invariant)
     prompts = list(prompts)
     if not prompts:
         return []
@@ -130,8 +132,8 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     with mode:
         return run(model, prompts, params, step, request_indices=request_indices,
                    repeat_indices=repeat_indices, trace=trace, vocab=vocab,
-                   invariant=bool(batch_invariant), compile_step=compile_step,
-                   compile_round=compile_round)
+                   invariant=options.batch_invariant, compile_step=options.compile_step,
+                   compile_round=options.compile_round)
 
 
 def decode(model, prompt_ids: Iterable[int] | torch.Tensor, decoder: str | None = None, *,

@@ -104,7 +104,7 @@ class Batch:
         #: :meth:`live`): every request at first
         self.live(list(range(self.n)))
         #: batch-invariant decoding: every float sum of the decoding side (the softmax
-        #: normaliser, entropies, C_total, VIG) in :func:`.common.fixed_sum`'s order, so that a
+        #: normaliser, entropies, C_total, VIG) in :func:`pvf_lmeval.tensors.fixed_order.fixed_sum`'s order, so that a
         #: request's statistics never depend on the rows decoded beside it
         self.invariant = invariant
 

@@ -8,7 +8,8 @@ model applies that mask itself, on every call. The decoders follow from it (docs
 "Block-diffusion models"):
 
 - ``block_length`` is the model's block size by default and must equal it when given: a decoding
-  block is exactly one model block.
+  block is exactly one model block. The parameters carry the model's block size
+  (``model_block``, set by :func:`on_model`), so that they check it once, when they are made.
 - The generation region of a request starts in the middle of a model block when its prompt
   length ``p`` is not a multiple of the block size ``B``. The canvas the decoders work on (the
   *region*, ``gen_length + B`` positions for every request) then begins at that block's start:
@@ -25,6 +26,8 @@ model applies that mask itself, on every call. The decoders follow from it (docs
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
@@ -39,12 +42,11 @@ def block_size_of(model) -> int | None:
     return bs
 
 
-def check_block_length(model, block_length: int) -> None:
-    """One-line error when ``block_length`` does not fit a block-diffusion ``model``."""
+def on_model(params, model):
+    """``params`` on ``model``'s attention blocks (``model_block``): themselves when they are
+    already, else a copy, which checks ``block_length`` against them."""
     bs = block_size_of(model)
-    if bs is not None and block_length != bs:
-        raise ValueError(f"block_length={block_length} must equal the model's block size {bs} "
-                         "(a block-diffusion model decodes one attention block at a time)")
+    return params if params.model_block == bs else dataclasses.replace(params, model_block=bs)
 
 
 def default_block_length(model, default: int) -> int:

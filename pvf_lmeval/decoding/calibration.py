@@ -14,15 +14,15 @@ from torch import Tensor
 
 from .select import threshold_select
 from .stats import Stats
-from .step import Branches, Choice, Step, base_labels
+from .step import Branches, Choice, Outcomes, Step, base_labels
 from .verify import verify_plans
 
 
 class CalibrationStep(Step):
     """Base rule: threshold at ``threshold`` over W_t (with ``reveal_next``); measured band
     ``band`` = [lo, hi); ``max_rows``: rows per physical call. ``events`` collects, per round,
-    (request, token, non-vacuous, A, VIG, kept) tensors of every slot; ``rounds``, per request,
-    the rounds it took part in."""
+    the :class:`.step.Outcomes` of every slot (with its request); ``rounds``, per request, the
+    rounds it took part in."""
 
     name = "calibration"
 
@@ -63,9 +63,10 @@ class CalibrationStep(Step):
         pos = m["own"].float().argmax(-1)                                        # [R, K]
         req = b.req[:, None].expand(-1, K)
         return Choice(torch.zeros_like(br.n), br.labels,
-                      record=(req, st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept))
+                      record=Outcomes(st.tok.gather(1, pos), v.nonvacuous, v.passed, v.vig, kept,
+                                      req=req))
 
-    def record(self, b, record: tuple) -> None:
+    def record(self, b, record: Outcomes) -> None:
         """A round's measurements, kept by the loop: rounds are counted here (the loop may drop
         a round's branches, never its choice)."""
         for i in b.ids:

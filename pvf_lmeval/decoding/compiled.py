@@ -11,7 +11,7 @@ pass; the probabilities can differ from the eager ones in the last float32 bits 
 reduction sums the normaliser in its own order).
 
 ``decode_batch(..., compile_step=...)`` asks for it (``torch.compile`` options; the adapter's
-``compile`` model arg), and the round's step (:mod:`.round`: ``settle`` after the call,
+``compile`` model arg), and the round's step (:mod:`.rounds`: ``settle`` after the call,
 ``prepare`` after the cache commit) with ``compile_round=...``; nothing is global. Eager, the
 round's step dispatches some 100-300 small operations per round (the step's selections and
 rankings, the early-stop rule, the next call's layout and cache flags), each a kernel launch
@@ -32,7 +32,7 @@ import types
 from torch import Tensor
 
 from ..tensors.compiling import compiled
-from . import round as round_step
+from . import rounds
 from .stats import stats_from_logits
 
 _programs: dict[tuple, object] = {}
@@ -60,20 +60,20 @@ def compiled_stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int,
 
 
 def round_programs(options: dict | None, config: tuple = ()):
-    """(settle, prepare) of :mod:`.round` for the decode loop: eager with ``options`` None, else
+    """(settle, prepare) of :mod:`.rounds` for the decode loop: eager with ``options`` None, else
     compiled with these ``torch.compile`` options (dynamic shapes unless ``dynamic`` says
     otherwise; sizes oblivious: a batch of one shares the programs), one pair per decode
     configuration ``config`` (hashable: the decoding parameters and what else the programs hold
     constant), reused by every batch of it."""
     if options is None:
-        return round_step.settle, round_step.prepare
+        return rounds.settle, rounds.prepare
     key = ("round", _options_key(options), config)
     pair = _programs.get(key)
     if pair is None:
         opts = dict(options)
         opts.setdefault("dynamic", True)
         pair = _programs[key] = tuple(compiled(_own_code(fn), opts, size_oblivious=True)
-                                      for fn in (round_step.settle, round_step.prepare))
+                                      for fn in (rounds.settle, rounds.prepare))
     return pair
 
 

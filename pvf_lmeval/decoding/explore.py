@@ -16,16 +16,49 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .param_spec import Param, as_float
 from .select import static_select, threshold_select
+from .shared_params import REVEAL_NEXT, THRESHOLD
 from .stats import Stats
 from .step import EXPLORE, Branches, Step, base_labels, single_row
 
 
+def parse_band(v) -> tuple[float, float]:
+    """``band``: ``lo:hi`` (or a pair) with ``0 <= lo <= hi <= 1``."""
+    msg = f"band={v!r} must be lo:hi with 0 <= lo <= hi <= 1"
+    if isinstance(v, str):
+        parts = v.split(":")
+        if len(parts) != 2:
+            raise ValueError(msg)
+    elif isinstance(v, (tuple, list)) and len(v) == 2:
+        parts = list(v)
+    else:
+        raise ValueError(msg)
+    try:
+        lo, hi = (as_float("band", x) for x in parts)
+    except ValueError:
+        raise ValueError(msg) from None
+    if not (0.0 <= lo <= hi <= 1.0):
+        raise ValueError(msg)
+    return (lo, hi)
+
+
+def _check_band(band: tuple[float, float]) -> None:
+    lo, hi = band
+    if not (0.0 <= lo <= hi <= 1.0):
+        raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
+
+
 class ExploreDecoder(Step):
     name = "explore"
+    summary = "threshold plus one position from a band, at random or by planning (ablation)"
     uses_vocab = True
-    reveals = True
     draws = True
+    reads = (THRESHOLD,
+             Param("pick", str, "random", "how it picks a position", choices=("random", "planning")),
+             Param("band", tuple, (0.2, 0.6), "the confidence band it picks from", parse=parse_band,
+                   check=_check_band, allowed="lo:hi with 0 <= lo <= hi <= 1"),
+             REVEAL_NEXT)
 
     def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         p = self.p

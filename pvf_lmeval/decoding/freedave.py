@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .param_spec import ROWS, Param
 from .select import rank_desc, static_select, threshold_select
+from .shared_params import FACTOR, THRESHOLD
 from .stats import Stats
 from .step import BASE, NONE, Branches, Choice, Step
 
@@ -36,6 +38,11 @@ def accept_chain_batched(sub: Tensor, D: Tensor) -> Tensor:
 
 class FreeDaveDecoder(Step):
     name = "freedave"
+    summary = "static's trajectory, several steps drafted and verified in one call"
+    reads = (Param("draft_steps", int, 4, "drafts per step", bounds=">= 1", cap=ROWS),
+             Param("base_rule", str, "static", "the rule its drafts are checked against",
+                   choices=("static", "threshold")),
+             THRESHOLD.when(base_rule="threshold"), FACTOR.when(base_rule="threshold"))
 
     @staticmethod
     def rows_per_call(params) -> int:

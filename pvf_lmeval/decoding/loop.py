@@ -10,7 +10,7 @@ Every request of a batch (one included) goes through the same rounds::
         early stop, finished requests leave the batch
 
 All of it runs as tensor operations over the live requests (:class:`Live`). A round is: call
-(:class:`.runner.Runner`), settle and prepare (:mod:`.round`), with the cache commit between
+(:class:`.runner.Runner`), settle and prepare (:mod:`.rounds`), with the cache commit between
 them, then one host read and the retirement of the finished requests (:func:`retire`). The
 next round's branches are built at the end of the round before, so that the host reads their
 call layout together with the round's stop positions and flags (one :class:`.host_row.HostRow`
@@ -30,11 +30,11 @@ import torch
 from torch import Tensor
 
 from ..tensors.uploads import upload
-from . import round as round_step
+from . import rounds
 from .batch import Batch
 from .cache import cache_exact
 from .compiled import round_programs
-from .round import Settled
+from .rounds import Settled
 from .host_row import HostRow
 from .runner import Runner
 from .stats import Stats
@@ -43,6 +43,15 @@ from .step import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches, 
 #: exactly the keys of docs/decoding.md "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
              "tps", "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
+#: the rates of the statistics, as (numerator, denominator): tokens per forward (model call),
+#: tokens per second; over several requests, a ratio of sums
+RATES = {"tpf": ("gen_tokens", "nfe"), "tps": ("gen_tokens", "wall_s")}
+
+
+def rate(numerator: float, denominator: float) -> float:
+    """A rate of :data:`RATES`: ``numerator / denominator``, 0 when nothing ran (no call, no
+    time)."""
+    return numerator / denominator if denominator > 0 else 0.0
 
 
 @dataclass
@@ -88,11 +97,11 @@ class DecodeResult:
 
     @property
     def tpf(self) -> float:
-        return self.gen_tokens / self.nfe if self.nfe else 0.0
+        return rate(self.gen_tokens, self.nfe)
 
     @property
     def tps(self) -> float:
-        return self.gen_tokens / self.wall_s if self.wall_s > 0 else 0.0
+        return rate(self.gen_tokens, self.wall_s)
 
     def stats(self) -> dict:
         """The "Statistics" record of docs/decoding.md (exactly ``STAT_KEYS``)."""
@@ -206,7 +215,7 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     runner.commit_caches(y)
     state = step.start(b)
     none = torch.zeros(n, dtype=torch.bool, device=dev)
-    br, table = round_step.prepare(b, runner, step, y, st, state, _draws(b, step),
+    br, table = rounds.prepare(b, runner, step, y, st, state, _draws(b, step),
                                    torch.full_like(ones, -1), none, none)
     layout = _count_unmade(runner, b.ids, HostRow.read(table))
     return Live(b.ids, y, st, torch.zeros((n, b.L), dtype=torch.int8, device=dev),

@@ -1,7 +1,8 @@
 """How the loop computes, never what it decides: ``batch_invariant`` (every float sum of a
 request independent of its batch) and the compiled parts of the loop, ``compile_step`` (the
 statistics pass of every model call) and ``compile_round`` (the round's tensor work around the
-call). They are arguments of ``decode_batch``, checked here once.
+call). They are :class:`DecodeOptions`, a value checked once, when it is made (``decode_batch``
+makes one from its arguments, or takes one made before).
 
 A compiled part takes ``torch.compile`` options: None or False (eager), True (the defaults), or a
 dict of options (e.g. ``{"backend": "eager"}``).
@@ -10,6 +11,7 @@ dict of options (e.g. ``{"backend": "eager"}``).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 #: why ``compile_round`` and ``batch_invariant`` are refused together
 ROUND_NOT_INVARIANT = ("batch_invariant=true cannot be combined with compile_round=true: "
@@ -29,10 +31,25 @@ def compile_options(name: str, value) -> dict | None:
     raise ValueError(f"{name}={value!r} must be true, false or a dict of torch.compile options")
 
 
-def check_options(*, batch_invariant: bool, compile_round: dict | None) -> None:
-    """The options that cannot go together: a one-line ValueError."""
-    if batch_invariant and compile_round is not None:
-        raise ValueError(ROUND_NOT_INVARIANT)
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How a decode computes: ``batch_invariant``, and the ``torch.compile`` options of
+    ``compile_step`` and ``compile_round`` (None: eager). Every instance is valid: the options
+    that cannot go together are a one-line ValueError when it is made."""
+
+    batch_invariant: bool = False
+    compile_step: dict | None = None
+    compile_round: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_invariant and self.compile_round is not None:
+            raise ValueError(ROUND_NOT_INVARIANT)
+
+    @classmethod
+    def of(cls, batch_invariant=False, compile_step=None, compile_round=None) -> "DecodeOptions":
+        """From loose values (``compile_*``: True, False, None or a dict of options)."""
+        return cls(bool(batch_invariant), compile_options("compile_step", compile_step),
+                   compile_options("compile_round", compile_round))
 
 
 def invariant_mode(model, on: bool):

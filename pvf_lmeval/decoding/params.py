@@ -1,4 +1,6 @@
-"""Decoding parameters: validation, coercion and the PVF presets (pure Python, no model needed).
+"""Decoding parameters: the loop's declared here, each decoder's in its step module
+(:mod:`.param_spec`), gathered into :class:`DecodeParams`; validation, coercion and the PVF
+presets (pure Python, no model needed).
 
 The lm-eval adapter calls :func:`make_params` when it is built, so every bad argument fails
 before any decoding with a one-line ``ValueError`` naming the argument and what is allowed.
@@ -10,17 +12,13 @@ else the SPEC default), so callers can forward unset options untouched.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .param_spec import POSITIONS, Param, Read, Rule, multiple_of, reads_of
 from .registry import DECODERS
-from .rules import rules_for
+from .rules import RULES, rules_for
 
 DECODER_NAMES = tuple(DECODERS)
-ROUTES = ("plan+ar", "plan", "ar", "none")
-PICKS = ("random", "planning")
-BASE_RULES = ("static", "threshold")
 #: KV cache modes (SPEC "Cache modes"): none = whole canvas every call (the paper's setting);
 #: dual_base = dual, refreshed by the base row alone (docs/decoding.md, "Cache modes")
 CACHES = ("none", "prefix", "dual", "dual_base")
@@ -33,16 +31,7 @@ PRESETS = {
     "humaneval": "code",
     "math": "math",
 }
-#: SPEC "Defaults" (no preset).
-SPEC_DEFAULTS = {
-    "threshold": 0.9,
-    "plan_lo": 0.2,
-    "plan_hi": 0.65,
-    "ar_lo": 0.1,
-    "width": 3,
-    "reveal_next": 0,
-}
-#: SPEC paper-defaults table, per task family.
+#: SPEC paper-defaults table, per task family: the preset fields (``Param.preset``) it sets.
 FAMILY_DEFAULTS = {
     "math-word": {"plan_lo": 0.2, "plan_hi": 0.65, "ar_lo": 0.1, "reveal_next": 5},
     "knowledge": {"plan_lo": 0.2, "plan_hi": 0.65, "ar_lo": 0.1, "reveal_next": 5},
@@ -53,12 +42,7 @@ FAMILY_DEFAULTS = {
 SWEEP_BAND = (0.4, 0.6)
 #: the paper's generation budget (L, B); callers pass gen_length/block_length explicitly.
 PAPER_BUDGET = (512, 64)
-#: caps on the counts a user or a task file sets, so that a typo fails here in one line and not
-#: in the allocator: rows one request sends in one model call grow with ``width`` and
-#: ``draft_steps``; positions (``gen_length``, ``block_length``, ``steps``, ``reveal_next``)
-#: are held to the longest context a checkpoint may declare; ``seed`` to a signed 64-bit integer
-MAX_ROWS_PARAM = 64
-MAX_POSITIONS = 1 << 24
+#: a signed 64-bit integer: the range of ``seed``
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -72,12 +56,14 @@ def task_family(preset: str | None) -> str | None:
 
 
 def preset_defaults(preset: str | None = None, threshold: float | None = None) -> dict:
-    """PVF defaults for a preset: threshold, plan_lo, plan_hi, ar_lo, width, reveal_next.
+    """The preset fields (``Param.preset``: plan_lo, plan_hi, ar_lo, width, reveal_next) under
+    a preset, and ``threshold`` when one is given.
 
-    No preset gives SPEC "Defaults". For the code/math families, a ``threshold`` below 0.9 moves
-    the planning band to (0.4, 0.6), as the paper's threshold sweeps do.
+    No preset gives SPEC "Defaults" (each field's declared default). For the code/math
+    families, a ``threshold`` below 0.9 moves the planning band to (0.4, 0.6), as the paper's
+    threshold sweeps do.
     """
-    out = dict(SPEC_DEFAULTS)
+    out = {p.name: p.default for p in PARAMS.values() if p.preset}
     fam = task_family(preset)
     if fam is not None:
         out.update(FAMILY_DEFAULTS[fam])
@@ -88,125 +74,23 @@ def preset_defaults(preset: str | None = None, threshold: float | None = None) -
     return out
 
 
-@dataclass(frozen=True)
-class DecodeParams:
-    """Validated decoding parameters (rules: docs/decoding.md). Probabilities are in [0, 1].
-
-    Every instance is valid: construction (``dataclasses.replace`` included) runs
-    :func:`validate_params`, so code that receives one never validates it again."""
-
-    decoder: str = "threshold"
-    gen_length: int = 256
-    block_length: int = 32
-    threshold: float = 0.9
-    factor: float | None = None
-    steps: int | None = None
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    early_stop: bool = True
-    seed: int = 0
-    draft_steps: int = 4
-    base_rule: str = "static"
-    plan_lo: float = 0.2
-    plan_hi: float = 0.65
-    ar_lo: float = 0.1
-    width: int = 3
-    reveal_next: int = 0
-    routes: str = "plan+ar"
-    plan_vocab: tuple[int, ...] | None = None
-    plan_self_check: bool = False
-    pick: str = "random"
-    band: tuple[float, float] = (0.2, 0.6)
-    cache: str = "none"
-    rules: str = "paper"
-    preset: str | None = None
-
-    @property
-    def family(self) -> str | None:
-        return task_family(self.preset)
-
-    @property
-    def num_blocks(self) -> int:
-        return self.gen_length // self.block_length
-
-    def __post_init__(self) -> None:
-        validate_params(self)
+# ---------------------------------------------------------------- the loop's parameters
 
 
-PARAM_NAMES = tuple(f.name for f in dataclasses.fields(DecodeParams))
-
-
-# ---------------------------------------------------------------- coercion
-
-
-def _int(name: str, v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError(f"{name}={v!r:.60} must be an integer")
-    if isinstance(v, int):
-        return v
-    if hasattr(v, "item") and callable(v.item):  # 0-d tensors / numpy scalars
-        v = v.item()
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{name}={v!r:.60} must be an integer")
-
-
-def _float(name: str, v: Any) -> float:
-    if isinstance(v, bool):
-        raise ValueError(f"{name}={v!r:.60} must be a number")
-    if isinstance(v, (int, float)):
-        return float(v)
-    if hasattr(v, "item") and callable(v.item):
-        return _float(name, v.item())
-    if isinstance(v, str):
-        try:
-            return float(v.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{name}={v!r:.60} must be a number")
-
-
-def _bool(name: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.strip().lower() in ("true", "1", "yes")
-    raise ValueError(f"{name}={v!r:.60} must be true or false")
-
-
-def _choice(name: str, v: Any, allowed: tuple[str, ...], phrase: str = "must be one of") -> str:
-    if not isinstance(v, str) or v not in allowed:
-        raise ValueError(f"{name}={v!r:.60} {phrase} {', '.join(allowed)}")
+def _preset(v: Any) -> str:
+    task_family(v)
     return v
 
 
-def _band(v: Any) -> tuple[float, float]:
-    msg = f"band={v!r} must be lo:hi with 0 <= lo <= hi <= 1"
-    if isinstance(v, str):
-        parts = v.split(":")
-        if len(parts) != 2:
-            raise ValueError(msg)
-    elif isinstance(v, (tuple, list)) and len(v) == 2:
-        parts = list(v)
-    else:
-        raise ValueError(msg)
-    try:
-        lo, hi = (_float("band", x) for x in parts)
-    except ValueError:
-        raise ValueError(msg) from None
-    if not (0.0 <= lo <= hi <= 1.0):
-        raise ValueError(msg)
-    return (lo, hi)
+def _rules(v: Any) -> str:
+    rules_for(str(v))
+    return str(v)
+
+
+def _seed(v: int) -> None:
+    lo, hi = SEED_RANGE
+    if not lo <= v <= hi:
+        raise ValueError(f"seed={v} must be a 64-bit integer in [{lo}, {hi}]")
 
 
 def _vocab(v: Any) -> tuple[int, ...] | None:
@@ -232,132 +116,154 @@ def _vocab(v: Any) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
-# ---------------------------------------------------------------- public
+#: the parameters of the shared loop: every decoder reads them
+LOOP_PARAMS = (
+    Param("decoder", str, "threshold", "the decoding algorithm (pvf-dlm decoders)",
+          choices=DECODER_NAMES, choice_phrase="is not one of"),
+    Param("preset", str, None, "the paper's PVF defaults of a task family; the pvf tasks name "
+          "theirs", parse=_preset, check=task_family, allowed=", ".join(PRESETS) + ", none"),
+    Param("gen_length", int, 256, "generation positions L", bounds=">= 1", cap=POSITIONS),
+    Param("block_length", int, 32, "block size B", bounds=">= 1", cap=POSITIONS),
+    Param("temperature", float, 0.0, "> 0: Gumbel-max sampling, seeded", bounds=">= 0",
+          finite=True),
+    Param("top_k", int, None, "sampling: only the k most probable tokens (transformers' top_k)",
+          bounds=">= 1", off=0, bound_text="a positive integer (0 or none: no limit)",
+          allowed="a positive integer (0: none)"),
+    Param("top_p", float, None, "sampling: only the most probable tokens holding top_p "
+          "(transformers' top_p)", bounds="(0, 1]", off=1.0, allowed="(0, 1] (1: none)"),
+    Param("seed", int, 0, "seed of every random draw", check=_seed, allowed="a 64-bit integer"),
+    Param("early_stop", bool, True, "stop once end-of-text is committed with everything before "
+          "it unmasked"),
+    Param("cache", str, "none", "KV cache mode; none recomputes the whole canvas every call",
+          choices=CACHES),
+    Param("rules", str, "paper", "the paper's rules or the published code's (reference)",
+          parse=_rules, check=rules_for, allowed=", ".join(RULES) + ", paper+<switch>+..."),
+    Param("plan_vocab", tuple, None, "the planning vocabulary's token ids (resolved by the "
+          "caller)", parse=_vocab, public=False),
+    Param("model_block", int, None, "the attention block size of the model decoded (a "
+          "block-diffusion model; None: bidirectional attention): blocks.on_model sets it",
+          public=False),
+)
 
 
-def validate_params(p: DecodeParams) -> DecodeParams:
-    """Check every rule of SPEC on an already-typed :class:`DecodeParams`; returns it.
+def _one_model_block(p) -> str | None:
+    """A block-diffusion model decodes one of its attention blocks per decoding block."""
+    if p.model_block is None or p.block_length == p.model_block:
+        return None
+    return (f"block_length={p.block_length} must equal the model's block size {p.model_block} "
+            "(a block-diffusion model decodes one attention block at a time)")
+
+
+#: the loop's rules across parameters
+LOOP_CHECKS = (multiple_of("gen_length", "block_length"),
+               Rule(_one_model_block, "block_length", "the model's block size on a "
+                                                      "block-diffusion model"))
+
+
+def every_param(decoders: dict) -> dict[str, Param]:
+    """The loop's parameters, then each of ``decoders``' (name -> step class, in order); a
+    name declared twice (two :class:`Param` objects) is a TypeError."""
+    out = {p.name: p for p in LOOP_PARAMS}
+    for name, cls in decoders.items():
+        for r in reads_of(cls.reads):
+            known = out.setdefault(r.param.name, r.param)
+            if known is not r.param:
+                raise TypeError(f"decoder {name}: parameter {r.param.name!r} is declared twice; "
+                                "declare it once (decoding/shared_params.py) and read that")
+    return out
+
+
+#: every decoding parameter by name: the fields of :class:`DecodeParams`, in table order
+PARAMS = every_param(DECODERS)
+PARAM_NAMES = tuple(PARAMS)
+
+
+def readers(name: str) -> list[tuple[str, Read]]:
+    """(decoder, how it reads it) of every decoder that reads parameter ``name``."""
+    return [(d, r) for d, cls in DECODERS.items() for r in reads_of(cls.reads)
+            if r.param.name == name]
+
+
+def decoder_reads(decoder: str, values) -> list[str]:
+    """The parameters ``decoder`` reads besides the loop's, under ``values`` (a
+    ``DecodeParams`` or a dict: a conditional read counts when its condition holds)."""
+    return [r.param.name for r in reads_of(DECODERS[decoder].reads) if r.applies(values)]
+
+
+def _only_for_readers(spec: Param, p) -> str | None:
+    """``steps=4 applies only to decoder=static``: an exclusive parameter set for a decoder
+    that does not read it."""
+    v = getattr(p, spec.name)
+    found = readers(spec.name)
+    if v is None or any(d == p.decoder and r.applies(p) for d, r in found):
+        return None
+    always = [d for d, r in found if not r.when]
+    under = [f"{d} with {r.condition}" for d, r in found if r.when]
+    return (f"{spec.name}={v} applies only to decoder={', '.join(always)}"
+            + (f" (or {', '.join(under)})" if under else ""))
+
+
+def _fail(message: str | None) -> None:
+    if message:
+        raise ValueError(message)
+
+
+def validate_params(p) -> Any:
+    """Check every rule of SPEC on an already-typed :class:`DecodeParams`; returns it: the
+    caps first, then each parameter's own checks, the loop's rules, the exclusive parameters
+    and the decoder's rules.
 
     Raises ``ValueError`` with a one-line message naming the offending argument.
     """
-    _choice("decoder", p.decoder, DECODER_NAMES, "is not one of")
-    _caps(p)
-    if p.gen_length < 1:
-        raise ValueError(f"gen_length={p.gen_length} must be >= 1")
-    if p.block_length < 1:
-        raise ValueError(f"block_length={p.block_length} must be >= 1")
-    if p.gen_length % p.block_length:
-        raise ValueError(
-            f"gen_length={p.gen_length} must be a multiple of block_length={p.block_length}"
-        )
-    if not (0.0 < p.threshold <= 1.0):
-        raise ValueError(f"threshold={p.threshold} must be in (0, 1]")
-    if p.factor is not None:
-        if not p.factor > 0:
-            raise ValueError(f"factor={p.factor} must be > 0")
-        if not math.isfinite(p.factor):
-            raise ValueError(f"factor={p.factor} must be a finite number")
-        uses_rule = p.decoder == "freedave" and p.base_rule == "threshold"
-        if not (p.decoder == "threshold" or uses_rule):
-            raise ValueError(
-                f"factor={p.factor} applies only to decoder=threshold "
-                "(or freedave with base_rule=threshold)"
-            )
-    if p.steps is not None:
-        nb = p.gen_length // p.block_length
-        if p.decoder != "static":
-            raise ValueError(f"steps={p.steps} applies only to decoder=static")
-        if p.steps < 1 or p.steps % nb or p.steps > p.gen_length:
-            raise ValueError(
-                f"steps={p.steps} must be a multiple of the number of blocks ({nb}) "
-                f"and at most gen_length={p.gen_length}"
-            )
-    if not p.temperature >= 0:
-        raise ValueError(f"temperature={p.temperature} must be >= 0")
-    if not math.isfinite(p.temperature):     # inf/inf is NaN: every position would sample the mask
-        raise ValueError(f"temperature={p.temperature} must be a finite number")
-    if p.top_k is not None and p.top_k < 1:
-        raise ValueError(f"top_k={p.top_k} must be a positive integer (0 or none: no limit)")
-    if p.top_p is not None and not 0.0 < p.top_p <= 1.0:
-        raise ValueError(f"top_p={p.top_p} must be in (0, 1]")
-    if p.draft_steps < 1:
-        raise ValueError(f"draft_steps={p.draft_steps} must be >= 1")
-    _choice("base_rule", p.base_rule, BASE_RULES)
-    for name in ("plan_lo", "plan_hi", "ar_lo"):
-        v = getattr(p, name)
-        if not (0.0 <= v <= 1.0):
-            raise ValueError(f"{name}={v} must be in [0, 1]")
-    if p.decoder == "pvf":
-        if not p.plan_lo < p.plan_hi:
-            raise ValueError(f"plan_lo={p.plan_lo} must be < plan_hi={p.plan_hi}")
-        if p.plan_hi > p.threshold:
-            raise ValueError(f"plan_hi={p.plan_hi} must not exceed threshold={p.threshold}")
-    if p.width < 1:
-        raise ValueError(f"width={p.width} must be >= 1")
-    if p.reveal_next < 0:
-        raise ValueError(f"reveal_next={p.reveal_next} must be >= 0")
-    _choice("routes", p.routes, ROUTES)
-    _choice("pick", p.pick, PICKS)
-    _choice("cache", p.cache, CACHES)
-    rules_for(p.rules)
-    lo, hi = p.band
-    if not (0.0 <= lo <= hi <= 1.0):
-        raise ValueError(f"band={lo}:{hi} must be lo:hi with 0 <= lo <= hi <= 1")
-    task_family(p.preset)
+    PARAMS["decoder"].validate(p.decoder)
+    for spec in PARAMS.values():
+        spec.check_cap(getattr(p, spec.name))
+    for spec in PARAMS.values():
+        spec.validate(getattr(p, spec.name))
+    for rule in LOOP_CHECKS:
+        _fail(rule.check(p))
+    for spec in PARAMS.values():
+        if spec.exclusive:
+            _fail(_only_for_readers(spec, p))
+    for rule in DECODERS[p.decoder].checks:
+        _fail(rule.check(p))
     return p
 
 
-def _caps(p: DecodeParams) -> None:
-    """The upper bounds of :data:`MAX_ROWS_PARAM`, :data:`MAX_POSITIONS`, :data:`SEED_RANGE`."""
-    for name in ("width", "draft_steps"):
-        if getattr(p, name) > MAX_ROWS_PARAM:
-            raise ValueError(f"{name}={getattr(p, name)} must be at most {MAX_ROWS_PARAM} (rows "
-                             f"one request sends in one model call grow with it)")
-    for name in ("gen_length", "block_length", "steps", "reveal_next"):
-        v = getattr(p, name)
-        if v is not None and v > MAX_POSITIONS:
-            raise ValueError(f"{name}={v} must be at most {MAX_POSITIONS} positions")
-    lo, hi = SEED_RANGE
-    if not lo <= p.seed <= hi:
-        raise ValueError(f"seed={p.seed} must be a 64-bit integer in [{lo}, {hi}]")
+def _post_init(self) -> None:
+    validate_params(self)
 
 
-_INTS = ("gen_length", "block_length", "seed", "draft_steps", "steps", "width", "reveal_next",
-         "top_k")
-_FLOATS = ("threshold", "factor", "temperature", "plan_lo", "plan_hi", "ar_lo", "top_p")
-#: the values that switch a sampling filter off, as in transformers (``top_k=0``, ``top_p=1``)
-_NO_FILTER = {"top_k": 0, "top_p": 1.0}
-_BOOLS = ("early_stop", "plan_self_check")
-_CHOICES = {"decoder": DECODER_NAMES, "base_rule": BASE_RULES, "routes": ROUTES, "pick": PICKS,
-            "cache": CACHES}
+DecodeParams = dataclasses.make_dataclass(
+    "DecodeParams",
+    [(p.name, p.kind if p.default is not None else p.kind | None, dataclasses.field(default=p.default))
+     for p in PARAMS.values()],
+    frozen=True,
+    namespace={
+        "__doc__": """Validated decoding parameters (rules: docs/decoding.md): one field per
+        declared parameter (:data:`PARAMS`), with its default. Probabilities are in [0, 1].
+
+        Every instance is valid: construction (``dataclasses.replace`` included) runs
+        :func:`validate_params`, so code that receives one never validates it again.""",
+        "__post_init__": _post_init,
+        "family": property(lambda self: task_family(self.preset),
+                           doc="The preset's task family, None without a preset."),
+        "num_blocks": property(lambda self: self.gen_length // self.block_length,
+                               doc="Blocks of ``block_length`` in ``gen_length``."),
+    })
+DecodeParams.__module__ = __name__      # pickles and reprs name this module
+
+
+# ---------------------------------------------------------------- public
 
 
 def coerce(name: str, v: Any) -> Any:
     """Type one loose argument value (int/float/bool from strings, ``band`` from ``lo:hi``;
     ``top_k=0`` and ``top_p=1`` are None: no filter)."""
-    if name in _NO_FILTER:
-        v = _int(name, v) if name in _INTS else _float(name, v)
-        return None if v == _NO_FILTER[name] else v
-    if name in _INTS:
-        return _int(name, v)
-    if name in _FLOATS:
-        return _float(name, v)
-    if name in _BOOLS:
-        return _bool(name, v)
-    if name in _CHOICES:
-        return _choice(name, v, _CHOICES[name], "is not one of" if name == "decoder"
-                       else "must be one of")
-    if name == "rules":
-        rules_for(str(v))
-        return str(v)
-    if name == "band":
-        return _band(v)
-    if name == "plan_vocab":
-        return _vocab(v)
-    if name == "preset":
-        task_family(v)
-        return v
-    raise ValueError(f"unknown decoding argument {name!r}; allowed: {', '.join(PARAM_NAMES)}")
+    spec = PARAMS.get(name)
+    if spec is None:
+        raise ValueError(f"unknown decoding argument {name!r}; allowed: {', '.join(PARAM_NAMES)}")
+    return spec.coerce(v)
 
 
 def make_params(decoder: str | None = "threshold", *, preset: str | None = None,
@@ -374,8 +280,8 @@ def make_params(decoder: str | None = "threshold", *, preset: str | None = None,
         coerce("preset", preset)
     dec = coerce("decoder", "threshold" if decoder is None else decoder)
     d = preset_defaults(preset, kw.get("threshold"))
-    for name in ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next"):
-        kw.setdefault(name, d[name])
+    for name, value in d.items():
+        kw.setdefault(name, value)
     return DecodeParams(decoder=dec, preset=preset, **kw)
 
 

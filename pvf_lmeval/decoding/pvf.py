@@ -40,12 +40,16 @@ never applied inside the request.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 from torch import Tensor
 
+from .param_spec import ROWS, Param, at_most, less
 from .select import first_true, rank_desc, static_select, threshold_select
+from .shared_params import REVEAL_NEXT, THRESHOLD
 from .stats import Stats
-from .step import AR, BASE, FORCED, PLAN, Branches, Choice, Step, base_labels
+from .step import AR, BASE, FORCED, PLAN, Branches, Choice, Outcomes, Step, base_labels
 from .verify import rows_of, verify_plans
 
 # Per-request modes between rounds (``rules=reference`` only; always NORMAL under the paper's).
@@ -55,6 +59,23 @@ AR_NEXT = 2        # planning failed last round: AR from the base row's stats, n
 AR_NEXT_EMPTY = 3  # ... and that round committed nothing (the forced token is still owed, 3)
 
 
+@dataclass
+class BaseRound:
+    """A PVF round before its route, per request: ``W`` [R, L] its working set, ``zb`` [R, L]
+    its base row z_base and ``labels`` [R, L] the route codes of its commits, ``band`` and
+    ``elig`` [R, L] the in-band planning positions and the AR-eligible ones; once the routes are
+    counted, ``finished`` [R] (z_base is finished: no call) and ``unmade`` [R] (calls counted
+    without being made, ``rules=reference``; None under the paper's rules)."""
+
+    W: Tensor
+    zb: Tensor
+    labels: Tensor
+    band: Tensor
+    elig: Tensor
+    finished: Tensor | None = None
+    unmade: Tensor | None = None
+
+
 def _at(x: Tensor, pos: Tensor) -> Tensor:
     """x [R, (K,) L] at positions pos [R, K] → [R, K]."""
     if x.dim() == 2:
@@ -62,10 +83,25 @@ def _at(x: Tensor, pos: Tensor) -> Tensor:
     return x.gather(2, pos.unsqueeze(-1)).squeeze(-1)
 
 
+def _probability(name: str, default: float, meaning: str) -> Param:
+    return Param(name, float, default, meaning, bounds="[0, 1]", preset=True)
+
+
 class PVFDecoder(Step):
     name = "pvf"
+    summary = "Plan-Verify-Fill: plans on planning-vocabulary tokens, verifies branches, AR fallback"
     uses_vocab = True
-    reveals = True
+    reads = (THRESHOLD,
+             _probability("plan_lo", 0.2, "low end of the planning band"),
+             _probability("plan_hi", 0.65, "high end of the planning band"),
+             _probability("ar_lo", 0.1, "AR-fallback confidence floor"),
+             Param("width", int, 3, "branch width K", bounds=">= 1", cap=ROWS, preset=True),
+             REVEAL_NEXT,
+             Param("routes", str, "plan+ar", "which routes run",
+                   choices=("plan+ar", "plan", "ar", "none")),
+             Param("plan_self_check", bool, False, "check that a candidate keeps p >= plan_lo "
+                   "in its own branch"))
+    checks = (less("plan_lo", "plan_hi"), at_most("plan_hi", "threshold"))
 
     @staticmethod
     def rows_per_call(params) -> int:
@@ -119,16 +155,17 @@ class PVFDecoder(Step):
         none = torch.zeros_like(rest)
         band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
         elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
+        base = BaseRound(W, zb, labels, band, elig)
         if ref is not None:
-            W, zb, labels, band, elig, mark = ref.routes(state, y, st, W, zb, labels, band, elig)
-        cand, n_cand = self._candidates(b, st, band)
+            base, marks = ref.routes(state, y, st, base)
+        cand, n_cand = self._candidates(b, st, base.band)
         k_plan = n_cand.clamp(max=K)
-        k_ar = elig.sum(-1).clamp(max=K)
+        k_ar = base.elig.sum(-1).clamp(max=K)
         if ref is None:
-            fin, unmade = b.finished(zb), None
+            base = replace(base, finished=b.finished(base.zb))
         else:
-            zb, labels, fin, unmade, mark = ref.without_route(y, st, W, sel, zb, labels, band,
-                                                              k_plan, k_ar, mark)
+            base, marks = ref.without_route(y, st, sel, base, k_plan, k_ar, marks)
+        W, zb, labels, elig, fin = base.W, base.zb, base.labels, base.elig, base.finished
         # 3./4. the route: planning when there are candidates, else AR fills, else z_base alone
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
@@ -148,11 +185,11 @@ class PVFDecoder(Step):
         memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
         cover = None
         if ref is not None:
-            memo["ref"] = dict(mark, state=state, sel=sel)
+            memo["ref"] = replace(marks, state=state, sel=sel)
             cover = ref.cover(W)
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
-                        memo=memo, cover=cover, unmade=unmade)
+                        memo=memo, cover=cover, unmade=base.unmade)
 
     def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
         p, K = self.p, self.p.width
@@ -171,8 +208,8 @@ class PVFDecoder(Step):
         tried = plan[:, None] & (slot <= k_plan[:, None] - 1)                    # [R, K]
         pos = first_true(own).clamp(max=b.L - 1)                                 # [R, K]
         # the online vocabulary's outcomes of this round's candidates (the loop records them)
-        record = ((_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig, tried)
-                  if br.entropy else None)
+        record = (Outcomes(_at(st.tok, pos), verdict.nonvacuous, verdict.passed, verdict.vig,
+                           tried) if br.entropy else None)
         ok = verdict.passed & tried
         if rules.self_check_max_prob:
             ok &= _at(out.pmax[:, 1:], pos) >= p.plan_lo
@@ -201,17 +238,16 @@ class PVFDecoder(Step):
                                                                      labels))
         tally = {"plan_tried": torch.where(plan, k_plan, torch.zeros_like(k_plan)),
                  "plan_passed": torch.where(plan, ok.sum(-1), torch.zeros_like(k_plan))}
-        extra = remask = state = None
+        choice = Choice(pick, labels, tally, record=record,
+                        memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
+                                  ver=ver, kstar=kstar))
         if "ref" in m:
-            labels, extra, remask, state = ReferenceRounds(self, b).after_choice(
-                m, labels, any_ok, kstar)
-        return Choice(pick, labels, tally, extra=extra, remask=remask,
-                      memo=dict(pos=pos, ok=ok, c_total=c_total, any_ok=any_ok, pos_ar=pos_ar,
-                                ver=ver, kstar=kstar), state=state, record=record)
+            choice = ReferenceRounds(self, b).after_choice(m, choice)
+        return choice
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
         m, c = br.memo, choice.memo
-        if "ref" in m and int(m["ref"]["mode"][r]) == FRESH:
+        if "ref" in m and int(m["ref"].mode[r]) == FRESH:
             return {"route": "fresh"}
         if bool(m["plan"][r]):
             k = int(m["k_plan"][r])
@@ -237,26 +273,43 @@ class PVFDecoder(Step):
 # ``Choice.state``), never the step's.
 
 
+@dataclass
+class Marks:
+    """What the ``rules=reference`` hooks of one round hand each other, per request: its
+    ``mode`` [R], whether its round is an AR_NEXT one (``arn`` [R]), the positions its AR_NEXT
+    fills mask again and rewrite (``remask``, ``rewrite`` [R, L]); then the most confident
+    position of W_t (``top`` [R, L], :meth:`ReferenceRounds.without_route`), and the step's
+    ``state`` and base set ``sel`` [R, L] (kept in the branches' memo for ``choose``)."""
+
+    mode: Tensor
+    arn: Tensor
+    remask: Tensor
+    rewrite: Tensor
+    top: Tensor | None = None
+    state: dict | None = None
+    sel: Tensor | None = None
+
+
 class ReferenceRounds:
     """The ``rules=reference`` hooks of one round of ``step`` on the requests of ``b``."""
 
     def __init__(self, step: PVFDecoder, b):
         self.p, self.rules, self.use_ar, self.b = step.p, step.rules, step.use_ar, b
 
-    def routes(self, state: dict, y: Tensor, st: Stats, W: Tensor, zb: Tensor, labels: Tensor,
-               band: Tensor, elig: Tensor):
+    def routes(self, state: dict, y: Tensor, st: Stats, base: BaseRound
+               ) -> tuple[BaseRound, Marks]:
         """The routes of each request's mode: no planning unless NORMAL, no AR fills in a FRESH
-        round, and an AR_NEXT round's fills (:meth:`_ar_next`). Returns (W, z_base, labels,
-        band, eligible, marks for the later hooks)."""
+        round, and an AR_NEXT round's fills (:meth:`_ar_next`). Returns the round's base so
+        changed, and the marks of the later hooks."""
         mode = state["mode"]
-        band = band & (mode == NORMAL)[:, None]            # AR_NEXT / FRESH: no planning
-        elig = elig & (mode != FRESH)[:, None]
         arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
-        W, zb, labels, elig, remask = self._ar_next(state, y, st, arn, W, zb, labels, elig)
-        return W, zb, labels, band, elig, dict(mode=mode, arn=arn, remask=remask)
+        base = replace(base, band=base.band & (mode == NORMAL)[:, None],   # no planning
+                       elig=base.elig & (mode != FRESH)[:, None])
+        base, remask, rewrite = self._ar_next(state, y, st, arn, base)
+        return base, Marks(mode, arn, remask, rewrite)
 
-    def _ar_next(self, state: dict, y: Tensor, st: Stats, arn: Tensor, W: Tensor, zb: Tensor,
-                 labels: Tensor, elig: Tensor):
+    def _ar_next(self, state: dict, y: Tensor, st: Stats, arn: Tensor, base: BaseRound
+                 ) -> tuple[BaseRound, Tensor, Tensor]:
         """Switch 6: the AR fills that follow a failed planning round, as the reference builds
         them inside that step. ``st`` are the base row's stats; the step's working set W' and
         base set S' are those of the failed round (``state``'s ``prev_W`` and ``prev_sel``).
@@ -265,8 +318,8 @@ class ReferenceRounds:
         minus H with p >= ar_lo, which can be base-set positions (the reference then re-fills
         them); only H inside the failed round's active block is committed, with the base row's
         tokens (also where the base set had put its own), the rest of H is masked again. Returns
-        (W, z_base, labels, eligible, (positions to mask again, positions to rewrite)),
-        unchanged for other requests."""
+        the base with those rows for the AR_NEXT requests (``arn``), unchanged for the others,
+        and the positions to mask again and to rewrite."""
         b = self.b
         pW, psel = state["prev_W"], state["prev_sel"]
         hc = pW & (st.pmax >= self.p.threshold)
@@ -277,54 +330,59 @@ class ReferenceRounds:
         # the reference commits H inside the block with the base row's prediction, which
         # overwrites base-set tokens there (the rows still carry the base set's own tokens)
         rewrite = hc & psel & block & arn[:, None]
+        labels = base.labels
         lab_ar = torch.where(keep & block, torch.full_like(labels, BASE), torch.zeros_like(labels))
         elig_ar = pW & ~hc & (st.conf >= self.p.ar_lo)
         if not self.use_ar:
             elig_ar = torch.zeros_like(elig_ar)
         a = arn[:, None]
-        return (torch.where(a, pW, W), torch.where(a, zb_ar, zb), torch.where(a, lab_ar, labels),
-                torch.where(a, elig_ar, elig), (remask, rewrite))
+        return (replace(base, W=torch.where(a, pW, base.W), zb=torch.where(a, zb_ar, base.zb),
+                        labels=torch.where(a, lab_ar, labels),
+                        elig=torch.where(a, elig_ar, base.elig)), remask, rewrite)
 
-    def without_route(self, y: Tensor, st: Stats, W: Tensor, sel: Tensor, zb: Tensor,
-                      labels: Tensor, band: Tensor, k_plan: Tensor, k_ar: Tensor, mark: dict):
+    def without_route(self, y: Tensor, st: Stats, sel: Tensor, base: BaseRound,
+                      k_plan: Tensor, k_ar: Tensor, marks: Marks) -> tuple[BaseRound, Marks]:
         """The row a request sends when it tries no route this round, whether it is finished,
         and the call it counts without making it (switch 9). FRESH: its committed state as it
         is (a fresh call, nothing committed). AR_NEXT with nothing to fill: the reference
         commits no impact set then, only the forced token when the failed planning round
         committed nothing. A normal round without candidates: the base set, or the forced token
-        when it is empty (nothing else can be committed). Returns (z_base, labels, finished,
-        unmade calls or None, marks with ``top``: the most confident position of W_t)."""
-        b, mode, arn = self.b, mark["mode"], mark["arn"]
+        when it is empty (nothing else can be committed). Returns the base with its row,
+        ``finished`` and ``unmade`` calls, and the marks with ``top``, the most confident
+        position of W_t."""
+        b, mode, arn = self.b, marks.mode, marks.arn
         no_route = (k_plan == 0) & (k_ar == 0)
-        top = static_select(st.conf, W, 1)
+        top = static_select(st.conf, base.W, 1)
         empty = ~sel.any(-1)
         owe = no_route & (((mode == NORMAL) & empty) | (mode == AR_NEXT_EMPTY))
         keep_y = (mode == FRESH) | ((mode != NORMAL) & no_route)
         force = top & owe[:, None]
-        zb = torch.where(keep_y[:, None], y, zb)
+        zb = torch.where(keep_y[:, None], y, base.zb)
         zb = torch.where(force, st.tok, zb)
-        labels = torch.where(keep_y[:, None], torch.zeros_like(labels), labels)
+        labels = torch.where(keep_y[:, None], torch.zeros_like(base.labels), base.labels)
         labels = torch.where(force, torch.full_like(labels, FORCED), labels)
         unmade = None
         if self.rules.count_unmade_calls:      # switch 9: a call counted, not made
-            unmade = (no_route & (arn | band.any(-1)) & ~b.finished(zb)).long()
+            unmade = (no_route & (arn | base.band.any(-1)) & ~b.finished(zb)).long()
         # switch 6: the fills after a failed plan may re-fill base-set positions, so a state the
         # base set completed still makes the reference's second call when it has fills
         fin = b.finished(zb) & ~(arn & (k_ar > 0))
-        return zb, labels, fin, unmade, dict(mark, top=top)
+        return (replace(base, zb=zb, labels=labels, finished=fin, unmade=unmade),
+                replace(marks, top=top))
 
     def cover(self, W: Tensor) -> Tensor:
         """The reference reads stats at positions its rows filled in the step's block: the call
         covers them from W_t's first position on."""
         return first_true(W).clamp(max=self.b.L - 1)
 
-    def after_choice(self, m: dict, labels: Tensor, any_ok: Tensor, kstar: Tensor):
-        """The forced token owed after the routes (switch 3), the AR_NEXT round's positions
-        masked again or rewritten, and each request's state for the next round (its mode,
-        switches 6 and 7, and this round's W_t and S_base). Returns (labels, extra commits,
-        positions masked again, next state)."""
+    def after_choice(self, m: dict, choice: Choice) -> Choice:
+        """``choice`` (the paper's, from the branches' memo ``m``) with the forced token owed
+        after the routes (switch 3; ``extra``), the AR_NEXT round's positions masked again
+        (``remask``) or rewritten, and each request's ``state`` for the next round (its mode,
+        switches 6 and 7, and this round's W_t and S_base)."""
         ref, plan, ar = m["ref"], m["plan"], m["ar"]
-        mode, sel, top = ref["mode"], ref["sel"], ref["top"]
+        mode, sel, top = ref.mode, ref.sel, ref.top
+        any_ok, kstar, labels = choice.memo["any_ok"], choice.memo["kstar"], choice.labels
         failed_plan = plan & ~any_ok
         failed_ar = ar & (kstar == 0)
         arn = (mode == AR_NEXT) | (mode == AR_NEXT_EMPTY)
@@ -335,7 +393,7 @@ class ReferenceRounds:
         force = (failed_ar if ar_next else failed_ar | failed_plan) & owed
         extra = top & force[:, None]
         labels = torch.where(extra, torch.full_like(labels, FORCED), labels)
-        state = dict(ref["state"])
+        state = dict(ref.state)
         if ar_next:                 # remember this round's W_t and S_base for an AR_NEXT round
             state.update(prev_W=m["W"], prev_sel=sel)
         nxt = torch.full_like(mode, NORMAL)
@@ -345,6 +403,5 @@ class ReferenceRounds:
             nxt = torch.where(failed_ar, torch.full_like(nxt, FRESH), nxt)
         nxt = torch.where(force, torch.full_like(nxt, FRESH), nxt)   # not a row of the call
         state["mode"] = nxt
-        remask, rewrite = ref["remask"]
-        remask, rewrite = remask & ar[:, None], rewrite & ar[:, None]
-        return labels, extra | rewrite, remask, state
+        return replace(choice, labels=labels, extra=extra | (ref.rewrite & ar[:, None]),
+                       remask=ref.remask & ar[:, None], state=state)

@@ -9,13 +9,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .param_spec import POSITIONS, Param, Rule
 from .select import llada_count_tensor, static_select
 from .stats import Stats
 from .step import BASE, NONE, Branches, Step, single_row
 
+STEPS = Param("steps", int, None, "denoising steps", none_means="gen_length", cap=POSITIONS,
+              exclusive=True)
+
+
+def _steps_fit(p) -> str | None:
+    """``steps``: a whole number of steps per block, at most one position per step."""
+    if p.steps is None or (p.steps >= 1 and not p.steps % p.num_blocks
+                           and p.steps <= p.gen_length):
+        return None
+    return (f"steps={p.steps} must be a multiple of the number of blocks ({p.num_blocks}) "
+            f"and at most gen_length={p.gen_length}")
+
 
 class StaticDecoder(Step):
     name = "static"
+    summary = ("LLaDA's low-confidence remasking: the most confident position(s) on a fixed "
+               "schedule")
+    baseline = True
+    reads = (STEPS,)
+    checks = (Rule(_steps_fit, "steps", "a multiple of the number of blocks, at most "
+                                        "gen_length"),)
 
     def __init__(self, params):
         super().__init__(params)

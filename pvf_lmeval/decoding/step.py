@@ -5,11 +5,13 @@ route codes that label every committed position.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from .param_spec import reads_of
 from .rules import rules_for
 from .stats import Stats
 
@@ -53,15 +55,33 @@ class Branches:
 
 
 def take_rows(v, keep: Tensor):
-    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple or a dict's values; other
-    values as they are."""
+    """Rows ``keep`` of a tensor (dim 0), of each tensor of a tuple, a dict's values or a
+    record's fields (a dataclass); other values as they are."""
     if isinstance(v, Tensor):
         return v.index_select(0, keep)
     if isinstance(v, tuple):
         return tuple(take_rows(x, keep) for x in v)
     if isinstance(v, dict):
         return {k: take_rows(x, keep) for k, x in v.items()}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.replace(v, **{f.name: take_rows(getattr(v, f.name), keep)
+                                         for f in dataclasses.fields(v)})
     return v
+
+
+@dataclass
+class Outcomes:
+    """A round's planning candidates as verified, [R, K] each: ``tok`` (the token it placed),
+    ``nonvacuous`` (its impact set holds a position besides its own), ``passed``, ``vig`` (its
+    verification information gain), ``tried`` (a candidate, not an empty slot); ``req`` [R, K]:
+    the request of each, where the record keeps it (calibration), else None."""
+
+    tok: Tensor
+    nonvacuous: Tensor
+    passed: Tensor
+    vig: Tensor
+    tried: Tensor
+    req: Tensor | None = None
 
 
 @dataclass
@@ -83,7 +103,7 @@ class Choice:
     state:  the step's per-request state for the next round (see :meth:`Step.start`), None for
             steps without one.
     record: what the loop hands to :meth:`Step.record` after the round (outside a compiled
-            round's programs): a tuple of tensors, or None for nothing to record.
+            round's programs): the round's :class:`Outcomes`, or None for nothing to record.
     """
 
     pick: Tensor
@@ -93,16 +113,22 @@ class Choice:
     remask: Tensor | None = None
     memo: dict = field(default_factory=dict)
     state: dict | None = None
-    record: tuple | None = None
+    record: Outcomes | None = None
 
 
 class Step:
     """A decoder: how one round builds each request's branch rows and picks the committed one.
 
-    Decoders describe themselves: ``name``; ``uses_vocab`` (reads the planning vocabulary);
-    ``reveals`` (honours ``reveal_next``, early cross-block revelation); ``draws`` (needs
-    uniform draws each round); ``rows_per_call(params)`` (M, the most rows a request sends in
-    one round). ``max_rows`` caps the rows of one physical model call (None: no cap).
+    Decoders describe themselves: ``name`` and ``summary`` (one line, ``pvf-dlm decoders``);
+    ``reads``, the parameters it reads besides the loop's (:class:`.param_spec.Param`, its own,
+    declared here, or a shared one of :mod:`.shared_params`; ``.when(...)`` for one read under a
+    condition) and ``checks``, its rules across parameters (:class:`.param_spec.Rule`): the
+    parameters, their validation, the ``--model_args`` table and the run identity derive from
+    them; ``uses_vocab`` (reads the planning vocabulary); ``reveals`` (honours ``reveal_next``,
+    early cross-block revelation: it reads it); ``draws`` (needs uniform draws each round);
+    ``baseline`` (one the report compares the others with); ``rows_per_call(params)`` (M, the
+    most rows a request sends in one round). ``max_rows`` caps the rows of one physical model
+    call (None: no cap).
 
     A step is pure: ``branches`` and ``choose`` are tensor operations on their arguments only,
     never a host value that changes from round to round (``b.ids`` included) and never a side
@@ -134,10 +160,23 @@ class Step:
     """
 
     name = ""
+    summary = ""
+    reads: tuple = ()
+    checks: tuple = ()
     uses_vocab = False
     reveals = False
     draws = False
+    baseline = False
     max_rows: int | None = None
+
+    @classmethod
+    def reads_param(cls, name: str) -> bool:
+        """Whether the decoder reads the parameter ``name`` (besides the loop's)."""
+        return any(r.param.name == name for r in reads_of(cls.reads))
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.reveals = cls.reads_param("reveal_next")
 
     @staticmethod
     def rows_per_call(params) -> int:
@@ -161,10 +200,10 @@ class Step:
         """Single-row steps: the request commits its one row."""
         return Choice(torch.zeros_like(br.n), br.labels)
 
-    def record(self, b, record: tuple) -> None:
-        """Keep a round's ``Choice.record`` (called by the loop): the planning outcomes
-        (token, non-vacuous, passed, VIG, tried) go to the online vocabulary's queue."""
-        b.vocab.record(*record)
+    def record(self, b, record: Outcomes) -> None:
+        """Keep a round's ``Choice.record`` (called by the loop): the planning outcomes go to the
+        online vocabulary's queue."""
+        b.vocab.record(record.tok, record.nonvacuous, record.passed, record.vig, record.tried)
 
     def info(self, r: int, made_call: bool, br: Branches, choice: Choice) -> dict:
         return {"route": "base"}

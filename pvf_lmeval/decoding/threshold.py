@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .select import threshold_select
+from .shared_params import FACTOR, THRESHOLD
 from .stats import Stats
 from .step import Branches, Step, base_labels, single_row
 
@@ -19,6 +20,10 @@ __all__ = ["ThresholdDecoder", "base_labels"]
 
 class ThresholdDecoder(Step):
     name = "threshold"
+    summary = ("Fast-dLLM: every position at or above threshold (or the factor rule), at least "
+               "one")
+    baseline = True
+    reads = (THRESHOLD, FACTOR)
 
     def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y)

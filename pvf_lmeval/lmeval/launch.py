@@ -1,4 +1,5 @@
-"""How the plugin sits in an lm-eval process: ranks the launcher asked for, lm-eval's git probe.
+"""How the plugin sits in an lm-eval process: its processes and model (:func:`start`), ranks the
+launcher asked for, lm-eval's git probe.
 
 Data parallel runs that work (each rank takes every world_size-th document):
 
@@ -69,3 +70,38 @@ def quiet_git_probe() -> None:
     import lm_eval.evaluator as evaluator
 
     evaluator.get_git_commit_hash = _git_commit_hash
+
+
+def start(settings, notice):
+    """The run's processes and its model: join the launcher's processes (the (dp, mp) mesh:
+    ``Ranks``), pick this process's device (lm-eval's default CUDA device falls back to the CPU
+    without a GPU, saying so), and load the model there, the batch-invariant kernels' support
+    checked before any weight is read. ``notice`` prints a one-line notice."""
+    import torch
+
+    from ..models import load_model
+    from ..models.loader import is_hub_id, resolve_device
+    from .parallel import Ranks
+
+    m = settings.model
+    ranks = Ranks.launch(settings.parallel, m.device)
+    if ranks.world > 1:
+        dev = ranks.device
+    elif m.cli_device and not torch.cuda.is_available():
+        notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {m.device!r}")
+        dev = torch.device("cpu")
+    else:
+        dev = resolve_device(m.device)
+    warning = single_rank_warning(ranks.dp_size)
+    if warning:
+        notice(warning)
+    quiet_git_probe()
+    if m.revision is not None and not is_hub_id(m.pretrained):
+        notice(f"pvf-dlm: revision={m.revision} is for hub ids; pretrained={m.pretrained} is a "
+               "local or bundled folder, which has no revisions (transformers ignores it there "
+               "too)")
+    model = load_model(m.pretrained, device=dev, dtype=m.dtype, comm=ranks.comm,
+                       parallel_layers=settings.parallel.layers, revision=m.revision,
+                       tokenizer=m.tokenizer, batch_invariant=settings.options.decode.batch_invariant)
+    model.check_ranks = settings.parallel.check_ranks
+    return ranks, model

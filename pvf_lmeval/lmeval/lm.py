@@ -2,20 +2,17 @@
 
     lm_eval --model pvf-dlm --model_args pretrained=tiny-llada,decoder=pvf --tasks ...
 
-This module owns the lm-eval side only: arguments, prompts and chat templates, ``until`` and
-``max_gen_toks``, data parallel, statistics. Decoding lives in ``pvf_lmeval.decoding``, model
-loading in ``pvf_lmeval.models``.
+This module holds lm-eval's protocol only: the settings are parsed once (:mod:`.settings`),
+requests become batches in the planner (:mod:`.planner`: parameters, prompts, chat templates,
+truncation, grouping) and answers go to the sink (:mod:`.sink`: text, totals, trace, the
+response cache, the online vocabulary). Decoding lives in ``pvf_lmeval.decoding``, model loading
+in ``pvf_lmeval.models``.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import json
 import logging
 import sys
-import zlib
-from collections import defaultdict
 from contextlib import contextmanager
 
 import lm_eval.models  # noqa: F401  (fills the registry with the built-ins before we register)
@@ -24,32 +21,22 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from ..decoding import DECODERS, PARAM_NAMES, PLANNING_DECODERS, decode_batch, make_params
-from ..decoding.blocks import block_size_of, check_block_length, default_block_length
+from ..decoding import DECODERS, PLANNING_DECODERS, decode_batch
+from ..decoding.blocks import block_size_of
 from ..decoding.cache import cache_exact
-from ..decoding.options import check_options
-from ..decoding.params import DecodeParams, _bool, override
-from ..files.append import check_target, open_records
-from ..models.chat_render import RENDERER
+from ..decoding.params import override
 from ..models.diffusion_lm import compile_seconds
-from .batching import batches
-from .generation import GenerationText, cut_at_stop, tokens_before
-from .auto_batch import batch_size_arg
-from .launch import quiet_git_probe, single_rank_warning
-from .parallel import ParallelArgs, Ranks
-from .model_args import (check_keys, default_pretrained_notice, exit_in_one_line, one_line_errors,
-                         positive_int)
-from .request_checks import check_gen_kwargs, fit_prompt, max_gen_toks_value, truncation_mode
-from .stats import StatTotals
+from ..one_line import exit_in_one_line, one_line_errors
+from ..planning.vocab import RunVocab
+from .launch import start
+from .model_args import default_pretrained_notice
+from .planner import Planner, Prompts, public_params
+from .settings import CLI_DEVICE, RunSettings
+from .sink import Sink
 from .task_presets import task_preset
-from .trace_records import trace_record
-from ..planning.vocab import VOCAB_ARGS, RunVocab
 
 log = logging.getLogger("pvf_lmeval")
 
-DECODER_KEYS = tuple(k for k in PARAM_NAMES if k != "plan_vocab")
-#: planning-vocabulary model args besides ``vocab`` (``vocab_force``; ``vocab=online`` settings)
-VOCAB_KEYS = VOCAB_ARGS
 #: what the CLI passes as ``--device`` when the user said nothing
 CLI_DEFAULT_DEVICE = "cuda:0"
 
@@ -57,20 +44,6 @@ CLI_DEFAULT_DEVICE = "cuda:0"
 def _notice(msg: str) -> None:
     with tqdm.external_write_mode(file=sys.stderr):   # above a progress bar, not inside its line
         log.warning(msg)
-
-
-def _compile_scope(v) -> str | None:
-    """``compile=false|true|blocks|model`` -> None or the ``DiffusionLM.compile`` scope.
-
-    true: the fastest option measured on the model's device (``models.diffusion_lm.COMPILE_TRUE``;
-    blocks: on the 8B shapes it compiles in ~25 s and gets most of model's speed-up, while model
-    needs 1-2 min per call shape, which a GSM8K-sized run does not win back)."""
-    if isinstance(v, str) and v.strip().lower() in ("model", "blocks"):
-        return v.strip().lower()
-    try:
-        return "true" if _bool("compile", v) else None
-    except ValueError:
-        raise ValueError(f"compile={v!r} must be one of false, true, blocks, model") from None
 
 
 class PVFOutOfMemoryError(RuntimeError):
@@ -90,161 +63,77 @@ def oom_message(*, what: str, device, rows: int, tokens: int, dtype, batch_size:
 
 @register_model("pvf-dlm")
 class PVFDiffusionLM(LM):
-    """lm-eval adapter for masked diffusion LMs (LLaDA, Dream, the bundled tiny fixtures).
+    """lm-eval adapter for masked diffusion LMs (LLaDA, Dream, the block-diffusion and MoE
+    families, the bundled tiny fixtures).
 
-    ``--model_args``: ``pretrained`` (checkpoint folder, hub id, ``tiny-llada`` or ``tiny-dream``),
-    ``dtype`` (auto|float32|bfloat16|float16), ``device``, ``batch_size``, ``batch_invariant``
-    (true: the same results at any batch size on CUDA too; docs/batch-invariance.md), ``vocab``
-    (planning vocabulary: auto|none|PATH|bundled name) and every decoder parameter (``decoder``,
-    ``gen_length``, ``block_length``, ``threshold``, ...; see ``pvf_lmeval.decoding.params``).
-    Task ``generation_kwargs`` and ``--gen_kwargs`` override decoder parameters per request.
+    ``--model_args``: the model (``pretrained``, ``dtype``, ``device``, ...), the processes
+    (``tensor_parallel_size``), the planning vocabulary (``vocab``), every decoding parameter
+    (``decoder``, ``gen_length``, ``block_length``, ``threshold``, ...) and the run's options
+    (``batch_size``, ``batch_invariant``, ``trace``, ...): ``pvf-dlm args`` lists them. Task
+    ``generation_kwargs`` and ``--gen_kwargs`` override decoding parameters per request.
     """
 
-    def __init__(self, pretrained: str = "tiny-llada", dtype: str = "auto", device: str | None = None,
-                 batch_size: int | str = 1, max_batch_size: int | None = None,
-                 trust_remote_code: bool | None = None, vocab="auto", trace: str | None = None,
-                 trace_append: bool | str = False,
-                 mc_num: int | str = 128, mc_batch: int | str = 32,
-                 compile: bool | str = False, compile_round: bool | str = False,
-                 truncation: str = "left",
-                 batch_invariant: bool | str = False, revision: str | None = None,
-                 tokenizer: str | None = None, add_bos_token: bool | str | None = None,
-                 max_length: int | str | None = None, _device_is_cli_default: bool = False,
-                 **decoder_args):
+    def __init__(self, **model_args):
         super().__init__()
-        # Every argument is checked here, before the model loads: bad input fails fast, in one line.
-        check_keys(decoder_args)
-        self.parallel = ParallelArgs.pop(decoder_args)
-        self._vocab_args = {k: decoder_args.pop(k) for k in list(decoder_args) if k in VOCAB_KEYS}
-        self._explicit = {k: v for k, v in decoder_args.items() if v is not None}
-        self._decoder = self._explicit.pop("decoder", "threshold")
-        # a preset model arg, none included (lm-eval parses "none" as None), wins over the tasks'
-        self._preset_given = "preset" in decoder_args
-        # without a seed model arg, every random draw follows lm-eval's --seed (_run_seed)
-        self._seed_given = "seed" in self._explicit
-        # Without block_length, a block-diffusion model gives its own once loaded: until then
-        # the rules that involve it are checked with gen_length as one block.
-        one_block = ({} if "block_length" in self._explicit else
-                     {"block_length": self._explicit.get("gen_length", DecodeParams.gen_length)})
-        self.params = make_params(self._decoder, preset=self._explicit.pop("preset", None),
-                                  **self._explicit, **one_block)
-        self._preset_params: dict = {}
-        self.task_presets: dict[str, str] = {}   # task -> the preset its requests ran with
-        # task -> parameter -> the values its requests ran with, where they differ from the run's
-        self._task_params: dict[str, dict[str, set]] = {}
-        self.batch_size, self._auto_batch = batch_size_arg(batch_size, max_batch_size)
-        self._compile = _compile_scope(compile)
-        self._compile_round = _bool("compile_round", compile_round)
-        self.batch_invariant = _bool("batch_invariant", batch_invariant)
-        #: decode_batch's compile options: the statistics pass with the model call
-        #: (``compile``), the round's tensor work (``compile_round``); None: eager
-        self._compile_step = {} if self._compile else None
-        self._round_options = {} if self._compile_round else None
-        check_options(batch_invariant=self.batch_invariant, compile_round=self._round_options)
-        self.truncation = truncation_mode(truncation)
-        # HFLM's add_bos_token: None keeps the default (contexts encoded without special tokens)
-        self.add_bos_token = None if add_bos_token is None else _bool("add_bos_token", add_bos_token)
-        self._max_length = None if max_length is None else positive_int("max_length", max_length)
-        self.revision = None if revision is None else str(revision)
-        self.tokenizer_source = None if tokenizer is None else str(tokenizer)
-        self.mc_num = self._positive_int("mc_num", mc_num)
-        #: trace=PATH is emptied by a run's first generate_until unless trace_append is true
-        self.trace_append = _bool("trace_append", trace_append)
-        # its folder must exist and the path be no link: an error now, not after the model loads
-        self.trace_path = str(check_target(trace, "trace")) if trace else None
-        self._trace_opened = False
-        self.mc_batch = self._positive_int("mc_batch", mc_batch)
-        self.vocab = RunVocab(vocab, self._vocab_args)   # fixed ids or online statistics
-        if trust_remote_code is not None:
-            _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native network, "
-                    "no remote code runs")
-
-        import torch
-
-        from ..models import load_model
-        from ..models.batch_invariant import support_error
-        from ..models.loader import is_hub_id, resolve_device, resolve_dtype
-
+        # every argument is checked here, before the model loads: bad input fails fast, in one line
+        self.settings = RunSettings.parse(model_args)
+        self.vocab = RunVocab(self.settings.vocabulary.spec, self.settings.vocabulary.cfg)
+        if self.settings.remote_code_asked:
+            _notice("pvf-dlm: trust_remote_code is ignored: checkpoints load into the native "
+                    "network, no remote code runs")
         # several processes: the (dp, mp) mesh; lm-eval sees the data-parallel rank and size
-        self.ranks = Ranks.launch(self.parallel, device)
+        self.ranks, self.model = start(self.settings, _notice)
         self._rank, self._world_size = self.ranks.dp_rank, self.ranks.dp_size
-        if self.ranks.world > 1:
-            dev = self.ranks.device
-        elif _device_is_cli_default and not torch.cuda.is_available():
-            _notice(f"pvf-dlm: no CUDA GPU; using the CPU instead of the default device {device!r}")
-            dev = torch.device("cpu")
-        else:
-            dev = resolve_device(device)
-        warning = single_rank_warning(self.world_size)
-        if warning:
-            _notice(warning)
-        quiet_git_probe()
-        if self.batch_invariant:        # before the weights load: a one-line error, no fallback
-            err = support_error(dev, resolve_dtype(dtype, torch.device(dev)))
-            if err:
-                raise ValueError(err)
-        if self.revision is not None and not is_hub_id(str(pretrained)):
-            _notice(f"pvf-dlm: revision={self.revision} is for hub ids; pretrained={pretrained} is "
-                    "a local or bundled folder, which has no revisions (transformers ignores it "
-                    "there too)")
-        self.model = load_model(pretrained, device=dev, dtype=dtype, comm=self.ranks.comm,
-                                parallel_layers=self.parallel.layers, revision=self.revision,
-                                tokenizer=self.tokenizer_source)
-        self.model.check_ranks = self.parallel.check_ranks
-        if self._max_length is not None and self._max_length > self.model.max_length:
-            raise ValueError(f"max_length={self._max_length} is longer than the checkpoint's "
-                             f"context of {self.model.max_length} tokens; use at most that")
-        if self.add_bos_token and self.model.tokenizer.bos_token_id is None:
-            raise ValueError(f"add_bos_token=true: the tokenizer of {pretrained!r} has no BOS "
-                             "token; drop add_bos_token")
-        if one_block:
-            # the model's own block (block-diffusion), else the default; task presets build on it
-            self._explicit["block_length"] = default_block_length(self.model,
-                                                                  DecodeParams.block_length)
-            self.params = override(self.params, block_length=self._explicit["block_length"])
-        check_block_length(self.model, self.params.block_length)   # before any request
-        self._compile_s0 = None
-        if self._compile:          # torch.compile of the model call (off by default)
-            self.model.compile(scope=self._compile)
-        if self._compile or self._compile_round:
-            self._compile_s0 = compile_seconds()   # the warm-up is what compiles after this
-        self._device = self.model.device
+        self.run = self.settings.bind(self.model)
+        self._compile_s0 = self._compile()
         self.tokenizer = self.model.tokenizer
-        self.pretrained = str(pretrained)
+        self.pretrained = self.settings.model.pretrained
+        self.prompts = Prompts(self.tokenizer, self.pretrained, self.settings.options.add_bos_token,
+                               _notice)
+        self.planner = Planner(self.run, self.model, self.prompts, self._with_vocab, self.ranks,
+                               _notice)
+        self.sink = Sink(tokenizer=self.tokenizer, model_name=self.pretrained,
+                         model_family=self.model.family, vocab=self.vocab,
+                         options=self.settings.options, ranks=self.ranks)
 
-        if self.params.decoder in PLANNING_DECODERS:
-            self.params = self._with_vocab(self.params)
-        # The statistics of the evaluation under way: this rank's requests not yet shared with
-        # the other ranks (gather_object shares them), and the evaluation's totals, which
-        # get_model_info reports and closes (lm-eval asks for it once, at each evaluation's end).
-        self._pending = StatTotals()
-        self.totals = StatTotals()
-        self._length_notices: set = set()
-        #: lm-eval's --use_cache database as claimed (set_cache_hook), else None
-        self._response_cache = None
-
-    # ------------------------------------------------------------------ construction
-
-    @property
-    def max_length(self) -> int:
-        """The context in tokens: the ``max_length`` model arg (as HFLM's: prompts are cut to
-        it), else the checkpoint's."""
-        return self._max_length or self.model.max_length
-
-    def _encode_context(self, text: str) -> list[int]:
-        """A context's token ids: no special tokens, or with ``add_bos_token=true`` the BOS token
-        first unless the text starts with it already (HFLM's ``tok_encode``: a chat template may
-        have written it)."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        bos = self.tokenizer.bos_token
-        if self.add_bos_token and not (bos and text.startswith(bos)):
-            ids = [self.tokenizer.bos_token_id, *ids]
-        return ids
+    def _compile(self) -> float | None:
+        """torch.compile the model call (``compile``, off by default); the compile seconds
+        spent so far when something runs compiled (the warm-up is what compiles after this)."""
+        scope = self.settings.model.compile
+        if scope:
+            self.model.compile(scope=scope)
+        if scope or self.settings.options.decode.compile_round is not None:
+            return compile_seconds()
+        return None
 
     def _with_vocab(self, params):
         """``params`` carrying the planning vocabulary, resolved once on first need."""
         return self.vocab.resolve(params, model=self.model, tokenizer=self.tokenizer,
                                   model_name=self.pretrained)
+
+    # ------------------------------------------------------------------ what ran
+
+    @property
+    def params(self):
+        """The run's decoding parameters (before any task's preset or generation kwargs)."""
+        return self.planner.params
+
+    @property
+    def max_length(self) -> int:
+        """The context in tokens: the ``max_length`` model arg (as HFLM's: prompts are cut to
+        it), else the checkpoint's."""
+        return self.run.context
+
+    @property
+    def batch_size(self) -> int | str:
+        return self.settings.options.batch_size
+
+    @property
+    def batch_sizes(self) -> dict:
+        """``batch_size=auto``: the batch picked per (canvas tokens, rows per request) (lm-eval
+        reports these values as ``batch_sizes``)."""
+        auto = self.settings.options.auto
+        return dict(auto.sizes) if auto is not None else {}
 
     @property
     def online(self):
@@ -256,18 +145,14 @@ class PVFDiffusionLM(LM):
         return self.vocab.source
 
     @property
-    def plan_vocab(self):
-        return self.vocab.ids
+    def device(self):
+        return self.model.device
 
-    _positive_int = staticmethod(positive_int)
+    @property
+    def tokenizer_name(self) -> str:
+        return self.pretrained.replace("/", "__")
 
-    # ------------------------------------------------------------------ vocab=online
-
-    _online_settings = staticmethod(RunVocab.settings)
-
-    def _online_update(self) -> None:
-        """Fold the pending outcomes in; with online_merge, every rank's, in rank order."""
-        self.vocab.update(self.gather_object if self.world_size > 1 else None)
+    # ------------------------------------------------------------------ lm-eval plumbing
 
     @classmethod
     def _merge(cls, args: dict, additional_config: dict | None) -> dict:
@@ -278,7 +163,7 @@ class PVFDiffusionLM(LM):
                 continue
             merged[key] = value
             if key == "device" and value == CLI_DEFAULT_DEVICE:
-                merged["_device_is_cli_default"] = True
+                merged[CLI_DEVICE] = True
         return merged
 
     @classmethod
@@ -300,86 +185,25 @@ class PVFDiffusionLM(LM):
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
         return cls._create(cls._merge(arg_dict, additional_config))
 
-    # ------------------------------------------------------------------ lm-eval plumbing
-
-    @property
-    def device(self):
-        return self._device
-
-    @property
-    def tokenizer_name(self) -> str:
-        return self.pretrained.replace("/", "__")
-
-    def _no_chat_template(self) -> ValueError:
-        error = ValueError(f"--apply_chat_template: the tokenizer of {self.pretrained!r} has no "
-                           "chat template (a base checkpoint?); drop --apply_chat_template or use "
-                           "an instruct checkpoint")
-        exit_in_one_line(error)
-        return error
-
     def chat_template(self, chat_template: bool | str = False) -> str | None:
-        """The chat template, chosen as HFLM's (lm-eval's ``TemplateLM.chat_template``): a
-        tokenizer with named templates gives the one ``--apply_chat_template NAME`` names (an
-        unknown name is a one-line error listing them) or its ``default``; a tokenizer with one
-        template gives it (a name is then ignored, with lm-eval's warning). lm-eval's CLI asks
-        for it before any request (to log it); the template chosen is also the one
-        :meth:`apply_chat_template` applies (HFLM logs the named one but applies the
-        tokenizer's default)."""
-        from lm_eval.api.model import TemplateLM
+        """The chat template, chosen as HFLM's (``planner.Prompts.chat_template``)."""
+        return self.prompts.chat_template(chat_template)
 
-        if not chat_template:
-            return getattr(self.tokenizer, "chat_template", None)
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise self._no_chat_template()
-        try:
-            chosen = TemplateLM.chat_template(self, chat_template)
-        except ValueError as error:
-            exit_in_one_line(error)
-            raise
-        named = isinstance(chat_template, str) and isinstance(self.tokenizer.chat_template, dict)
-        self._chat_template_name = chat_template if named else None
-        return chosen
-
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """``chat_history`` rendered by the chosen template (:meth:`chat_template`) in a worker
-        process with a time, memory and output limit (the template is the checkpoint's program:
-        ``models/chat_render.py``). As HFLM's: a template that rejects it (jinja2's
-        ``TemplateError``: many refuse a system message) is tried once more without the system
-        messages, with HFLM's warning."""
-        from ..models.chat_render import TemplateRejected
-
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise self._no_chat_template()
-
-        def render(history):
-            return RENDERER.render(self.tokenizer, history,
-                                   add_generation_prompt=add_generation_prompt,
-                                   continue_final_message=not add_generation_prompt,
-                                   where=repr(self.pretrained),
-                                   template=getattr(self, "_chat_template_name", None))
-        try:
-            return render(chat_history)
-        except TemplateRejected:
-            _notice("Failed to apply chat template. removing the system role in chat history.")
-            return render([m for m in chat_history if m["role"] != "system"])
+    def apply_chat_template(self, chat_history: list[dict[str, str]],
+                            add_generation_prompt: bool = True) -> str:
+        """``chat_history`` rendered by the chosen template (``planner.Prompts.render``)."""
+        return self.prompts.render(chat_history, add_generation_prompt)
 
     def all_gather(self, tensor):
         return self.ranks.all_gather(tensor)
 
     def gather_object(self, obj, dst: int = 0) -> list:
-        """Every model copy's ``obj``, on every process (lm-eval 0.4.13's evaluator calls it
-        with dst=0).
+        """Every model copy's ``obj``, on every process, with the copies' statistics not yet
+        shared (``Sink.gather``; lm-eval 0.4.13's evaluator calls it with dst=0)."""
+        return self.sink.gather(obj)
 
-        Each gather also carries every copy's statistics not yet shared, which each process adds
-        to the evaluation's totals. lm-eval's evaluator gathers its metrics on every rank at the
-        end of each evaluation, so rank 0 reports every copy's requests, those answered from
-        ``--use_cache`` included, and ``generate_until`` needs no collective of its own (a rank
-        answered wholly from the cache never calls it)."""
-        out = self.ranks.gather_object((obj, self._pending.state()))
-        self._pending = StatTotals()
-        for _, state in out:
-            self.totals.absorb(state)
-        return [o for o, _ in out]
+    def barrier(self) -> None:
+        self.ranks.barrier()
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's ``--use_cache`` hands its database over here, before any request: it is
@@ -393,25 +217,22 @@ class PVFDiffusionLM(LM):
         from ..planning.vocab import tokenizer_hash
         from .response_cache import ResponseCache, cache_identity
 
-        identity = cache_identity(self._info(), self.mc_num,
+        identity = cache_identity(self._info(), self.settings.options.mc_num,
                                   weights=self.model.weights_fingerprint,
                                   tokenizer_hash=tokenizer_hash(self.tokenizer))
-        self._response_cache = ResponseCache.claim(
+        self.sink.cache = ResponseCache.claim(
             db, identity, seed=self._run_seed(), task_decoding=self._task_decoding,
-            record=lambda text: self._pending.add(text.task, text.meta, from_cache=True))
+            record=lambda text: self.sink.pending.add(text.task, text.meta, from_cache=True))
 
     def _task_decoding(self, task: str) -> dict:
         """How ``task``'s requests decode before their own generation kwargs (which lm-eval's
         cache key holds): the run's parameters under the task's preset, spelled as the run
         identity spells them, without the seed (``response_cache`` records it per answer)."""
-        from ..cli.report.identity import decoding_identity
+        from .identity import decoding_identity
 
-        params = self._public_params(self._params_with_preset(task_preset(task)))
+        params = public_params(self.planner.params_under(task_preset(task)))
         params.pop("seed")
         return decoding_identity(self.params.decoder, params)
-
-    def barrier(self) -> None:
-        self.ranks.barrier()
 
     def get_model_info(self) -> dict:
         """``config.pvf`` of the results: what ran, and the totals of the evaluation's requests.
@@ -419,41 +240,39 @@ class PVFDiffusionLM(LM):
         lm-eval calls it once per evaluation, at its end (``simple_evaluate``), so the report
         closes the evaluation: each evaluation on one model instance reports its own requests
         (a second call without new requests reports none)."""
-        self.totals.absorb(self._pending.state())   # under data parallel: shared already
-        self._pending = StatTotals()
-        totals, self.totals = self.totals.summary(), StatTotals()
-        info = {"pvf": {**self._info(), "totals": totals}}
-        self._task_params = {}
+        info = {"pvf": {**self._info(), "totals": self.sink.close()}}
+        self.planner.tasks.close()
         return info
 
     def _info(self) -> dict:
         """What ran: model, device, decoder and parameters (the seed that draws), vocabulary,
         batching, likelihood settings, compile."""
-        params = self._public_params(self.params)
+        s, params = self.settings, public_params(self.params)
         params["seed"] = self._run_seed()
+        block = block_size_of(self.model)
         return {
             "pretrained": self.pretrained,
             "model_family": self.model.family,
             "device": str(self.model.device),       # what ran, not lm-eval's --device default
             "dtype": str(self.model.dtype).replace("torch.", ""),
-            "truncation": self.truncation,
+            "truncation": s.options.truncation,
             # what shapes the prompts besides the checkpoint (None: the checkpoint's own)
-            "max_length": self._max_length, "add_bos_token": self.add_bos_token,
-            "tokenizer": self.tokenizer_source, "revision": self.revision,
+            "max_length": s.model.max_length, "add_bos_token": s.options.add_bos_token,
+            "tokenizer": s.model.tokenizer, "revision": s.model.revision,
             "decoder": self.params.decoder,
             "params": params,
-            "seed_from": "seed model arg" if self._seed_given else "lm-eval --seed (torch's seed)",
+            "seed_from": "seed model arg" if s.decoding.seed_given else "lm-eval --seed (torch's seed)",
             "early_stop": self.params.early_stop,
-            "task_presets": dict(self.task_presets),
-            "task_params": self._task_params_info(),
+            "task_presets": dict(self.planner.tasks.presets),
+            "task_params": self.planner.tasks.info(),
             # a block-diffusion model's cache is exact (docs/decoding.md, "Block-diffusion models")
-            "block_size": block_size_of(self.model),
-            "cache_exact": cache_exact(self.params.cache, block_size_of(self.model)),
+            "block_size": block,
+            "cache_exact": cache_exact(self.params.cache, block),
             **self.vocab.info(),
             "batch_size": self.batch_size,
-            "batch_invariant": self.batch_invariant,
+            "batch_invariant": s.options.decode.batch_invariant,
             "parallel": self.ranks.info(self.model),
-            "likelihood": {"mc_num": self.mc_num, "mc_batch": self.mc_batch},
+            "likelihood": {"mc_num": s.options.mc_num, "mc_batch": s.options.mc_batch},
             "compile": self._compile_info(),
         }
 
@@ -466,7 +285,7 @@ class PVFDiffusionLM(LM):
         seed is read back (``torch.initial_seed()``) and each request draws from its own
         generator seeded by it and the request's task, document and repeat: the same ``--seed``
         reproduces a run bit for bit, whatever the batch."""
-        if self._seed_given:
+        if self.settings.decoding.seed_given:
             return self.params.seed
         import torch
 
@@ -478,42 +297,48 @@ class PVFDiffusionLM(LM):
         (``compile_round``), and ``compile_s``, the seconds torch.compile spent compiling
         during this run (the warm-up its first batches paid; included in their wall time and
         so in ``tps``), None where torch keeps no record of it."""
-        if not self._compile and not self._compile_round:
+        scope, decode = self.settings.model.compile, self.settings.options.decode
+        if not scope and decode.compile_round is None:
             return None
         now, s0 = compile_seconds(), self._compile_s0
-        return {"scope": self.model.compile_scope if self._compile else None,
-                "round": self._compile_round,
+        return {"scope": self.model.compile_scope if scope else None,
+                "round": decode.compile_round is not None,
                 "compile_s": None if now is None or s0 is None else round(now - s0, 3)}
 
-    def _record_task_params(self, task: str, params, run: dict) -> None:
-        """Note the decoding parameters of one of ``task``'s requests that differ from the run's
-        (``run``: its public parameters): its preset's, its ``max_gen_toks``, its generation
-        kwargs (``temperature``, ...)."""
-        mine = self._task_params.setdefault(task, {})
-        for k, v in self._public_params(params).items():
-            if v != run[k]:
-                mine.setdefault(k, set()).add(tuple(v) if isinstance(v, list) else v)
-
-    def _task_params_info(self) -> dict:
-        """``config.pvf.task_params``: per task, each decoding parameter its requests ran with
-        where it differs from ``params``: the value, or the sorted values when they differed."""
-        def shown(values: set):
-            out = sorted(values, key=repr)
-            out = [list(v) if isinstance(v, tuple) else v for v in out]
-            return out[0] if len(out) == 1 else out
-
-        return {task: {k: shown(v) for k, v in sorted(ps.items())}
-                for task, ps in sorted(self._task_params.items())}
-
-    @staticmethod
-    def _public_params(params) -> dict:
-        out = {}
-        for k in DECODER_KEYS:
-            v = getattr(params, k)
-            out[k] = list(v) if isinstance(v, tuple) else v
-        return out
-
     # ------------------------------------------------------------------ requests
+
+    @one_line_errors
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Plan every request (none decoded before all are checked), decode the plan's batches,
+        answer each through the sink."""
+        self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
+        plan = self.planner.generation(requests, seed=self._run_seed())
+        batch_size = self.planner.batch_size(plan.requests)
+        gather = self.gather_object if self.world_size > 1 else None
+        with self.sink.answering(plan, quiet=disable_tqdm or self.ranks.rank != 0,
+                                 gather=gather) as answers:
+            for batch in plan.batches(batch_size):
+                answers.next_batch()
+                answers.add(batch, self._decode(batch))
+        return plan.results()
+
+    def _decode(self, batch) -> list:
+        """The decode results of ``batch``, planned requests with identical parameters, decoded
+        as one batch (an out-of-memory error says what to lower). Every rank of a model copy
+        decodes alike, trace records included."""
+        import torch
+
+        params = batch[0].params
+        rows = DECODERS[params.decoder].rows_per_call(params)
+        longest = max(len(r.prompt_ids) for r in batch) + params.gen_length
+        with self._oom_guard("decoding", rows * len(batch), longest):
+            outs = decode_batch(
+                self.model, [torch.tensor(r.prompt_ids) for r in batch], params=params,
+                request_indices=[r.request_index for r in batch],
+                repeat_indices=[r.repeat for r in batch], trace=bool(self.settings.options.trace),
+                online=self.online, options=self.settings.options.decode)
+        self.ranks.same_on_every_rank("the committed tokens", [o.tokens for o in outs])
+        return outs
 
     @contextmanager
     def _oom_guard(self, what: str, rows: int, tokens: int):
@@ -525,33 +350,7 @@ class PVFDiffusionLM(LM):
         except torch.OutOfMemoryError:
             raise PVFOutOfMemoryError(oom_message(
                 what=what, device=self.device, rows=rows, tokens=tokens, dtype=self.model.dtype,
-                batch_size=self.batch_size, mc_batch=self.mc_batch)) from None
-
-    def _check_context(self, n_tokens: int, what: str) -> None:
-        limit = self.max_length
-        if n_tokens > limit:
-            raise ValueError(f"pvf-dlm: {what} is {n_tokens} tokens, longer than the model's context "
-                             f"of {limit} tokens; shorten the prompt (fewer few-shot examples) or "
-                             "lower gen_length")
-
-    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """lm-eval's split: trailing context whitespace moves to the continuation; the
-        continuation ids are the tail of the joint encoding."""
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
-        whole = self._encode_context(context + continuation)
-        ctx = self._encode_context(context) if context or self.add_bos_token else []
-        return whole[:len(ctx)], whole[len(ctx):]
-
-    @staticmethod
-    def _likelihood_key(req, i: int) -> int:
-        """Seed key of a likelihood request: task and document, so that every choice of one
-        question is scored under the same random masks (common random numbers)."""
-        task = getattr(req, "task_name", None) or "unknown"
-        doc = getattr(req, "doc_id", None)
-        return zlib.crc32(f"{task}/{doc if doc is not None else i}".encode())
+                batch_size=self.batch_size, mc_batch=self.settings.options.mc_batch)) from None
 
     @one_line_errors
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -566,18 +365,19 @@ class PVFDiffusionLM(LM):
         from ..decoding.likelihood import Continuation, greedy_matches, loglikelihoods
 
         self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
+        opts = self.settings.options
         out: list = [None] * len(requests)
         items: dict[int, Continuation] = {}
         for i, req in enumerate(requests):
-            ctx_ids, cont_ids = self._encode_pair(req.args[0], req.args[1])
+            ctx_ids, cont_ids = self.prompts.pair(req.args[0], req.args[1])
             if not cont_ids:
                 out[i] = (0.0, True)
                 continue
-            self._check_context(len(ctx_ids) + len(cont_ids), "context + continuation")
-            items[i] = Continuation(ctx_ids, cont_ids, self._likelihood_key(req, i))
+            self.planner.check_context(len(ctx_ids) + len(cont_ids), "context + continuation")
+            items[i] = Continuation(ctx_ids, cont_ids, self.planner.likelihood_key(req, i))
         order = sorted(items, key=lambda i: (-len(items[i].prefix), items[i].prefix,
                                              -len(items[i].target)))
-        size = self._likelihood_batch_size([items[i] for i in order])
+        size = self.planner.likelihood_batch_size([items[i] for i in order])
         params = override(self.params, seed=self._run_seed())
         if params.decoder in PLANNING_DECODERS:
             params = self._with_vocab(params)
@@ -588,36 +388,24 @@ class PVFDiffusionLM(LM):
                 batch = order[a:a + size]
                 chunk = [items[i] for i in batch]
                 longest = max(len(c.prefix) + len(c.target) for c in chunk)
-                with self._oom_guard("scoring continuations", size * self.mc_batch, longest):
-                    scores = loglikelihoods(self.model, chunk, mc_num=self.mc_num,
-                                            rows_per_call=size * self.mc_batch,
-                                            seed=params.seed, batch_invariant=self.batch_invariant)
+                with self._oom_guard("scoring continuations", size * opts.mc_batch, longest):
+                    scores = loglikelihoods(self.model, chunk, mc_num=opts.mc_num,
+                                            rows_per_call=size * opts.mc_batch, seed=params.seed,
+                                            batch_invariant=opts.decode.batch_invariant)
                     greedy = greedy_matches(self.model, [c.prefix for c in chunk],
                                             [c.target for c in chunk], params,
                                             keys=[c.key for c in chunk], batch_size=size,
                                             context=self.max_length,
-                                            batch_invariant=self.batch_invariant,
+                                            batch_invariant=opts.decode.batch_invariant,
                                             online=self.online)
                 for i, r, g in zip(batch, scores, greedy):
                     out[i] = (r.logprob, bool(g))
                     self.cache_hook.add_partial("loglikelihood", requests[i].args[:2], out[i])
-                if self._response_cache is not None:
-                    self._response_cache.drew("likelihood")
+                self.sink.drew("likelihood")
                 bar.update(len(batch))
         finally:
             bar.close()
         return out
-
-    def _likelihood_batch_size(self, items) -> int:
-        """Continuations per batch of ``loglikelihood``: ``batch_size``, or for
-        ``batch_size=auto`` the largest batch of ``mc_batch`` rows per continuation whose
-        longest canvas fits (the smallest over the ranks)."""
-        if self._auto_batch is None:
-            return self.batch_size
-        if not items:
-            return self._auto_fit(None, 0, 0)
-        return self._auto_fit(max(len(c.prefix) + len(c.target) for c in items),
-                              max(len(c.target) for c in items), self.mc_batch)
 
     @one_line_errors
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -628,6 +416,7 @@ class PVFDiffusionLM(LM):
 
         from ..decoding.likelihood import rolling_loglikelihood
 
+        opts = self.settings.options
         bos = getattr(self.tokenizer, "bos_token_id", None)
         prefix = bos if bos is not None else self.model.eos_ids[0]
         self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
@@ -639,223 +428,13 @@ class PVFDiffusionLM(LM):
             windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
                 token_list=ids, prefix_token=prefix, max_seq_len=self.max_length - 1,
                 context_len=1)]
-            rows = (self.batch_size if self._auto_batch is None else 1) * self.mc_batch
+            rows = (self.batch_size if opts.auto is None else 1) * opts.mc_batch
             with self._oom_guard("scoring a rolling window", rows, self.max_length):
-                r = rolling_loglikelihood(self.model, windows, mc_num=self.mc_num,
+                r = rolling_loglikelihood(self.model, windows, mc_num=opts.mc_num,
                                           mc_batch=rows, seed=self._run_seed(),
-                                          request_index=self._likelihood_key(req, i),
-                                          batch_invariant=self.batch_invariant)
+                                          request_index=self.planner.likelihood_key(req, i),
+                                          batch_invariant=opts.decode.batch_invariant)
             out.append(r.logprob)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
-            if self._response_cache is not None:
-                self._response_cache.drew("likelihood")
+            self.sink.drew("likelihood")
         return out
-
-    def _params_with_preset(self, preset):
-        """The run's parameters under a task's ``preset`` (``task_presets``); a ``preset``
-        model arg wins over it."""
-        if preset is None or self._preset_given:
-            return self.params
-        if preset not in self._preset_params:
-            self._preset_params[preset] = make_params(
-                self._decoder, preset=None if preset in ("", "none") else preset, **self._explicit)
-        return self._preset_params[preset]
-
-    def _request_params(self, gen_kwargs: dict, task: str | None = None, seed: int | None = None):
-        """Decoder parameters for one request: model args, the preset of its ``task`` (or of
-        its generation kwargs), the run's ``seed`` (without a seed model arg), then the
-        request's own overrides."""
-        kwargs = dict(gen_kwargs)
-        for alias in ("max_new_tokens", "max_tokens"):
-            if alias in kwargs:
-                kwargs.setdefault("max_gen_toks", kwargs.pop(alias))
-        until = kwargs.pop("until", None) or []
-        if isinstance(until, str):
-            until = [until]
-        max_gen_toks = max_gen_toks_value(kwargs.pop("max_gen_toks", None))
-        do_sample = kwargs.pop("do_sample", None)
-        check_gen_kwargs(kwargs, DECODER_KEYS)
-        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in DECODER_KEYS}
-        if do_sample is False:
-            overrides["temperature"] = 0.0
-        if seed is not None and not self._seed_given:
-            overrides.setdefault("seed", seed)
-        ignored = sorted(kwargs)
-        if ignored and tuple(ignored) not in self._length_notices:
-            self._length_notices.add(tuple(ignored))
-            _notice(f"pvf-dlm: generation kwargs {ignored} do not apply to diffusion decoding and are ignored")
-        # a preset in the kwargs wins over the task's, none included (lm-eval parses it as None)
-        preset = overrides.pop("preset") if "preset" in overrides else task_preset(task)
-        base = self._params_with_preset(preset)
-        if base is not self.params:
-            self.task_presets[task or "unknown"] = preset
-        params = override(base, **overrides) if overrides else base
-        check_block_length(self.model, params.block_length)
-        if params.decoder in PLANNING_DECODERS:
-            params = self._with_vocab(params)
-        if "gen_length" not in overrides and "gen_length" not in self._explicit and max_gen_toks:
-            blocks = -(-max_gen_toks // params.block_length)
-            length = blocks * params.block_length
-            key = (max_gen_toks, length)
-            if length != max_gen_toks and key not in self._length_notices:
-                self._length_notices.add(key)
-                _notice(f"pvf-dlm: gen_length={length} (the task's max_gen_toks={max_gen_toks} rounded "
-                        f"up to whole blocks of {params.block_length}); pass gen_length to fix it")
-            params = override(params, gen_length=length)
-        return params, until, ignored
-
-    @one_line_errors
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        results: list = [None] * len(requests)
-        seen: dict[int, list[int]] = defaultdict(list)
-        self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
-        trace_file = None
-        if self.trace_path and self.ranks.writes:     # one file per model copy
-            path = self.trace_path if self.world_size == 1 else f"{self.trace_path}.rank{self.rank}"
-            # a run starts its trace afresh (a rerun must not add duplicates), later calls of
-            # the same run append; trace_append=true keeps what the file held
-            trace_file = open_records(path, truncate=not (self.trace_append or self._trace_opened))
-            self._trace_opened = True
-        bar = None                  # started after the notices of preparing the requests
-        nfe_sum = 0
-        done = 0
-        copies: list[tuple[int, int]] = []
-        seed = self._run_seed()
-        run_params = self._public_params(self.params if self._seed_given else
-                                         override(self.params, seed=seed))
-        try:
-            # Every request is prepared (parameters, prompt fitted to the context) before any is
-            # decoded: bad generation kwargs or truncation=error stop the run before any work.
-            prepared = []
-            truncated = 0
-            for i, req in enumerate(requests):
-                occurrences = seen[id(req)]
-                repeats = max(1, int(getattr(req, "repeats", 1) or 1))
-                if len(occurrences) >= repeats:
-                    # The evaluator pads the last rank with copies of its last request: answer
-                    # them without decoding again and without counting them.
-                    copies.append((i, occurrences[len(occurrences) % repeats]))
-                    occurrences.append(i)
-                    continue
-                repeat_index = len(occurrences)
-                occurrences.append(i)
-                context, gen_kwargs = req.args
-                task = getattr(req, "task_name", None) or "unknown"
-                params, until, _ = self._request_params(copy.deepcopy(gen_kwargs), task, seed)
-                self._record_task_params(task, params, run_params)
-                doc = getattr(req, "doc_id", i)
-                prompt_ids, cut = fit_prompt(
-                    self._encode_context(context), params.gen_length,
-                    self.max_length, self.truncation, where=f"task {task} doc_id {doc}")
-                if cut:
-                    truncated += 1
-                    self._pending.count(task, "truncated_prompts")
-                key = f"{task}/{doc}/{getattr(req, 'idx', 0)}"
-                prepared.append(dict(i=i, params=params, until=until, prompt_ids=prompt_ids,
-                                     task=task, key=key, repeat_index=repeat_index,
-                                     # lm-eval's cache never serves a do_sample request
-                                     cached=not gen_kwargs.get("do_sample", False)))
-            if truncated:
-                _notice(f"pvf-dlm: {truncated} of {len(prepared)} prompts did not fit the model's "
-                        f"context of {self.max_length} tokens with gen_length and were "
-                        "left-truncated (as lm-eval's HFLM does; truncation=error refuses instead)")
-            batch_size = self._batch_size_for(prepared)
-            bar = tqdm(total=len(requests), initial=len(copies),
-                       disable=disable_tqdm or self.ranks.rank != 0, desc="pvf-dlm")
-            for members in batches([c["params"] for c in prepared],
-                                   [len(c["prompt_ids"]) for c in prepared], batch_size):
-                # one batch: requests with identical decoding parameters
-                chunk = [prepared[k] for k in members]
-                if self.online is not None and done:
-                    self._online_update()   # between batches of requests, never inside one
-                # every rank of a model copy decodes alike, trace records included; mp rank 0
-                # writes them
-                outs = self._decode(chunk, trace=bool(self.trace_path))
-                self.ranks.same_on_every_rank("the committed tokens", [o.tokens for o in outs])
-                for c, out in zip(chunk, outs):
-                    text, stats = self._finish(out, c["until"])
-                    results[c["i"]] = GenerationText(text, meta=stats, task=c["task"])
-                    self._pending.add(c["task"], stats)
-                    if self._response_cache is not None and c["cached"]:
-                        p = c["params"]
-                        self._response_cache.answered(
-                            c["task"], drew=p.temperature > 0 or DECODERS[p.decoder].draws)
-                    if trace_file is not None:
-                        trace_file.write(json.dumps(trace_record(
-                            out, request=c["key"], prompt_ids=c["prompt_ids"],
-                            tokenizer=self.tokenizer, model=self.pretrained,
-                            block_length=c["params"].block_length)) + "\n")
-                    nfe_sum += out.nfe
-                    done += 1
-                bar.set_postfix(nfe=f"{nfe_sum / done:.1f}")
-                bar.update(len(chunk))
-            for i, src in copies:
-                results[i] = results[src]
-        finally:
-            if bar is not None:
-                bar.close()
-            if trace_file is not None:
-                trace_file.close()
-        if self.online is not None:
-            self._online_update()
-            self.vocab.requests += done
-            if self.ranks.writes:
-                self.vocab.save(tokenizer=self.tokenizer, model_family=self.model.family,
-                                model_name=self.pretrained, rank=self.rank,
-                                world_size=self.world_size)
-        return results
-
-    def _decode(self, chunk: list[dict], *, trace: bool) -> list:
-        """The decode results of ``chunk``, prepared requests with identical parameters, decoded
-        as one batch (an out-of-memory error says what to lower)."""
-        import torch
-
-        params = chunk[0]["params"]
-        rows = DECODERS[params.decoder].rows_per_call(params)
-        longest = max(len(c["prompt_ids"]) for c in chunk) + params.gen_length
-        with self._oom_guard("decoding", rows * len(chunk), longest):
-            return decode_batch(
-                self.model, [torch.tensor(c["prompt_ids"]) for c in chunk], params=params,
-                request_indices=[zlib.crc32(c["key"].encode()) for c in chunk],
-                repeat_indices=[c["repeat_index"] for c in chunk], trace=trace,
-                online=self.online, batch_invariant=self.batch_invariant,
-                compile_step=self._compile_step, compile_round=self._round_options)
-
-    @property
-    def batch_sizes(self) -> dict:
-        """``batch_size=auto``: the batch picked per (canvas tokens, rows per request) (lm-eval
-        reports these values as ``batch_sizes``)."""
-        return dict(self._auto_batch.sizes) if self._auto_batch is not None else {}
-
-    def _batch_size_for(self, prepared: list[dict]) -> int:
-        """Requests per decoded batch: ``batch_size``, or for ``batch_size=auto`` the largest
-        batch of the run's canvas (longest prompt plus gen_length) that fits, the smallest over
-        the ranks."""
-        if self._auto_batch is None:
-            return self.batch_size
-        if not prepared:
-            return self._auto_fit(None, 0, 0)
-        return self._auto_fit(
-            max(len(c["prompt_ids"]) + c["params"].gen_length for c in prepared),
-            max(c["params"].gen_length for c in prepared),
-            max(DECODERS[c["params"].decoder].rows_per_call(c["params"]) for c in prepared))
-
-    def _auto_fit(self, canvas: int | None, gen_length: int, rows: int) -> int:
-        """``batch_size=auto``: the largest batch of ``rows`` rows per request on a canvas of
-        ``canvas`` tokens (the last ``gen_length`` predicted) that fits (None: no request, the
-        limit), the smallest over the ranks."""
-        size = self._auto_batch.limit if canvas is None else self._auto_batch.size(
-            self.model, canvas=canvas, gen_length=gen_length, rows_per_request=rows)
-        return min(self.ranks.gather_world(size))
-
-    def _finish(self, out, until: list[str]) -> tuple[str, dict]:
-        """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first
-        ``until`` string, and its statistics (the decoder's, with ``gen_tokens`` lowered to the
-        tokens before that string)."""
-        ids = out.tokens[:out.gen_tokens]
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        cut = cut_at_stop(text, until)
-        if cut < len(text):
-            out = dataclasses.replace(out, gen_tokens=tokens_before(ids, cut, self.tokenizer))
-            text = text[:cut]
-        return text, out.stats()

@@ -1,22 +1,18 @@
-"""The ``--model_args`` of ``pvf-dlm``: one spec per key (default, allowed values, meaning), the
-key check with "did you mean", and the one-line report of a bad argument on the command line.
+"""The ``--model_args`` of ``pvf-dlm``: one spec per key (default, allowed values, meaning; the
+decoding parameters' from their declarations) and the key check with "did you mean".
 
-Free of lm-eval, so that ``pvf-dlm args`` prints the table without importing it.
-The values themselves are checked where they are used (``decoding.params.make_params``, the
-adapter's constructor, ``planning.vocab.RunVocab.settings``), all before the model loads.
+Free of lm-eval, so that ``pvf-dlm args`` prints the table without importing it. The values
+are checked once, by :mod:`.settings`, before the model loads.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from ..decoder_names import DECODER_NAMES
-from ..decoding.params import (BASE_RULES, CACHES, MAX_ROWS_PARAM, PICKS, PRESETS, ROUTES,
-                               SPEC_DEFAULTS, DecodeParams)
-from ..decoding.rules import RULES
+from ..decoding.param_spec import Param
+from ..decoding.params import LOOP_CHECKS, PARAMS, readers
+from ..decoding.registry import DECODERS, PLANNING_DECODERS
 from ..planning.vocab import VOCAB_ARGS
 from .parallel import ALIASES, LAYERS, habit_error
 from .request_checks import TRUNCATION_MODES
@@ -39,23 +35,8 @@ class ArgSpec:
     meaning: str
 
 
-def _field_default(name: str) -> str:
-    value = {f.name: f.default for f in fields(DecodeParams)}[name]
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return ":".join(str(x) for x in value)
-    return str(value)
-
-
 def _one_of(names) -> str:
     return ", ".join(names)
-
-
-def _preset_default(name: str) -> str:
-    return f"{SPEC_DEFAULTS[name]} (or the preset's)"
 
 
 #: model-level keys (loading, batching, outputs), in the order ``pvf-dlm args`` prints them
@@ -110,59 +91,36 @@ MODEL_ARGS = (
             "model copies (alias dp_size): derived from the launch, checked when given"),
 )
 
-#: decoding parameters (``decoding.params.DecodeParams``); task generation_kwargs and
-#: ``--gen_kwargs`` override them per request
-DECODER_ARGS = (
-    ArgSpec("decoder", _field_default("decoder"), _one_of(DECODER_NAMES),
-            "the decoding algorithm (pvf-dlm decoders)"),
-    ArgSpec("preset", "the task's", _one_of(PRESETS) + ", none",
-            "the paper's PVF defaults of a task family; the pvf tasks name theirs"),
-    ArgSpec("gen_length", "max_gen_toks rounded up to blocks", "a multiple of block_length",
-            "generation positions L"),
-    ArgSpec("block_length", _field_default("block_length"), "a positive integer",
-            "block size B"),
-    ArgSpec("threshold", _field_default("threshold"), "(0, 1]",
-            "threshold, freedave, pvf, explore: confidence that commits a position (tau_high)"),
-    ArgSpec("factor", "none", "a number > 0",
-            "threshold, freedave: Fast-dLLM's factor rule (freedave with base_rule=threshold)"),
-    ArgSpec("steps", "gen_length", "a multiple of the number of blocks",
-            "static only: denoising steps"),
-    ArgSpec("temperature", "0", "a finite number >= 0", "> 0: Gumbel-max sampling, seeded"),
-    ArgSpec("top_k", "none", "a positive integer (0: none)",
-            "sampling: only the k most probable tokens (transformers' top_k)"),
-    ArgSpec("top_p", "none", "(0, 1] (1: none)",
-            "sampling: only the most probable tokens holding top_p (transformers' top_p)"),
-    ArgSpec("seed", "lm-eval's --seed", "a 64-bit integer",
-            "seed of every random draw; without it, the torch seed of --seed (1234 by default)"),
-    ArgSpec("early_stop", _field_default("early_stop"), "true, false",
-            "stop once end-of-text is committed with everything before it unmasked"),
-    ArgSpec("cache", _field_default("cache"), _one_of(CACHES),
-            "KV cache mode; none recomputes the whole canvas every call"),
-    ArgSpec("rules", _field_default("rules"), _one_of(RULES) + ", paper+<switch>+...",
-            "the paper's rules or the published code's (reference)"),
-    ArgSpec("draft_steps", _field_default("draft_steps"), f"1 to {MAX_ROWS_PARAM}",
-            "freedave: drafts per step"),
-    ArgSpec("base_rule", _field_default("base_rule"), _one_of(BASE_RULES),
-            "freedave: the rule its drafts are checked against"),
-    ArgSpec("plan_lo", _preset_default("plan_lo"), "[0, 1]", "pvf: low end of the planning band"),
-    ArgSpec("plan_hi", _preset_default("plan_hi"), "[0, 1], at most threshold",
-            "pvf: high end of the planning band"),
-    ArgSpec("ar_lo", _preset_default("ar_lo"), "[0, 1]", "pvf: AR-fallback confidence floor"),
-    ArgSpec("width", _preset_default("width"), f"1 to {MAX_ROWS_PARAM}", "pvf: branch width K"),
-    ArgSpec("reveal_next", _preset_default("reveal_next"), "an integer >= 0",
-            "pvf, explore: early cross-block revelation N_s"),
-    ArgSpec("routes", _field_default("routes"), _one_of(ROUTES), "pvf: which routes run"),
-    ArgSpec("plan_self_check", _field_default("plan_self_check"), "true, false",
-            "pvf: check that a candidate keeps p >= plan_lo in its own branch"),
-    ArgSpec("pick", _field_default("pick"), _one_of(PICKS), "explore: how it picks a position"),
-    ArgSpec("band", _field_default("band"), "lo:hi with 0 <= lo <= hi <= 1",
-            "explore: the confidence band it picks from"),
-)
+#: what the lm-eval adapter adds to a decoding parameter's declared words: its defaults (the
+#: task's preset, ``max_gen_toks``, lm-eval's ``--seed``) and where a default comes from
+ADAPTER_WORDS = {
+    "preset": {"default": "the task's"},
+    "gen_length": {"default": "max_gen_toks rounded up to blocks"},
+    "seed": {"default": "lm-eval's --seed",
+             "meaning": "seed of every random draw; without it, the torch seed of --seed "
+                        "(1234 by default)"},
+}
+
+
+def decoding_arg(spec: Param) -> ArgSpec:
+    """The table row of a declared decoding parameter: the decoders that read it name
+    themselves before its meaning (none: the loop's, every decoder reads it)."""
+    who = ", ".join(dict.fromkeys(d for d, _ in readers(spec.name)))
+    words = ADAPTER_WORDS.get(spec.name, {})
+    meaning = words.get("meaning", spec.meaning)
+    rules = LOOP_CHECKS + tuple(r for cls in DECODERS.values() for r in cls.checks)
+    return ArgSpec(spec.name, words.get("default", spec.default_text()),
+                   spec.allowed_text(rules), f"{who}: {meaning}" if who else meaning)
+
+
+#: decoding parameters (``decoding.params.PARAMS``, declared by the loop and the decoders); task
+#: generation_kwargs and ``--gen_kwargs`` override them per request
+DECODER_ARGS = tuple(decoding_arg(p) for p in PARAMS.values() if p.public)
 
 #: planning-vocabulary keys (``planning.vocab``)
 VOCAB_SPECS = (
     ArgSpec("vocab", "auto", "auto, none, a path, a bundled name (pvf-dlm vocab)",
-            "planning vocabulary of pvf and explore"),
+            f"planning vocabulary of {' and '.join(PLANNING_DECODERS)}"),
     ArgSpec("vocab_force", "false", "true, false",
             "use an artifact made for another model family"),
     ArgSpec("rho_ver", "0.9", "[0, 1]", "vocab=online: verification rate a token needs"),
@@ -244,49 +202,3 @@ def markdown_table() -> str:
     for a in ALL_ARGS:
         lines.append(f"| `{a.name}` | {a.default} | {a.allowed} | {a.meaning} |")
     return "\n".join(lines) + "\n"
-
-
-# ------------------------------------------------------------------ one-line errors on the CLI
-
-def _one_line(message: str) -> str:
-    text = " ".join(str(message).split())
-    return text if text.startswith(("pvf-dlm:", "pvf_lmeval:")) else f"pvf-dlm: {text}"
-
-
-def exit_in_one_line(error: BaseException) -> None:
-    """Make ``error``, if it reaches the top of the program uncaught (lm-eval's CLI catches
-    nothing), print as one line without a traceback; the exit status stays 1. Callers that catch
-    it (``simple_evaluate`` from Python) get the exception as usual."""
-    error.pvf_one_line = True
-    if getattr(sys.excepthook, "pvf_one_line", False):
-        return
-    sys.excepthook = one_line_hook(sys.excepthook)
-
-
-def one_line_hook(previous):
-    """A ``sys.excepthook`` that prints an error marked by :func:`exit_in_one_line` as one line
-    and hands any other to ``previous``; marked itself, so that no second one is chained."""
-    def hook(kind, value, tb):
-        if getattr(value, "pvf_one_line", False):
-            print(_one_line(value), file=sys.stderr)
-        else:
-            previous(kind, value, tb)
-
-    hook.pvf_one_line = True
-    return hook
-
-
-def one_line_errors(method):
-    """Decorate an lm-eval entry point (``generate_until``, ``loglikelihood``, ...): a
-    ``ValueError`` it raises, the adapter's one-line report of bad input (a mistyped
-    ``--gen_kwargs`` key, a prompt that does not fit), reaches the top of lm-eval's CLI as that
-    one line, as a bad model arg does (:func:`exit_in_one_line`)."""
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        try:
-            return method(*args, **kwargs)
-        except ValueError as error:
-            exit_in_one_line(error)
-            raise
-
-    return wrapper

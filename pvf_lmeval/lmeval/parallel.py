@@ -22,6 +22,8 @@ import sys
 import zlib
 from dataclasses import dataclass
 
+from ..models.parallel import LAYERS  # noqa: F401  (the values of parallel_layers)
+
 #: model args of other lm-eval backends that split a model over GPUs, and what they mean there
 HABITS = {
     "parallelize": "HFLM's parallelize=True",
@@ -40,7 +42,6 @@ ALIASES = {"tp_size": "tensor_parallel_size", "dp_size": "data_parallel_size"}
 KEYS = ("tensor_parallel_size", "data_parallel_size", "parallel_layers", *ALIASES)
 #: the environment variable that turns on the per-call check across the ranks (1, true)
 CHECK_RANKS = "PVF_CHECK_RANKS"
-LAYERS = ("all", "experts")
 
 
 def habit_error(key: str) -> str | None:
@@ -55,65 +56,15 @@ def habit_error(key: str) -> str | None:
 
 @dataclass(frozen=True)
 class ParallelArgs:
-    """The checked parallel model args and the launch they fit: ``tp`` ranks per model copy,
-    ``dp`` copies, ``world`` = dp x tp processes."""
+    """The parallel model args, checked against the launch they fit (``settings.parse_parallel``):
+    ``tp`` ranks per model copy, ``dp`` copies, ``world`` = dp x tp processes, the ``layers``
+    split, and ``check_ranks`` (the per-call check across ranks, :data:`CHECK_RANKS`)."""
 
     tp: int = 1
     dp: int = 1
     world: int = 1
     layers: str = "all"
     check_ranks: bool = False
-
-    @classmethod
-    def pop(cls, args: dict, env=None) -> "ParallelArgs":
-        """Take the parallel keys out of the model args ``args`` and check them against the
-        launch (``env``: the launcher's environment, default ``os.environ``), before any
-        process group exists or any weight is read: a bad value is a one-line
-        ``ModelArgError``."""
-        from ..decoding.params import _bool
-        from .model_args import ModelArgError, positive_int
-
-        env = os.environ if env is None else env
-        given = {k: args.pop(k) for k in KEYS if k in args and args[k] is not None}
-        for alias, name in ALIASES.items():
-            if alias in given:
-                value = given.pop(alias)
-                if name in given and str(given[name]) != str(value):
-                    raise ModelArgError(f"{alias}={value} and {name}={given[name]} disagree; "
-                                           f"give one of them")
-                given[name] = value
-        tp = positive_int("tensor_parallel_size", given.get("tensor_parallel_size", 1))
-        world = positive_int("WORLD_SIZE", env.get("WORLD_SIZE", "1"))
-        layers = str(given.get("parallel_layers", "all")).strip().lower()
-        if layers not in LAYERS:
-            raise ModelArgError(f"parallel_layers={given['parallel_layers']!r} must be one of "
-                                   f"{', '.join(LAYERS)}")
-        if tp > 1 and world == 1:
-            raise ModelArgError(
-                f"tensor_parallel_size={tp} needs {tp} processes per model copy and this run has "
-                f"one: launch it with torchrun --nproc_per_node {tp} -m lm_eval ... (or "
-                f"accelerate launch --num_processes {tp} -m lm_eval ...)")
-        if world % tp:
-            raise ModelArgError(f"tensor_parallel_size={tp} must divide the launcher's "
-                                   f"{world} processes (WORLD_SIZE)")
-        local = env.get("LOCAL_WORLD_SIZE")
-        if tp > 1 and local is not None and int(local) % tp:
-            raise ModelArgError(
-                f"tensor_parallel_size={tp} must divide the {local} processes per node "
-                f"(LOCAL_WORLD_SIZE): the ranks of a model copy share a node")
-        dp = world // tp
-        if "data_parallel_size" in given:
-            asked = positive_int("data_parallel_size", given["data_parallel_size"])
-            if asked != dp:
-                raise ModelArgError(
-                    f"data_parallel_size={asked}, but {world} processes at "
-                    f"tensor_parallel_size={tp} make {dp} model copies; launch {asked * tp} "
-                    f"processes or drop data_parallel_size (it is derived)")
-        try:
-            check = _bool(CHECK_RANKS, env.get(CHECK_RANKS, "0"))
-        except ValueError as error:
-            raise ModelArgError(str(error)) from None
-        return cls(tp=tp, dp=dp, world=world, layers=layers, check_ranks=check)
 
 
 class Ranks:
@@ -271,14 +222,14 @@ def install_failure_notes(rank: int) -> None:
 
     - a rank whose error is its own leaves ``pvf_failed/<rank>`` (its one-line error) in the
       process group's store, then reports it as before (one line for a user's mistake, see
-      ``model_args.exit_in_one_line``; a traceback otherwise);
+      ``one_line.exit_in_one_line``; a traceback otherwise);
     - a rank whose error is a broken collective (another rank's process ended: gloo sees its
       sockets close) names the rank that left a note, in one line, and exits at once (tearing
       down a broken group could wait on the dead peer).
     """
     import torch.distributed as dist
 
-    from .model_args import one_line_hook
+    from ..one_line import one_line_hook
 
     report = one_line_hook(sys.excepthook)
     world = dist.get_world_size()

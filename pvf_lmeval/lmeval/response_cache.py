@@ -41,7 +41,7 @@ import sqlite3
 from typing import Callable
 
 from .generation import GenerationText
-from .model_args import exit_in_one_line
+from ..one_line import exit_in_one_line
 from .stats import MEAN_KEYS
 
 #: pvf-dlm's table in lm-eval's cache file: ``name`` -> JSON ``value``
@@ -252,7 +252,7 @@ class ResponseCache:
 
 
 def _differences(held, mine: dict) -> str:
-    from ..cli.report.identity import differences   # pvf-report's package: only when caching
+    from .identity import differences
 
     return "; ".join(differences(held, mine)) if isinstance(held, dict) else "not a record"
 
@@ -263,7 +263,7 @@ def cache_identity(info: dict, mc_num: int, *, weights: str | None, tokenizer_ha
     (:data:`NOT_CACHE_IDENTITY`), plus ``mc_num`` (the draws of likelihood tasks), the weights
     fingerprint (``models.loader.weights_fingerprint``; None for a model built in memory) and the
     tokenizer's hash (``planning.vocab.tokenizer_hash``)."""
-    from ..cli.report.identity import run_identity   # pvf-report's package: only when caching
+    from .identity import run_identity
 
     ident = run_identity({"config": {"model": "pvf-dlm", "pvf": info}})
     for key in NOT_CACHE_IDENTITY:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..decoding.loop import RATES, rate
+
 #: statistics that are summed and reported as a mean per request
 MEAN_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "wall_s",
              "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
@@ -56,8 +58,7 @@ class StatTotals:
                 continue
             s = {"requests": int(n)}
             s.update({k: row[k] / n for k in MEAN_KEYS})
-            s["tpf"] = row["gen_tokens"] / row["nfe"] if row["nfe"] else 0.0
-            s["tps"] = row["gen_tokens"] / row["wall_s"] if row["wall_s"] > 0 else 0.0
+            s.update({k: rate(row[num], row[den]) for k, (num, den) in RATES.items()})
             s["nfe_total"] = int(row["nfe"])
             s.update({k: int(row.get(k, 0)) for k in COUNT_KEYS})
             out[task] = s

@@ -1,5 +1,10 @@
 """Decoding-cost metrics for task YAMLs (SPEC "Statistics"), usable with any lm-eval model.
 
+A bundled task's ``metric_list`` is :func:`metric_list` of its accuracy rows: its YAML says
+``metric_list: !function utils.METRICS`` (lm-eval's ``!function`` tag reads any attribute of the
+task's ``utils.py``; its ``include:`` merges top-level keys only, so a task's own accuracy rows
+would replace an included list whole), and the cost rows are written here once.
+
 ``process_results`` functions call :func:`cost_metrics` on the raw generation *before* any regex
 filter turns it into a plain ``str``. A generation without statistics (another model type, e.g.
 ``--model hf``) yields NaN costs rather than an error; accuracy is scored the same way.
@@ -12,10 +17,10 @@ from __future__ import annotations
 
 import math
 
+from ..decoding.loop import RATES, rate
 from .stats import MEAN_KEYS
 
 NAN = float("nan")
-RATES = {"tpf": ("gen_tokens", "nfe"), "tps": ("gen_tokens", "wall_s")}
 
 
 class SummedRate(float):
@@ -29,7 +34,7 @@ class SummedRate(float):
         if math.isnan(numerator) or math.isnan(denominator):
             value = NAN
         else:
-            value = numerator / denominator if denominator else 0.0
+            value = rate(numerator, denominator)
         obj = super().__new__(cls, value)
         obj.for_aggregation = (float(numerator), float(denominator))
         return obj
@@ -42,8 +47,8 @@ def cost_metrics(generation) -> dict:
     """Per-sample cost metrics of one generation: means as floats, rates as :class:`SummedRate`."""
     meta = getattr(generation, "meta", None) or {}
     out = {k: float(meta[k]) if k in meta else NAN for k in MEAN_KEYS}
-    for rate, (num, den) in RATES.items():
-        out[rate] = SummedRate(out[num], out[den])
+    for name, (num, den) in RATES.items():
+        out[name] = SummedRate(out[num], out[den])
     return out
 
 
@@ -56,3 +61,20 @@ def ratio_of_sums(items) -> float:
     if not parts or math.isnan(num) or math.isnan(den) or den == 0:
         return NAN
     return num / den
+
+
+#: the cost rows of a task's results table, in its order: (metric, higher is better); the
+#: rates aggregate as ratios of sums, the rest as means
+COSTS = (("nfe", False), ("tpf", True), ("branch_rows", False), ("gen_tokens", True),
+         ("committed", True), ("gen_length", True), ("wall_s", False), ("tps", True),
+         ("tokens_base", True), ("tokens_plan", True), ("tokens_ar", True),
+         ("tokens_forced", True), ("tokens_explore", True))
+
+
+def metric_list(*accuracy) -> list[dict]:
+    """A task's ``metric_list``: its ``accuracy`` rows (a metric's name: its mean, higher is
+    better; or a row as lm-eval reads it), then the decoding costs (:data:`COSTS`)."""
+    rows = [a if isinstance(a, dict) else {"metric": a, "aggregation": "mean",
+                                           "higher_is_better": True} for a in accuracy]
+    return rows + [{"metric": m, "aggregation": ratio_of_sums if m in RATES else "mean",
+                    "higher_is_better": up} for m, up in COSTS]

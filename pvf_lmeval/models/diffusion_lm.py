@@ -57,12 +57,12 @@ class DiffusionLM:
     ids at or beyond ``decodable`` (ids the tokenizer cannot turn into text) get ``-inf``.
     """
 
-    def __init__(self, net: BidirectionalTransformer, *, mask_id: int | None, eos_ids: tuple[int, ...],
+    def __init__(self, net: BidirectionalTransformer, *, mask_id: int | None,
+                 eos_ids: tuple[int, ...],
                  pad_id: int | None, logit_shift: int, decodable: int, tokenizer=None,
                  family: str = "", name: str = "", config: dict | None = None,
-                 weights_fingerprint: str | None = None, shard=None, comm=None):
-        if pad_id is not None and pad_id == mask_id:
-            raise ValueError(f"pad_id={pad_id} equals mask_id: batching needs a pad id distinct from the mask id")
+                 weights_fingerprint: str | None = None, shard=None, comm=None,
+                 invariant_checked: bool = False):
         if (mask_id is None) != (net.cfg.canvas_length is not None):
             raise ValueError("mask_id is None exactly for a uniform-state network (canvas_length)")
         self.net = net.eval()
@@ -86,6 +86,9 @@ class DiffusionLM:
         #: compare every call's inputs across the tensor-parallel ranks (see :meth:`logits`)
         self.check_ranks = False
         self._calls = 0
+        #: the batch-invariant kernels run on this device and dtype (checked at most once: by
+        #: the loader when asked, else when first entered)
+        self._invariant_checked = invariant_checked
 
     @property
     def mask_id(self) -> int:
@@ -165,9 +168,11 @@ class DiffusionLM:
         on the CPU, Triton kernels on CUDA). A device or dtype without one is a one-line
         ValueError naming ``batch_invariant`` (the CPU in float32; CUDA in
         bfloat16/float16/float32)."""
-        err = support_error(self.device, self.dtype)
-        if err:
-            raise ValueError(err)
+        if not self._invariant_checked:
+            err = support_error(self.device, self.dtype)
+            if err:
+                raise ValueError(err)
+            self._invariant_checked = True
         return ops.use(batch_invariant_ops(self.device))
 
     @torch.no_grad()

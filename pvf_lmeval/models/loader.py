@@ -16,6 +16,7 @@ import torch
 
 from ..files import atomic
 from .formats import CheckpointFormat, UnsupportedCheckpoint, format_for
+from .batch_invariant import support_error
 from .diffusion_lm import DiffusionLM
 from .parallel import Shard
 from .transformer import BidirectionalTransformer, TransformerConfig
@@ -355,7 +356,7 @@ def read_checkpoint(folder: Path) -> tuple[dict, CheckpointFormat, TransformerCo
 
 def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
                parallel_layers: str = "all", *, revision: str | None = None,
-               tokenizer: str | None = None) -> DiffusionLM:
+               tokenizer: str | None = None, batch_invariant: bool = False) -> DiffusionLM:
     """Load a supported diffusion LM checkpoint folder into the native network.
 
     ``device``: None/"auto" picks CUDA when present; ``dtype``: "auto" = bfloat16 on CUDA,
@@ -364,7 +365,9 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
     ``parallel``), after checking that the model can be split so, before any weight is read.
     ``revision``: the hub revision of a hub id (and of ``tokenizer``); ``tokenizer``: another
     folder, hub id or bundled name to read the tokenizer from (its ids must fit the
-    checkpoint's embeddings). Errors are one line and name the offending field.
+    checkpoint's embeddings). ``batch_invariant``: the run computes in the batch-invariant
+    kernels (``DiffusionLM.batch_invariant``), whose support on the device and dtype is checked
+    here, before anything is read. Errors are one line and name the offending field.
     """
     folder = checkpoint_folder(str(name_or_path), revision=revision)
     config_path = folder / "config.json"
@@ -374,6 +377,10 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
     shard = None if comm is None else Shard.plan(cfg, comm.size, comm.rank, parallel_layers)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if batch_invariant:     # before the tokenizer and the weights: a one-line error
+        err = support_error(dev, dt)
+        if err:
+            raise ValueError(err)
     tok_folder = folder if tokenizer is None else checkpoint_folder(
         str(tokenizer), TOKENIZER_PATTERNS, revision=revision, what="tokenizer")
     tokenizer = load_tokenizer(tok_folder, fmt.tokenizer_class)
@@ -403,7 +410,7 @@ def load_model(name_or_path: str, device=None, dtype="auto", comm=None,
         net, mask_id=mask_id, eos_ids=eos_ids, pad_id=pad_id, logit_shift=fmt.logit_shift,
         decodable=len(tokenizer), tokenizer=tokenizer, family=fmt.family,
         name=str(name_or_path), config=config, weights_fingerprint=weights_fingerprint(folder),
-        shard=shard, comm=comm,
+        shard=shard, comm=comm, invariant_checked=batch_invariant,
     )
 
 

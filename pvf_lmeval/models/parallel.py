@@ -124,11 +124,9 @@ class Shard:
 
     @classmethod
     def plan(cls, cfg, size: int, rank: int, layers: str = "all") -> "Shard":
-        """The layout of ``cfg`` on rank ``rank`` of ``size``; a one-line
+        """The layout of ``cfg`` on rank ``rank`` of ``size`` (``layers``: one of
+        :data:`LAYERS`, as the model args' check leaves it); a one-line
         :class:`ParallelLayoutError` when the model cannot take it."""
-        if layers not in LAYERS:
-            raise ParallelLayoutError(f"parallel_layers={layers!r} must be one of "
-                                      f"{', '.join(LAYERS)}")
         moe = cfg.moe
         if moe is None and layers == "experts":
             raise ParallelLayoutError("parallel_layers=experts: the model is dense (no routed "

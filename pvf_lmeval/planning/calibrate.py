@@ -49,7 +49,10 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class CalibConfig:
-    """What a calibration measures (part of the resume fingerprint) and how it filters (not)."""
+    """What a calibration measures (part of the resume fingerprint) and how it filters (not).
+    Its decoding (:meth:`params`: threshold decoding of ``gen_length`` positions in blocks of
+    ``block_length``) is checked when it is made, with the decoding parameters' one-line
+    errors."""
 
     gen_length: int = 256
     block_length: int = 32
@@ -62,6 +65,18 @@ class CalibConfig:
     min_m: int = 20
     rho_ver: float = 0.9
     gamma_vig: float = 0.03
+
+    def __post_init__(self) -> None:
+        self.params()
+
+    def params(self, model_block: int | None = None):
+        """The base rule's decoding parameters (threshold decoding), on a model with attention
+        blocks of ``model_block`` positions (None: bidirectional)."""
+        from ..decoding.params import make_params
+
+        return make_params("threshold", gen_length=self.gen_length,
+                           block_length=self.block_length, threshold=self.threshold,
+                           early_stop=self.early_stop, model_block=model_block)
 
     def measurement(self) -> dict:
         d = asdict(self)
@@ -120,19 +135,20 @@ def calibrate_prompts(model, prompts: list, cfg: CalibConfig) -> list[Tally]:
     physical call across the whole batch, so a prompt's ``calls`` counter is the number of
     physical calls its rows took part in.
     """
+    from ..decoding.blocks import block_size_of
     from ..decoding.calibration import CalibrationStep
     from ..decoding.loop import run
-    from ..decoding.params import make_params
 
-    params = make_params("threshold", gen_length=cfg.gen_length, block_length=cfg.block_length,
-                         threshold=cfg.threshold, early_stop=cfg.early_stop)
+    params = cfg.params(block_size_of(model))
     dev = torch.device(getattr(model, "device", None) or "cpu")
     batch = [torch.as_tensor(list(p), dtype=torch.long, device=dev).reshape(-1) for p in prompts]
     step = CalibrationStep(params, cfg.band, cfg.reveal_next, cfg.width)
     results = run(model, batch, params, step)
     if step.events:
-        req, tok, nonvac, passed, vig, kept = (torch.cat([e[i].reshape(-1) for e in step.events])
-                                               .cpu() for i in range(6))
+        req, tok, nonvac, passed, vig, kept = (torch.cat([getattr(e, f).reshape(-1)
+                                                          for e in step.events]).cpu()
+                                               for f in ("req", "tok", "nonvacuous", "passed",
+                                                         "vig", "tried"))
     tallies = []
     for r, res in enumerate(results):
         out = Tally()

@@ -3,7 +3,8 @@
 An artifact is a JSON file under ``vocab_artifacts/`` (SPEC "Planning vocabulary")::
 
     {"format_version": 1, "kind": "calibrated" | "hand-written" | "heuristic" | "online",
-     "model_family": "llada" | "dream", "task_family": "math-word" | "knowledge" | "code" | "math",
+     "model_family": "llada" | "dream" | ... (models.formats.MODEL_FAMILIES),
+     "task_family": "math-word" | "knowledge" | "code" | "math",
      "model": "...", "tokenizer": {"name": "...", "vocab_hash": "sha256:..." | null},
      "tokens": [{"id": 17, "string": "ĠStep", ...statistics...}, ...],
      "rejected_near": [...], "observed": [...], ...}
@@ -30,13 +31,13 @@ from ..files.atomic import write_json
 from ..files.reads import UnreadableFile, read_json
 from ..decoding.plan_vocab import capitalised_ids  # noqa: F401  (rules=reference, switch 2)
 from ..files.paths import user_vocab_dir, vocab_artifacts_dir
+from ..models.formats import MODEL_FAMILIES
 
 log = logging.getLogger("pvf_lmeval")
 
 FORMAT_VERSION = 1
 KINDS = ("calibrated", "hand-written", "heuristic", "online")
 TASK_FAMILIES = ("math-word", "knowledge", "code", "math")
-MODEL_FAMILIES = ("llada", "dream")
 #: better kinds first: ``vocab=auto`` prefers a calibrated artifact over a hand-written one.
 KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
@@ -351,9 +352,10 @@ class RunVocab:
     (update, count the requests, save to ``online_save``).
     """
 
-    def __init__(self, spec, args: dict):
+    def __init__(self, spec, cfg: dict):
+        """``cfg``: :meth:`settings` of the model args."""
         self.spec = spec
-        self.cfg = self.settings(spec, args)
+        self.cfg = cfg
         self.ids: tuple[int, ...] | None = None
         self.source = "unused"
         self.online = None
@@ -365,7 +367,7 @@ class RunVocab:
     @staticmethod
     def settings(spec, args: dict) -> dict:
         """Typed vocabulary args (validated before the model loads); online ones need vocab=online."""
-        from ..decoding.params import _bool, _float, _int
+        from ..decoding.param_spec import as_bool as _bool, as_float as _float, as_int as _int
 
         if spec != "online":
             stray = sorted(k for k in args if k != "vocab_force")

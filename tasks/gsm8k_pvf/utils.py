@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -195,3 +195,6 @@ def cot_chat_samples() -> list[dict]:
     """The same exemplars ending in ``The final answer is N`` (the chat variant's answer format)."""
     return [{"question": q, "target": t.replace("The answer is", "The final answer is").rstrip(".")}
             for q, t in COT_SAMPLES]
+
+#: the YAMLs' metric_list: the built-in's strict and flexible matches, then the decoding costs
+METRICS = metric_list("exact_match", "exact_match_flexible")

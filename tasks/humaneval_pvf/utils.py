@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import RATES, SummedRate, cost_metrics, ratio_of_sums  # noqa: F401
+from pvf_lmeval.lmeval.task_metrics import RATES, SummedRate, cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -222,3 +222,12 @@ def keep_all(resps, docs):
     doc, as the model returned it: ``process_results`` then gets all ``repeats`` generations
     (with their ``.meta``) and scores pass@k over them. The default ``take_first`` keeps one."""
     return [list(r) for r in resps]
+
+
+#: the sandbox's verdict of each sample (passed, failed, syntax, timeout, memory, signal): the
+#: results table shows how many samples got each
+VERDICT = {"metric": "verdict", "aggregation": verdict_counts, "higher_is_better": True}
+#: the YAMLs' metric_list: pass@1 and the verdicts, then the decoding costs
+METRICS = metric_list("pass@1", VERDICT)
+#: humaneval_pvf_sampled's: pass@1, pass@5, pass@10 and the verdicts, then the decoding costs
+SAMPLED_METRICS = metric_list("pass@1", "pass@5", "pass@10", VERDICT)

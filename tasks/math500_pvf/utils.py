@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -323,3 +323,5 @@ def normalize_final_answer(final_answer: str) -> str:
         final_answer = final_answer.replace(",", "")
     return final_answer
 
+#: the YAMLs' metric_list: exact match and math-verify, then the decoding costs
+METRICS = metric_list("exact_match", "math_verify")

@@ -24,7 +24,7 @@ from pathlib import Path
 from lm_eval.api.task import ConfigurableTask
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, ratio_of_sums  # noqa: F401  (YAMLs use it)
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -110,3 +110,6 @@ def process_results(doc: dict, results: list) -> dict:
     out = {"exact_match": exact_match(extract_answer(str(generation)), doc["answer"])}
     out.update(cost_metrics(generation))  # read .meta from the raw generation
     return out
+
+#: the YAMLs' metric_list: exact match, then the decoding costs
+METRICS = metric_list("exact_match")

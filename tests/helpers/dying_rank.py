@@ -11,10 +11,11 @@ import os
 
 def main() -> None:
     from pvf_lmeval.decoding import decode_batch
-    from pvf_lmeval.lmeval.parallel import ParallelArgs, Ranks
+    from pvf_lmeval.lmeval.parallel import Ranks
+    from pvf_lmeval.lmeval.settings import parse_parallel
     from pvf_lmeval.models import load_model
 
-    ranks = Ranks.launch(ParallelArgs.pop({"tensor_parallel_size": 2}), "cpu")
+    ranks = Ranks.launch(parse_parallel({"tensor_parallel_size": 2}), "cpu")
     model = load_model("tiny-llada", device="cpu", comm=ranks.comm)
     if ranks.rank == int(os.environ["FAIL_RANK"]):
         real, calls = model.logits, []

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from ...files import atomic
-from ...decoder_names import REFERENCE_DECODERS
+from ...decoding.registry import REFERENCE_DECODERS
 from . import gate, plot as plotting
 from .compare import Table, build_table
 from .render import render

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...decoder_names import DECODER_NAMES, REFERENCE_DECODERS
-from . import identity as ident
+from ...decoding.registry import DECODER_NAMES, REFERENCE_DECODERS
+from ...lmeval import identity as ident
 from .runs import Entry
 
 #: table order of the decoders this package ships; other model types sort after them

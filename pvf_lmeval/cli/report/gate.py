@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import math
 
-from ...decoder_names import REFERENCE_DECODERS
-from . import identity as ident
+from ...decoding.registry import REFERENCE_DECODERS
+from ...lmeval import identity as ident
 from .compare import Table, describe
 from .runs import BINARY_METRICS, ReportError, UsageError, num
 

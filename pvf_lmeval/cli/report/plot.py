@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import identity as ident
+from ...lmeval import identity as ident
 from .compare import Table
 from .runs import UsageError
 

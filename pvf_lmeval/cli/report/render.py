@@ -75,7 +75,7 @@ def footer(table: Table) -> list[str]:
     """The settings the rows share and what each column is."""
     lines = [f"settings of every row: {table.common}"]
     lines += [f"settings of every {dec} row: {s}" for dec, s in table.per_decoder.items()]
-    from .identity import label
+    from ...lmeval.identity import label
 
     for col in table.columns:
         rest = {k: v for k, v in col.identity.items() if k != "task"}

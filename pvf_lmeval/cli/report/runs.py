@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...files.reads import UnreadableFile, read_bytes, read_json
-from . import identity as ident
+from ...decoding.loop import RATES, rate
+from ...lmeval import identity as ident
 
 #: the largest results file and samples log read (lm-eval's are KiB and tens of MiB)
 MAX_RESULTS_BYTES = 64 << 20
@@ -225,10 +226,9 @@ def _cost_from_sums(sums: dict) -> dict:
     def mean(k):
         return None if sums[k] is None else sums[k] / n
 
-    nfe, tokens, wall = sums["nfe"], sums["gen_tokens"], sums["wall_s"]
-    return {"nfe": mean("nfe"), "branch_rows": mean("branch_rows"),
-            "tpf": tokens / nfe if tokens is not None and nfe else None,
-            "tps": tokens / wall if tokens is not None and wall else None,
+    rates = {k: rate(sums[num], sums[den]) if sums[num] is not None and sums[den] else None
+             for k, (num, den) in RATES.items()}
+    return {"nfe": mean("nfe"), "branch_rows": mean("branch_rows"), **rates,
             "gen_length": mean("gen_length")}
 
 

@@ -1,5 +1,6 @@
 """Batch-invariant implementations behind ``models/ops.py``: Triton kernels for CUDA (see
-:mod:`.ops`) and fixed-shape products in plain torch for the CPU (:mod:`.cpu`).
+:mod:`.custom_ops`: torch custom ops over :mod:`.matmul`, :mod:`.attention`, :mod:`.norm`) and
+fixed-shape products in plain torch for the CPU (:mod:`.cpu`).
 
 Importing this package needs neither; :func:`support_error` says where they run without
 importing Triton.
@@ -35,7 +36,7 @@ def support_error(device, dtype) -> str | None:
 
 def batch_invariant_ops(device="cuda"):
     """The batch-invariant implementation for ``device``: the CPU's plain-torch one
-    (:data:`.cpu.CPU_INVARIANT`) or the Triton kernels' (:class:`.ops.BatchInvariantOps`,
+    (:data:`.cpu.CPU_INVARIANT`) or the Triton kernels' (:class:`.custom_ops.BatchInvariantOps`,
     imports Triton)."""
     if torch.device(device).type == "cpu":
         from .cpu import CPU_INVARIANT

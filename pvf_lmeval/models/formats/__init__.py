@@ -16,12 +16,15 @@ from .llada2 import LLADA2, LLADA21
 from .llada_moe import LLADA_MOE
 from .qwen3 import RND1, SDAR, SDAR_MOE
 
-__all__ = ["CheckpointFormat", "DIFFUSION_GEMMA", "DREAM", "FAST_DLLM", "FORMATS", "LLADA", "LLADA2", "LLADA21",
-           "LLADA_MOE", "MMADA", "REFUSED", "RND1", "SDAR", "SDAR_MOE", "UnsupportedCheckpoint",
-           "format_for"]
+__all__ = ["CheckpointFormat", "DIFFUSION_GEMMA", "DREAM", "FAST_DLLM", "FORMATS", "LLADA",
+           "LLADA2", "LLADA21", "LLADA_MOE", "MMADA", "MODEL_FAMILIES", "REFUSED", "RND1", "SDAR",
+           "SDAR_MOE", "UnsupportedCheckpoint", "format_for"]
 
 FORMATS = {f.model_type: f for f in (LLADA, MMADA, DREAM, LLADA_MOE, LLADA2, LLADA21, SDAR,
                                      SDAR_MOE, FAST_DLLM, RND1, DIFFUSION_GEMMA)}
+#: the model families, in table order: a loaded model's ``family``, the ``model_family`` of a
+#: planning-vocabulary artifact (a model of one family reads the artifacts made for it)
+MODEL_FAMILIES = tuple(dict.fromkeys(f.family for f in FORMATS.values()))
 #: ``architectures`` class names -> format, for configs whose ``model_type`` is not one of ours
 ARCHITECTURES = {a: f for f in FORMATS.values() for a in f.architectures}
 #: diffusion LMs recognised and refused: ``model_type`` -> why, in one sentence

@@ -59,7 +59,7 @@ class UnsupportedCheckpoint(ValueError):
 @dataclass(frozen=True)
 class CheckpointFormat:
     model_type: str
-    family: str                      # "llada" | "dream": the key used by vocabulary artifacts
+    family: str                      # the model family (formats.MODEL_FAMILIES): artifacts' key
     logit_shift: int                 # 1 when the output at i-1 predicts position i
     name_map: tuple[tuple[str, str], ...]   # (checkpoint regex, native template) with {i} = layer
     read_config: Callable[[dict], TransformerConfig]

@@ -24,29 +24,25 @@ import json
 import math
 import re
 
-from ...decoder_names import PLANNING_DECODERS  # noqa: F401  (re-exported: report code reads it here)
+from ..decoding.param_spec import reads_of
+from ..decoding.params import LOOP_PARAMS as _LOOP_SPECS
+from ..decoding.params import decoder_reads
+from ..decoding.registry import DECODERS, PLANNING_DECODERS  # noqa: F401  (report code reads it here)
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``
 TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length", "mc_num")
 #: identity keys shown as table columns of their own, never in the settings label
 COLUMN_KEYS = ("model", "decoder", "threshold")
-#: decoding parameters of the shared loop: every decoder reads them (a comparison holds them fixed)
-LOOP_PARAMS = ("gen_length", "block_length", "cache", "early_stop", "temperature", "top_k",
-               "top_p", "seed")
-#: parameters each decoder reads besides the loop's (mirrors pvf_lmeval/decoding/<decoder>.py);
-#: a parameter no list names (a new one) is kept in every identity
-DECODER_PARAMS = {
-    "static": ("steps",),
-    "threshold": ("threshold", "factor"),
-    "freedave": ("draft_steps", "base_rule"),   # + threshold, factor with base_rule=threshold
-    "pvf": ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
-            "plan_self_check"),
-    "explore": ("threshold", "pick", "band", "reveal_next"),
-}
 #: not identity parameters: the decoder is a key of its own, the preset is applied already (its values
 #: are in the parameters) and the vocabulary is recorded as resolved
 NOT_PARAMS = ("decoder", "preset", "plan_vocab")
+#: decoding parameters of the shared loop: every decoder reads them (a comparison holds them fixed)
+LOOP_PARAMS = tuple(p.name for p in _LOOP_SPECS if p.public and p.name not in NOT_PARAMS)
+#: parameters each decoder reads besides the loop's (its step's ``reads``, some under a condition:
+#: :func:`reads`); a parameter no decoder declares (one of another version) is kept in every identity
+DECODER_PARAMS = {name: tuple(r.param.name for r in reads_of(cls.reads))
+                  for name, cls in DECODERS.items()}
 #: ``--model_args`` keys of any model type that do not change results
 NOT_IDENTITY_ARGS = ("device", "batch_size", "max_batch_size", "parallelize", "trace",
                      "trust_remote_code", "compile", "compile_round")
@@ -82,9 +78,9 @@ def reads(decoder: str, params: dict) -> set[str]:
     """The parameters ``decoder`` reads among ``params`` (unknown ones included: never drop
     something that may matter)."""
     known = {p for ps in DECODER_PARAMS.values() for p in ps}
-    mine = set(DECODER_PARAMS.get(decoder, ())) | set(LOOP_PARAMS)
-    if decoder == "freedave" and params.get("base_rule") == "threshold":
-        mine |= {"threshold", "factor"}
+    mine = set(LOOP_PARAMS)
+    if decoder in DECODERS:
+        mine |= set(decoder_reads(decoder, params))
     return {k for k in params if k not in NOT_PARAMS and (k in mine or k not in known)}
 
 

@@ -56,6 +56,7 @@ PACKAGE = {
         "Continuation", "elbo", "elbo_batch", "greedy_matches", "loglikelihoods")},
     "invariant_mode": ("pvf_lmeval.decoding.options", "invariant_mode"),
     "DECODER_NAMES": ("pvf_lmeval.decoding.registry", "DECODER_NAMES"),
+    "Shadow": ("pvf_lmeval.tensors.shadow", "Shadow"),
     "SWITCHES": ("pvf_lmeval.decoding.rules", "SWITCHES"),
     "rules_for": ("pvf_lmeval.decoding.rules", "rules_for"),
     "Runner": ("pvf_lmeval.decoding.runner", "Runner"),

@@ -18,10 +18,7 @@ import statistics
 import time
 
 import torch
-from benchlib import held_out, prompt_ids, sync
-
-from pvf_lmeval.models import load_model
-from pvf_lmeval.tensors.shadow import Shadow
+from benchlib import Shadow, held_out, load_model, prompt_ids, sync
 
 
 def canvases(model, n: int, gen_length: int):

@@ -116,7 +116,7 @@ def test_models_lists_every_family_and_how_it_is_recognised():
     assert fast.split()[-2:] == ["yes", "151665"]                 # shifted; |<MASK>| by default
     assert "LLaDA-MoE" in by_type and "model_type llada with num_experts is LLaDA-MoE" in text
     gemma = by_type["DiffusionGemma"]
-    assert gemma.split()[1:3] == ["diffusion_gemma", "DiffusionGemmaForBlockDiffusion"]
+    assert gemma.split()[1:4] == ["diffusion_gemma", "diffusion_gemma", "DiffusionGemmaForBlockDiffusion"]
     assert "causal on the context, bidirectional on a canvas of canvas_length (256 if" in gemma
     assert gemma.split()[-2:] == ["no", "none"]                    # not shifted; no mask token
     assert "Uniform-state (no mask token; its canvas starts as random tokens): DiffusionGemma" in text

@@ -34,8 +34,27 @@ PROMPTS = ["Question: Tom has 3 books and gets 2 more. How many books does he ha
            "Question: 4 + 5 = ?\nAnswer:"]
 
 
+#: families without a mask token: their calibration is refused in one line
+UNIFORM_STATE = ("diffusion_gemma",)
+
+
 def test_every_family_is_calibrated_here():
-    assert tuple(FOLDERS) == MODEL_FAMILIES
+    assert tuple(f for f in MODEL_FAMILIES if f not in UNIFORM_STATE) == tuple(FOLDERS)
+    assert set(UNIFORM_STATE) <= set(MODEL_FAMILIES)
+
+
+def test_a_uniform_state_family_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    from helpers.gemma_folders import make_gemma_folder
+
+    monkeypatch.setenv("PVF_LMEVAL_HOME", str(tmp_path / "home"))
+    folder = make_gemma_folder(tmp_path / "tiny-dg", seed=1)
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    assert calibrate(["--model", str(folder), "--data", str(data), "--family", "math-word",
+                      "--gen-length", "32", "--device", "cpu", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a uniform-state diffusion model (no mask token" in err
+    assert not list((tmp_path / "home").rglob("*.json"))
 
 
 @pytest.mark.parametrize("family", list(FOLDERS))

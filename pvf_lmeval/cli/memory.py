@@ -38,11 +38,11 @@ def _count(name: str, value: str, low: int) -> int:
 
 def _positions(name: str, value: str) -> int:
     """A token count: an integer from 0 to the decoders' cap on positions."""
-    from ..decoding.params import MAX_POSITIONS
+    from ..decoding.param_spec import POSITIONS
 
     n = _count(name, value, 0)
-    if n > MAX_POSITIONS:
-        raise MemoryArgError(f"{name}={value!r} must be at most {MAX_POSITIONS} positions")
+    if n > POSITIONS.limit:
+        raise MemoryArgError(f"{name}={value!r} must be at most {POSITIONS.limit}{POSITIONS.why}")
     return n
 
 

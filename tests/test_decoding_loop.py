@@ -13,7 +13,7 @@ from pvf_lmeval.decoding.select import rank_desc
 from pvf_lmeval.decoding.stats import stats_from_logits
 from pvf_lmeval.decoding.step import Branches
 
-DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
 
 # ------------------------------------------------------------ early stop
 
@@ -65,7 +65,8 @@ def test_stats_keys_and_values():
     assert tuple(st) == STAT_KEYS
     assert set(st) == {"nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf",
                        "wall_s", "tps", "tokens_base", "tokens_plan", "tokens_ar",
-                       "tokens_forced", "tokens_explore"}
+                       "tokens_forced", "tokens_explore", "tokens_edit", "edits", "remasks"}
+    assert st["edits"] == st["remasks"] == st["tokens_edit"] == 0
     assert st["nfe"] == 2 and st["gen_tokens"] == 8 and st["tpf"] == 4.0
     assert st["wall_s"] > 0 and math.isclose(st["tps"], 8 / st["wall_s"])
     assert st["tokens_base"] + st["tokens_forced"] == st["committed"] == 8
@@ -189,7 +190,7 @@ def test_call_accounting(dec, seed):
         assert s["nfe"] - prev == (1 if s["made_call"] else 0)
         prev = s["nfe"]
     assert r.nfe == 1 + sum(s["made_call"] for s in r.steps)
-    if dec in ("static", "threshold", "explore"):  # single-row: the final commit needs no call
+    if dec in ("static", "threshold", "eb", "explore"):  # single-row: the final commit needs no call
         assert not r.steps[-1]["made_call"]
     assert r.committed == sum(r.routes.count(x) for x in
                               ("base", "plan", "ar", "forced", "explore"))

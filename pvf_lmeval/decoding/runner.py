@@ -26,7 +26,7 @@ from .cache import BatchKV
 from .compiled import compiled_stats_from_logits
 from .host_row import HostRow, host_rows
 from .select import first_true
-from .stats import Stats, entropy_from_logits, stats_from_logits
+from .stats import Stats, entropy_from_logits, eos_switches, stats_from_logits
 
 
 class Seat(NamedTuple):
@@ -58,6 +58,8 @@ class Runner:
         self.nfe = [0] * b.n
         self.rows = [0] * b.n
         self.compile_step = compile_step
+        #: LLaDA's end-of-text switches: ids never chosen, ids of confidence 0
+        self.suppress, self.unconfident = eos_switches(b.p, model.eos_ids)
 
     def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> dict:
         """:class:`HostRow`'s layout columns by name ([R] long each, on the device): what
@@ -205,11 +207,13 @@ class Runner:
         if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
             tok, conf, pmax, pcur = stats_from_logits(logits, cur, b.mask_id, b.temperature,
                                                       noise, fixed=b.invariant, top_k=b.top_k,
-                                                      top_p=b.top_p)
+                                                      top_p=b.top_p, suppress=self.suppress,
+                                                      unconfident=self.unconfident)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
                 logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step,
-                top_k=b.top_k, top_p=b.top_p)
+                top_k=b.top_k, top_p=b.top_p, suppress=self.suppress,
+                unconfident=self.unconfident)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)

@@ -71,7 +71,7 @@ def test_decoders_and_their_parameters():
     assert list(rows) == ["static", "threshold", "freedave", "pvf", "explore"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
-        "static": "steps",
+        "static": "steps, logits_eos_inf, confidence_eos_eot_inf",
         "threshold": "threshold, factor",
         "freedave": "draft_steps, base_rule, threshold (with base_rule=threshold), factor (with "
                     "base_rule=threshold)",

@@ -32,9 +32,12 @@ SCRIPT_ROW = {
     "llada-instruct-gsm8k-256-8": "llada_instruct_gsm8k_len256_blk8",
     "llada-instruct-gsm8k-pure": "llada_instruct_gsm8k_len512_blk512_conf",
     "llada-instruct-humaneval-pure": "llada_instruct_humaneval_len512_blk512_logits",
+    "llada-instruct-math-512-64": "llada_instruct_math_len512_blk64",
+    "llada-instruct-math-pure": "llada_instruct_math_len512_blk512_conf",
     **{f"llada-base-gsm8k-{n}": "llada_base_lmeval_gsm8k" for n in (256, 512, 1024)},
     **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
-    **{f"fastdllm-gsm8k-{n}-{c}": f"fastdllm_gsm8k_len{n}" for n in (256, 512)
+    **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
+       for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
     **{f"pvf-paper-{m}-{b}-{d}": f"pvf_paper_{m}_{b}" for m in ("llada", "dream")
        for b in ("gsm8k", "humaneval") for d in ("static", "fastdllm", "freedave", "pvf")},
@@ -125,7 +128,7 @@ def local_items(tmp_path, monkeypatch):
     monkeypatch.setenv("PVF_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(data, "dataset_file", functools.partial(data.dataset_file, verify=False))
     for name, key in (("gsm8k_test", "gsm8k_test"), ("gsm8k_train", "gsm8k_train"),
-                      ("humaneval", "humaneval")):
+                      ("humaneval", "humaneval"), ("math_test", "math_test")):
         path = tmp_path / data.DATASETS[name].path
         path.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(d) + "\n" for d in ITEMS[key])
@@ -157,7 +160,8 @@ def test_prompts_are_the_published_scripts_bytes(name, local_items):
     if str(want[0]["item"]).startswith("HumanEval/"):  # the PVF authors shuffle: by task id
         by_id = dict(zip([d["task_id"] for d in ITEMS["humaneval"]], got))
         got = [by_id[w["item"]] for w in want]
-    assert len(got) == len(want) == len(ITEMS["humaneval" if row.code else "gsm8k_test"])
+    items = "humaneval" if row.code else "math_test" if row.task.startswith("math") else "gsm8k_test"
+    assert len(got) == len(want) == len(ITEMS[items])
     for g, w in zip(got, want):
         assert g == w["prompt"], (name, w["item"])
 
@@ -181,6 +185,9 @@ EXPECTED = {
                                  "confidence_eos_eot_inf=true",
     "llada-instruct-humaneval-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
                                      "logits_eos_inf=true",
+    "llada-instruct-math-512-64": "decoder=static,gen_length=512,block_length=64,steps=512",
+    "llada-instruct-math-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
+                                "confidence_eos_eot_inf=true",
 }
 
 
@@ -329,6 +336,47 @@ def test_pvf_authors_program_reads_the_code_stripped():
     code = "\n  def add(a, b):\n    return a + b\n"
     assert pa.pvf_humaneval_program(CODE_DOC, code) == code
     assert pa.pvf_humaneval_program(CODE_DOC, "x = 1\n") == CODE_DOC["prompt"] + "x = 1\n"
+
+
+OCM = ANSWERS["opencompass_math"]
+
+
+def test_opencompass_math_extraction_and_equivalence():
+    """math_postprocess_v2, extract_boxed_answer and MATHEvaluator(version='v2').is_equiv on
+    every (solution, output) pair of the corpus."""
+    got = [(pa.oc_math_boxed(r["solution"]), pa.oc_math_prediction(r["output"])) for r in OCM["rows"]]
+    assert got == [(r["gold"], r["pred"]) for r in OCM["rows"]]
+    assert [pa.oc_math_equal(p, g) for g, p in got] == [r["correct"] for r in OCM["rows"]]
+    assert [pa.oc_math_equal(e["a"], e["b"]) for e in OCM["is_equiv"]] == \
+        [e["equal"] for e in OCM["is_equiv"]]
+
+
+def test_math_task_scores_with_opencompass_rule(local_items):
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    t = tm.load(["math_llada_oc"])["tasks"]
+    t = next(iter(t.values())) if isinstance(t, dict) else t[0]
+    doc = t.test_docs()[0]
+    gold = pa.oc_math_boxed(doc["solution"])
+    assert t.process_results(doc, [f"So the answer is $\\boxed{{{gold}}}$."])["exact_match"] == 1.0
+    assert t.process_results(doc, ["no answer"])["exact_match"] == 0.0
+    assert len(t.test_docs()) == len(ITEMS["math_test"]) and t.config.generation_kwargs["until"] == []
+
+
+FD = ANSWERS["fastdllm"]
+
+
+@pytest.mark.parametrize("case", FD["postprocess_code.py program"], ids=lambda c: c["output"][:20])
+def test_fastdllm_humaneval_program(case):
+    doc = {"prompt": FD["prompt"], "entry_point": FD["entry_point"]}
+    assert pa.fastdllm_program(doc, case["output"]) == case["program"]
+
+
+def test_fastdllm_humaneval_program_on_the_items():
+    docs = {d["task_id"]: d for d in ITEMS["humaneval"]}
+    for case in FD["postprocess_code.py program on items.json"]:
+        assert pa.fastdllm_program(docs[case["task_id"]], case["output"]) == case["program"]
 
 
 def test_pvf_authors_gold_numbers():

@@ -35,6 +35,8 @@ TASK_PRESETS = {
     "gsm8k_llada_oc": "gsm8k",
     "gsm8k_pvf_paper": "gsm8k",
     "humaneval_llada_oc": "humaneval",
+    "humaneval_fastdllm": "humaneval",
+    "math_llada_oc": "math",
     "humaneval_pvf_paper": "humaneval",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",

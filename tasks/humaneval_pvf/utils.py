@@ -148,6 +148,13 @@ def completion_pvf_paper(doc: dict, text: str) -> str:
     return pa.pvf_humaneval_program(doc, pa.pvf_humaneval_code(text, doc["entry_point"]))
 
 
+def completion_fastdllm(doc: dict, text: str) -> str:
+    """``humaneval_fastdllm``: Fast-dLLM's ``postprocess_code.py`` program (``sanitize``)."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return pa.fastdllm_program(doc, text)
+
+
 def check_program(doc: dict) -> str:
     """The built-in's ``doc_to_target``: the tests and the call of ``check`` (what lm-eval's
     code_eval appends to the program; here the checker process runs the equivalent)."""
@@ -237,6 +244,10 @@ def process_results_llada_oc(doc: dict, results: list) -> dict:
 
 def process_results_pvf_paper(doc: dict, results: list) -> dict:
     return score(doc, results, completion_pvf_paper)
+
+
+def process_results_fastdllm(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_fastdllm)
 
 
 def keep_all(resps, docs):

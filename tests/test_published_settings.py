@@ -400,3 +400,39 @@ def test_gsm8k_tasks_score_with_the_published_rule(task, local_items):
     assert score == (1.0 if task == "gsm8k_llada_oc" else 0.0)   # the PVF rule reads the 99
     assert t.process_results(doc, ["She makes $18."])["exact_match"] == 1.0
     assert t.config.generation_kwargs["until"] == []
+
+
+# ----------------------------------------------------------------------------- a run
+
+
+@pytest.mark.parametrize("name", ["llada-instruct-gsm8k-256-8", "fastdllm-gsm8k-256-parallel"])
+def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
+    """The row's model args and flags through lm-eval and pvf-dlm on tiny-llada (its own chat
+    template; 32 positions instead of 256): the decoding is the row's, nothing cuts the answer
+    but the row's stop strings, and the chat form is the row's."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published(name)
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada", gen_length="32",
+                **({"steps": "32"} if "steps" in args else {}))
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()))
+    flags = _cli_flags(row)
+    out = lm_eval.simple_evaluate(model=lm, limit=1, bootstrap_iters=0, log_samples=True,
+                                  task_manager=TaskManager(include_path=str(REPO / "tasks"),
+                                                           include_defaults=False), **flags)
+    sample = out["samples"][row.task][0]
+    context, gen_kwargs = sample["arguments"][0]
+    assert context.count("<|start_header_id|>user") == (1 if row.chat == "single_turn" else 5)
+    assert gen_kwargs["until"] == ([] if row.task == "gsm8k_llada_oc" else
+                                   ["Question:", "</s>", "<|im_end|>"])
+    meta = sample["resps"][0][0].meta
+    assert meta["gen_length"] == 32
+    if args["decoder"] == "static":      # one position per call, to the end of the canvas
+        assert meta["nfe"] == 32
+    assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]

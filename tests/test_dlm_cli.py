@@ -1,5 +1,5 @@
 """``pvf-dlm``: the model args, decoders, presets and bundled vocabularies, printed from the code;
-the README's model-args table is its ``args --markdown`` output."""
+docs/arguments.md's model-args table is its ``args --markdown`` output."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ def test_console_script_is_declared():
     assert scripts["pvf-dlm"] == "pvf_lmeval.cli.dlm:main"
 
 
-def test_readme_model_args_table_is_the_generated_one():
-    text = (REPO / "README.md").read_text()
+def test_the_model_args_table_is_the_generated_one():
+    text = (REPO / "docs" / "arguments.md").read_text()
     begin, end = "<!-- model-args:begin -->\n", "\n<!-- model-args:end -->"
     assert text.count(begin) == 1 and text.count(end) == 1
     table = text.split(begin)[1].split(end)[0] + "\n"
-    assert table == dlm("args", "--markdown"), "README.md's model-args table drifted: paste " \
+    assert table == dlm("args", "--markdown"), "docs/arguments.md's model-args table drifted: paste " \
         "the output of `pvf-dlm args --markdown` between the model-args markers"
 
 
@@ -63,7 +63,7 @@ def test_args_plain_lines():
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, eb, freedave, pvf, explore  " in row
-    assert len(lines) == 1 + 57
+    assert len(lines) == 1 + 59
 
 
 def test_decoders_and_their_parameters():
@@ -71,7 +71,7 @@ def test_decoders_and_their_parameters():
     assert list(rows) == ["static", "threshold", "eb", "freedave", "pvf", "explore"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
-        "static": "steps",
+        "static": "steps, logits_eos_inf, confidence_eos_eot_inf",
         "threshold": "threshold, factor",
         "eb": "gamma",
         "freedave": "draft_steps, base_rule, threshold (with base_rule=threshold), factor (with "

@@ -39,7 +39,10 @@ BASE_ARGS = ["pretrained=tiny-llada", "decoder=threshold", "gen_length=96", "blo
 PACKAGE_TASKS = {"arith", "arith_var", "gsm8k_pvf", "gsm8k_cot_pvf", "gsm8k_pvf_chat",
                  "gsm8k_cot_pvf_chat", "humaneval_pvf", "humaneval_instruct_pvf",
                  "humaneval_pvf_chat", "humaneval_pvf_sampled", "math500_pvf", "math500_pvf_chat",
-                 "mmlu_pro_pvf", "mmlu_pro_pvf_chat"}
+                 "mmlu_pro_pvf", "mmlu_pro_pvf_chat",
+                 # the published settings' tasks (lmeval/published.py)
+                 "gsm8k_llada_oc", "gsm8k_pvf_paper", "math_llada_oc", "humaneval_llada_oc",
+                 "humaneval_fastdllm", "humaneval_pvf_paper"}
 SHOTS = 2
 #: the model args of the --config run, as YAML types them
 CONFIG_MODEL_ARGS = {"pretrained": "tiny-llada", "decoder": "threshold", "gen_length": 96,

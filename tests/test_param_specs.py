@@ -37,8 +37,9 @@ def test_the_fields_are_the_declared_parameters_each_once():
     assert PARAM_NAMES == (
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
         "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
-        "steps", "threshold", "factor", "gamma", "draft_steps", "base_rule", "plan_lo", "plan_hi",
-        "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band")
+        "steps", "logits_eos_inf", "confidence_eos_eot_inf", "threshold", "factor", "gamma",
+        "draft_steps", "base_rule", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
+        "plan_self_check", "pick", "band")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES
 
 
@@ -61,7 +62,7 @@ def test_report_lists_derive_from_the_declarations():
     assert identity.LOOP_PARAMS == ("gen_length", "block_length", "temperature", "top_k",
                                     "top_p", "seed", "early_stop", "cache", "rules")
     assert identity.DECODER_PARAMS == {
-        "static": ("steps",),
+        "static": ("steps", "logits_eos_inf", "confidence_eos_eot_inf"),
         "threshold": ("threshold", "factor"),
         "eb": ("gamma",),
         "freedave": ("draft_steps", "base_rule", "threshold", "factor"),

@@ -5,6 +5,9 @@
     pvf-dlm presets             the PVF presets, their values and the bundled tasks that use them
     pvf-dlm vocab               the bundled planning-vocabulary artifacts (names for vocab=)
     pvf-dlm models              the model families and how a checkpoint folder is recognised
+    pvf-dlm published [NAME]    the published settings (LLaDA, Fast-dLLM, the PVF paper); with
+                                NAME, the lm_eval command that runs it (--markdown: the table
+                                of docs/benchmarks.md)
     pvf-dlm memory ARGS         weights and KV cache per rank, from config.json and the
                                 safetensors headers (ARGS: pretrained=PATH,tensor_parallel_size=N,
                                 batch_size=B,gen_length=L; see cli/memory.py)
@@ -96,6 +99,17 @@ def models_text() -> str:
             + (f"Refused with one line:\n{refused}" if refused else ""))
 
 
+def published_text(name: str | None, markdown: bool = False) -> str:
+    from ..lmeval.published import PUBLISHED, markdown_table, published
+
+    if name is not None:
+        return published(name).command() + "\n"
+    if markdown:
+        return markdown_table()
+    return _columns([(r.name, r.figure, r.setting) for r in PUBLISHED.values()],
+                    ("name", "published figure", "setting"))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pvf-dlm", description="What lm_eval --model pvf-dlm accepts, printed from the code.")
@@ -106,6 +120,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("presets", help="the PVF presets and the bundled tasks that use them")
     sub.add_parser("vocab", help="the bundled planning-vocabulary artifacts (names for vocab=)")
     sub.add_parser("models", help="the model families and how a checkpoint folder is recognised")
+    pub = sub.add_parser("published", help="the published settings, or the lm_eval command "
+                                           "of one")
+    pub.add_argument("name", nargs="?", metavar="NAME", help="a published setting")
+    pub.add_argument("--markdown", action="store_true",
+                     help="as the table of docs/benchmarks.md")
     m = sub.add_parser("memory", help="weights and KV cache per rank, from config.json and the "
                                       "safetensors headers (no weight is read)")
     m.add_argument("spec", metavar="ARGS",
@@ -125,6 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             text = memory.report(memory.parse(ns.spec))
         except ValueError as error:          # the argument or the folder, in one line
             print(f"pvf-dlm memory: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        sys.stdout.write(text)
+        return 0
+    if ns.command == "published":
+        try:
+            text = published_text(ns.name, ns.markdown)
+        except ValueError as error:
+            print(f"pvf-dlm published: {error}", file=sys.stderr)
             return 2
         sys.stdout.write(text)
         return 0

@@ -27,7 +27,7 @@ from .compiled import compiled_stats_from_logits
 from .hooks import CallView, Carry
 from .host_row import HostRow, host_rows
 from .select import first_true
-from .stats import Stats, entropy_from_logits, stats_from_logits
+from .stats import Stats, entropy_from_logits, eos_switches, stats_from_logits
 from .step import take_rows
 
 
@@ -69,6 +69,8 @@ class Runner:
         # rules=reference switches of the statistics pass (``Step.loop_switches``)
         self.stats_mask = None if "argmax_over_mask" in b.switches else b.mask_id
         self.float64 = "softmax64" in b.switches
+        #: LLaDA's end-of-text switches: ids never chosen, ids of confidence 0
+        self.suppress, self.unconfident = eos_switches(b.p, model.eos_ids)
 
     def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None,
              open: Tensor | None = None) -> dict:
@@ -240,11 +242,14 @@ class Runner:
         if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
             tok, conf, pmax, pcur = stats_from_logits(logits, cur, mask_id, b.temperature,
                                                       noise, fixed=b.invariant, top_k=b.top_k,
-                                                      top_p=b.top_p, float64=self.float64)
+                                                      top_p=b.top_p, float64=self.float64,
+                                                      suppress=self.suppress,
+                                                      unconfident=self.unconfident)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
                 logits, cur, mask_id, b.temperature, noise, options=self.compile_step,
-                top_k=b.top_k, top_p=b.top_p, float64=self.float64)
+                top_k=b.top_k, top_p=b.top_p, float64=self.float64, suppress=self.suppress,
+                unconfident=self.unconfident)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)

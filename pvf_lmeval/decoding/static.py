@@ -16,6 +16,15 @@ from .step import BASE, NONE, Branches, Step, single_row
 
 STEPS = Param("steps", int, None, "denoising steps", none_means="gen_length", cap=POSITIONS,
               exclusive=True)
+#: LLaDA's ``generate.py`` switches (its EVAL.md's pure-diffusion rows); the statistics pass
+#: applies them (``stats.eos_switches``)
+LOGITS_EOS_INF = Param("logits_eos_inf", bool, None, "LLaDA's logits_eos_inf: end-of-text "
+                       "(the model's first end id) is never chosen", off=False,
+                       none_means="false", exclusive=True)
+CONFIDENCE_EOS_EOT_INF = Param("confidence_eos_eot_inf", bool, None, "LLaDA's "
+                               "confidence_eos_eot_inf: end-of-text and end-of-turn chosen get "
+                               "confidence 0 (committed last; temperature > 0: end-of-turn "
+                               "only)", off=False, none_means="false", exclusive=True)
 
 
 def _steps_fit(p) -> str | None:
@@ -32,7 +41,7 @@ class StaticDecoder(Step):
     summary = ("LLaDA's low-confidence remasking: the most confident position(s) on a fixed "
                "schedule")
     baseline = True
-    reads = (STEPS,)
+    reads = (STEPS, LOGITS_EOS_INF, CONFIDENCE_EOS_EOT_INF)
     checks = (Rule(_steps_fit, "steps", "a multiple of the number of blocks, at most "
                                         "gen_length"),)
 

@@ -99,19 +99,42 @@ def sampling_scores(lg: Tensor, temperature: float, top_k: int | None = None,
     return z
 
 
+def eos_switches(params, eos_ids) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """LLaDA's end-of-text switches (``generate.py``: ``logits_eos_inf``,
+    ``confidence_eos_eot_inf``, decoder ``static``) as the ids :func:`stats_from_logits` treats
+    apart: (``suppress``, the ids never chosen; ``unconfident``, the ids whose probability is 0
+    in the confidences). End-of-text is the model's first end id (``eos_ids[0]``, the config's
+    ``eos_token_id``: LLaDA's ``<|endoftext|>``), end-of-turn the others (``<|eot_id|>``).
+
+    LLaDA sets ``logits[..., EOS] = -inf`` before the argmax for the first switch; for the
+    second, after the argmax, ``logits_with_noise[..., EOS] = logits[..., EOT] = -inf``, which
+    at temperature 0 (``logits_with_noise`` *is* ``logits``) zeroes both ids' probabilities in
+    the softmax the confidence is read from, and at temperature > 0 only end-of-turn's."""
+    eos, eot = tuple(int(e) for e in eos_ids[:1]), tuple(int(e) for e in eos_ids[1:])
+    suppress = eos if getattr(params, "logits_eos_inf", None) else ()
+    unconfident = ()
+    if getattr(params, "confidence_eos_eot_inf", None):
+        unconfident = eot if params.temperature > 0 else eos + eot
+    return suppress, unconfident
+
+
 def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int | None, temperature: float = 0.0,
                       noise: Tensor | None = None, *, fixed: bool = False,
                       top_k: int | None = None, top_p: float | None = None,
-                      float64: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      float64: bool = False, suppress: tuple[int, ...] = (),
+                      unconfident: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
 
     The mask token's logit is set to -inf first (``mask_id`` None: no token is suppressed, the
     mask id may be the argmax: ``rules=reference`` switch ``argmax_over_mask``, and uniform-state
-    models, which have no mask). ``noise`` [P, V] or [N, P, V] (Gumbel) is added
-    to ``logits / temperature``, filtered by ``top_k`` / ``top_p`` (:func:`sampling_scores`), for
-    the choice of ``tok`` only; it is shared by every row of a request so that branches of one
-    call compare like with like. At temperature 0 ``tok`` is the argmax, which every filter
-    keeps: the filters change nothing there.
+    models, which have no mask), and so are the ``suppress`` ids' (never chosen). ``noise``
+    [P, V] or [N, P, V] (Gumbel) is added to ``logits / temperature``, filtered by ``top_k`` /
+    ``top_p`` (:func:`sampling_scores`), for the choice of ``tok`` only; it is shared by every
+    row of a request so that branches of one call compare like with like. At temperature 0
+    ``tok`` is the argmax, which every filter keeps: the filters change nothing there. The
+    ``unconfident`` ids are set to -inf after ``tok`` is chosen, so every probability is then
+    that of the softmax without them and a ``tok`` among them has confidence 0
+    (:func:`eos_switches`).
 
     One read of the vocabulary for the maximum and two passes for the normaliser, in place: the
     float32 ``logits`` are overwritten (the decoder owns the tensor the model returns; a copy
@@ -124,16 +147,22 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int | None, temperat
     lg = logits.double() if float64 else logits.float()
     if mask_id is not None:
         lg[..., mask_id] = float("-inf")
+    if suppress:
+        lg[..., list(suppress)] = float("-inf")
     mx, tok = lg.max(dim=-1)
     if temperature > 0:
         tok = (sampling_scores(lg, temperature, top_k, top_p, fixed=fixed) + noise).argmax(dim=-1)
+    if unconfident:
+        lg[..., list(unconfident)] = float("-inf")
+        mx = lg.max(dim=-1).values
+    if temperature > 0 or unconfident:
         at_tok = lg.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
     at_cur = lg.gather(-1, cur.unsqueeze(-1)).squeeze(-1)
     shift = mx.masked_fill(mx.abs() == float("inf"), 0.0)
     ex = lg.sub_(shift.unsqueeze(-1)).exp_()
     lse = (fixed_sum(ex) if fixed else ex.sum(dim=-1)).log_().add_(shift)
     pmax = torch.exp(mx - lse)
-    conf = torch.exp(at_tok - lse) if temperature > 0 else pmax
+    conf = torch.exp(at_tok - lse) if temperature > 0 or unconfident else pmax
     pcur = torch.exp(at_cur - lse)
     return tok, conf, pmax, pcur
 

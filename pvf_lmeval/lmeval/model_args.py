@@ -197,7 +197,7 @@ def default_pretrained_notice(args) -> str | None:
 
 
 def markdown_table() -> str:
-    """The model-args table of the README (``pvf-dlm args --markdown``)."""
+    """The model-args table of docs/arguments.md (``pvf-dlm args --markdown``)."""
     lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     for a in ALL_ARGS:
         lines.append(f"| `{a.name}` | {a.default} | {a.allowed} | {a.meaning} |")

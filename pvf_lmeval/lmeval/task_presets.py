@@ -31,6 +31,13 @@ TASK_PRESETS = {
     "humaneval_pvf_chat": "humaneval",
     "humaneval_pvf_sampled": "humaneval",
     "humaneval_instruct_pvf": "humaneval",
+    # the published settings' tasks (lmeval/published.py)
+    "gsm8k_llada_oc": "gsm8k",
+    "gsm8k_pvf_paper": "gsm8k",
+    "humaneval_llada_oc": "humaneval",
+    "humaneval_fastdllm": "humaneval",
+    "math_llada_oc": "math",
+    "humaneval_pvf_paper": "humaneval",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -16,6 +16,7 @@ Data: the hub (``openai/gsm8k``, config ``main``) when online; with ``HF_DATASET
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -196,5 +197,40 @@ def cot_chat_samples() -> list[dict]:
     return [{"question": q, "target": t.replace("The answer is", "The final answer is").rstrip(".")}
             for q, t in COT_SAMPLES]
 
+# ----------------------------------------------------------------------------- published settings
+
+#: OpenCompass gsm8k_gen_1d7fe4's four exemplars (question, the assistant turn), as LLaDA's
+#: EVAL.md Instruct rows ran them (ML-GSAI/LLaDA @ b7e6c35,
+#: opencompass/opencompass/configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py): not GSM8K train items.
+LLADA_OC_SAMPLES = json.loads((Path(__file__).resolve().parent / "llada_oc_samples.json").read_text())
+
+
+def llada_oc_samples() -> list[dict]:
+    return [dict(s) for s in LLADA_OC_SAMPLES]
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``gsm8k_llada_oc``: OpenCompass's ``gsm8k_postprocess`` and ``Gsm8kEvaluator``."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    prediction = pa.oc_gsm8k_prediction(str(generation))
+    out = {"exact_match": float(pa.oc_gsm8k_equal(prediction, pa.oc_gsm8k_reference(doc["answer"])))}
+    out.update(cost_metrics(generation))
+    return out
+
+
+def process_results_pvf_paper(doc: dict, results: list) -> dict:
+    """``gsm8k_pvf_paper``: the PVF authors' ``accuracy_gsm8k`` for one item."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    out = {"exact_match": float(pa.pvf_gsm8k_correct(str(generation), doc["answer"]))}
+    out.update(cost_metrics(generation))
+    return out
+
+
 #: the YAMLs' metric_list: the built-in's strict and flexible matches, then the decoding costs
 METRICS = metric_list("exact_match", "exact_match_flexible")
+#: the published settings' tasks: one accuracy row, then the decoding costs
+ONE_METRIC = metric_list("exact_match")

@@ -134,6 +134,27 @@ def completion_chat(doc: dict, text: str) -> str:
     return doc["prompt"] + "\n" + extract_code(text, doc.get("entry_point"))
 
 
+def completion_llada_oc(doc: dict, text: str) -> str:
+    """``humaneval_llada_oc``: OpenCompass's ``humaneval_postprocess_v2``, after the prompt."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return pa.oc_humaneval_program(doc, pa.oc_humaneval_completion(text))
+
+
+def completion_pvf_paper(doc: dict, text: str) -> str:
+    """``humaneval_pvf_paper``: the PVF authors' ``extract_python_code`` and program."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return pa.pvf_humaneval_program(doc, pa.pvf_humaneval_code(text, doc["entry_point"]))
+
+
+def completion_fastdllm(doc: dict, text: str) -> str:
+    """``humaneval_fastdllm``: Fast-dLLM's ``postprocess_code.py`` program (``sanitize``)."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return pa.fastdllm_program(doc, text)
+
+
 def check_program(doc: dict) -> str:
     """The built-in's ``doc_to_target``: the tests and the call of ``check`` (what lm-eval's
     code_eval appends to the program; here the checker process runs the equivalent)."""
@@ -215,6 +236,18 @@ def process_results_instruct(doc: dict, results: list) -> dict:
 
 def process_results_chat(doc: dict, results: list) -> dict:
     return score(doc, results, completion_chat)
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_llada_oc)
+
+
+def process_results_pvf_paper(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_pvf_paper)
+
+
+def process_results_fastdllm(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_fastdllm)
 
 
 def keep_all(resps, docs):

@@ -77,6 +77,40 @@ def load_math500(**kwargs):
     return datasets.load_dataset("json", data_files={"test": str(local_file())})
 
 
+#: the seven subjects of the hub's MATH (EleutherAI/hendrycks_math configs)
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra",
+                 "number_theory", "prealgebra", "precalculus")
+
+
+def load_math_test(**kwargs):
+    """The 5,000 MATH test problems (problem, level, type, solution): the ``pvf-data fetch``
+    copy when there is one, else the hub's seven ``EleutherAI/hendrycks_math`` subjects
+    concatenated; offline without the copy, the copy's FileNotFoundError."""
+    import datasets
+
+    try:
+        path = local_file("math_test")
+    except FileNotFoundError:
+        if _offline():
+            raise
+        return datasets.DatasetDict({"test": datasets.concatenate_datasets([
+            datasets.load_dataset("EleutherAI/hendrycks_math", s, split="test")
+            for s in MATH_SUBJECTS])})
+    return datasets.load_dataset("json", data_files={"test": str(path)})
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``math_llada_oc``: OpenCompass's ``math_postprocess_v2`` and
+    ``MATHEvaluator(version='v2').is_equiv`` against the solution's boxed answer."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = pa.oc_math_equal(pa.oc_math_prediction(str(generation)), pa.oc_math_boxed(doc["solution"]))
+    out = {"exact_match": float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
 def process_docs(dataset):
     """As the built-in: ``answer`` becomes the normalized ``\\boxed{}`` answer of the solution."""
     def _process_doc(doc: dict) -> dict:
@@ -325,3 +359,5 @@ def normalize_final_answer(final_answer: str) -> str:
 
 #: the YAMLs' metric_list: exact match and math-verify, then the decoding costs
 METRICS = metric_list("exact_match", "math_verify")
+#: the published settings' task: one accuracy row, then the decoding costs
+ONE_METRIC = metric_list("exact_match")

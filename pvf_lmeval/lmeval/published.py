@@ -1,0 +1,185 @@
+"""Published evaluation settings as one command each: LLaDA's EVAL.md, Fast-dLLM's README and
+the PVF paper's Table 1.
+
+A row fixes everything its published script fixed: the checkpoint, the task (a bundled task
+whose prompt and answer extraction equal the script's: ``tasks/*/``), the few-shot count, the
+chat template and how lm-eval renders few-shot turns (``chat``), and the decoding
+(``--model_args``). ``pvf-dlm published NAME`` prints its ``lm_eval`` command;
+``docs/benchmarks.md`` lists every row beside its published figure.
+
+``chat``: ``none`` (no template), ``single_turn`` (``--apply_chat_template
+--fewshot_as_multiturn false``: the whole few-shot prompt in one user turn, as Fast-dLLM wraps
+lm-eval's context) or ``multi_turn`` (``--apply_chat_template``: lm-eval 0.4.13's default, each
+exemplar a user and an assistant turn, as OpenCompass renders its exemplars). Every row sets
+``early_stop=false``: the published loops decode the whole canvas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+LLADA_INSTRUCT = "GSAI-ML/LLaDA-8B-Instruct"
+LLADA_BASE = "GSAI-ML/LLaDA-8B-Base"
+DREAM_INSTRUCT = "Dream-org/Dream-v0-Instruct-7B"
+CHATS = ("none", "single_turn", "multi_turn")
+#: the sources, by the commit the settings were read from
+LLADA_EVAL = "LLaDA EVAL.md (ML-GSAI/LLaDA @ b7e6c35)"
+FAST_DLLM = "Fast-dLLM README (NVlabs/Fast-dLLM @ 24cc59e)"
+PVF_PAPER = "PVF paper, Table 1 (authors' code Joeyetinghan/pvf @ e5224c2)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """One published row: ``decoding`` holds the ``--model_args`` decoding keys (strings, as
+    lm-eval passes them); ``figure`` the published accuracy as the source prints it."""
+
+    name: str
+    source: str
+    setting: str
+    figure: str
+    model: str
+    task: str
+    num_fewshot: int
+    chat: str
+    decoding: dict
+
+    def __post_init__(self):
+        if self.chat not in CHATS:
+            raise ValueError(f"chat={self.chat!r} is not one of {', '.join(CHATS)}")
+
+    @property
+    def code(self) -> bool:
+        """Whether the task runs model-written code (lm-eval wants --confirm_run_unsafe_code)."""
+        return self.task.startswith("humaneval")
+
+    def model_args(self) -> str:
+        """``--model_args``: the checkpoint, then the decoding keys in table order."""
+        return ",".join([f"pretrained={self.model}", *(f"{k}={v}" for k, v in self.decoding.items())])
+
+    def command(self) -> str:
+        """The ``lm_eval`` command line that runs the row (``batch_size`` 1, as the scripts)."""
+        parts = ["lm_eval --model pvf-dlm", f"--model_args {self.model_args()}",
+                 '--include_path "$(pvf-tasks-path)"', f"--tasks {self.task}",
+                 f"--num_fewshot {self.num_fewshot}", "--batch_size 1"]
+        if self.chat != "none":
+            parts.append("--apply_chat_template")
+        if self.chat == "single_turn":
+            parts.append("--fewshot_as_multiturn false")
+        if self.code:
+            parts.append("--confirm_run_unsafe_code")
+        return " ".join(parts)
+
+
+def _static(gen: int, block: int, **switches) -> dict:
+    """LLaDA's ``generate``: low-confidence remasking, one token per step (steps = gen)."""
+    return {"decoder": "static", "gen_length": gen, "block_length": block, "steps": gen,
+            **{k: str(v).lower() for k, v in switches.items()}, "early_stop": "false"}
+
+
+def _fast_dllm(gen: int, column: str) -> dict:
+    """Fast-dLLM's ``eval_gsm8k.sh`` / ``eval_humaneval.sh`` columns: blocks of 32; baseline
+    and +cache run LLaDA's schedule (steps = gen), +parallel commits at confidence 0.9."""
+    parallel = column.endswith("parallel")
+    out = {"decoder": "threshold" if parallel else "static", "gen_length": gen, "block_length": 32}
+    out.update({"threshold": 0.9} if parallel else {"steps": gen})
+    cache = {"baseline": "none", "cache": "prefix", "parallel": "none",
+             "cache-parallel": "prefix", "dual-parallel": "dual"}[column]
+    return {**out, "cache": cache, "early_stop": "false"}
+
+
+def _pvf_paper(decoder: str, preset: str) -> dict:
+    """The PVF paper's Table 1: L = 512, B = 64, tau_high = 0.9, each method's decoder."""
+    out = {"decoder": decoder, "gen_length": 512, "block_length": 64}
+    if decoder == "pvf":
+        out["preset"] = preset
+    if decoder in ("threshold", "pvf"):
+        out["threshold"] = 0.9
+    return {**out, "early_stop": "false"}
+
+
+def _rows() -> list[Published]:
+    rows = [
+        Published("llada-instruct-gsm8k-256-8", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, GSM8K, gen 256, block 8 (OpenCompass, 4 fixed CoT shots)",
+                  "78.6 (internal), 78.9 (OpenCompass)", LLADA_INSTRUCT, "gsm8k_llada_oc", 4,
+                  "multi_turn", _static(256, 8)),
+        Published("llada-instruct-math-512-64", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MATH, gen 512, block 64 (OpenCompass, zero-shot)",
+                  "42.2 (internal), 42.7 (OpenCompass)", LLADA_INSTRUCT, "math_llada_oc", 0,
+                  "multi_turn", _static(512, 64)),
+        Published("llada-instruct-gsm8k-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, GSM8K, pure diffusion gen = block = steps = 512, "
+                  "confidence_eos_eot_inf", "69.4 (internal), 68.8 (OpenCompass)",
+                  LLADA_INSTRUCT, "gsm8k_llada_oc", 4, "multi_turn",
+                  _static(512, 512, confidence_eos_eot_inf=True)),
+        Published("llada-instruct-math-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MATH, pure diffusion gen = block = steps = 512, "
+                  "confidence_eos_eot_inf", "31.9 (internal), 29.6 (OpenCompass)",
+                  LLADA_INSTRUCT, "math_llada_oc", 0, "multi_turn",
+                  _static(512, 512, confidence_eos_eot_inf=True)),
+        Published("llada-instruct-humaneval-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, HumanEval, pure diffusion gen = block = steps = 512, EOS "
+                  "logits suppressed (logits_eos_inf)", "49.4 (internal), 47.0 (OpenCompass)",
+                  LLADA_INSTRUCT, "humaneval_llada_oc", 0, "multi_turn",
+                  _static(512, 512, logits_eos_inf=True)),
+    ]
+    base = {"gsm8k": ("gsm8k_pvf", 5, {256: "70.0", 512: "70.8", 1024: "70.3"}),
+            "humaneval": ("humaneval_pvf", 0, {256: "32.9", 512: "32.9", 1024: "35.4"})}
+    for bench, (task, shots, figures) in base.items():
+        for gen, figure in figures.items():
+            rows.append(Published(
+                f"llada-base-{bench}-{gen}", LLADA_EVAL,
+                f"LLaDA-8B-Base on lm-eval, {'GSM8K 5-shot' if shots else 'HumanEval 0-shot'}, "
+                f"gen = steps = block = {gen}", figure, LLADA_BASE, task, shots, "none",
+                _static(gen, gen)))
+    fast = {("gsm8k", 256): ("79.3", "79.5", "79.2", "78.5"),
+            ("gsm8k", 512): ("77.5", "77.0", "77.6", "77.2"),
+            ("humaneval", 256): ("41.5", "42.7", "43.9", "43.3"),
+            ("humaneval", 512): ("43.9", "45.7", "43.3", "44.5")}
+    columns = ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")
+    for (bench, gen), figures in fast.items():
+        task, shots, what = (("gsm8k_pvf", 5, "GSM8K 5-shot") if bench == "gsm8k" else
+                             ("humaneval_fastdllm", 0, "HumanEval 0-shot"))
+        for column, figure in zip(columns, (*figures, "-")):
+            rows.append(Published(
+                f"fastdllm-{bench}-{gen}-{column}", FAST_DLLM,
+                f"LLaDA-8B-Instruct, {what}, gen {gen}, block 32, {column} (chat template, one "
+                "user turn)", figure, LLADA_INSTRUCT, task, shots, "single_turn",
+                _fast_dllm(gen, column)))
+    paper = {("llada", "gsm8k"): "79.46 / 79.62 / 79.08 / 79.75",
+             ("llada", "humaneval"): "46.95 / 47.56 / 45.73 / 46.66",
+             ("dream", "gsm8k"): "78.00 / 77.71 / 79.92 / 79.20",
+             ("dream", "humaneval"): "60.37 / 59.14 / 59.15 / 62.66"}
+    methods = (("static", "static"), ("fastdllm", "threshold"), ("freedave", "freedave"),
+               ("pvf", "pvf"))
+    for (family, bench), figures in paper.items():
+        model = LLADA_INSTRUCT if family == "llada" else DREAM_INSTRUCT
+        for (method, decoder), figure in zip(methods, figures.split(" / ")):
+            rows.append(Published(
+                f"pvf-paper-{family}-{bench}-{method}", PVF_PAPER,
+                f"{model.split('/')[1]}, {'GSM8K' if bench == 'gsm8k' else 'HumanEval'} "
+                f"0-shot, gen 512, block 64, {method}", figure, model, f"{bench}_pvf_paper", 0,
+                "multi_turn", _pvf_paper(decoder, bench)))
+    return rows
+
+
+#: every published row by name, in the documentation's order
+PUBLISHED = {row.name: row for row in _rows()}
+
+
+def published(name: str) -> Published:
+    """The row called ``name``; a one-line error listing the names otherwise."""
+    if name not in PUBLISHED:
+        raise ValueError(f"published setting {name!r} is not one of {', '.join(PUBLISHED)}")
+    return PUBLISHED[name]
+
+
+def markdown_table() -> str:
+    """docs/benchmarks.md's table: published setting, figure, the row's name, its command and
+    our figure (pending until a GPU and the weights are at hand)."""
+    lines = ["| published setting | source | published figure | preset | command | ours |",
+             "|---|---|---|---|---|---|"]
+    for row in PUBLISHED.values():
+        lines.append(f"| {row.setting} | {row.source} | {row.figure} | `{row.name}` | "
+                     f"`{row.command()}` | pending (GPU + weights) |")
+    return "\n".join(lines) + "\n"

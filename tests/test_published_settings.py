@@ -1,0 +1,438 @@
+"""The published settings (``pvf_lmeval/lmeval/published.py``): per row, the prompts lm-eval
+builds for its command are the bytes the published script builds on the same items, its
+decoding settings are the script's, and its answer extraction / HumanEval program equal the
+published functions' outputs.
+
+Expected values come from running the published code (LLaDA's OpenCompass configs and
+``eval_llada.py``, Fast-dLLM's ``eval_llada.py``, the PVF authors' dataset adapters) outside the
+repository on the items of ``tests/data/published/items.json``; see that folder's README.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pvf_lmeval.lmeval import published_answers as pa
+from pvf_lmeval.lmeval.published import PUBLISHED, markdown_table, published
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "published"
+ITEMS, PROMPTS, SETTINGS, ANSWERS, TEMPLATES = (
+    json.loads((DATA / f"{name}.json").read_text())
+    for name in ("items", "prompts", "settings", "answers", "chat_templates"))
+
+#: each row -> the published script's row whose prompts it must reproduce (prompts.json)
+SCRIPT_ROW = {
+    "llada-instruct-gsm8k-256-8": "llada_instruct_gsm8k_len256_blk8",
+    "llada-instruct-gsm8k-pure": "llada_instruct_gsm8k_len512_blk512_conf",
+    "llada-instruct-humaneval-pure": "llada_instruct_humaneval_len512_blk512_logits",
+    "llada-instruct-math-512-64": "llada_instruct_math_len512_blk64",
+    "llada-instruct-math-pure": "llada_instruct_math_len512_blk512_conf",
+    **{f"llada-base-gsm8k-{n}": "llada_base_lmeval_gsm8k" for n in (256, 512, 1024)},
+    **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
+    **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
+       for n in (256, 512)
+       for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
+    **{f"pvf-paper-{m}-{b}-{d}": f"pvf_paper_{m}_{b}" for m in ("llada", "dream")
+       for b in ("gsm8k", "humaneval") for d in ("static", "fastdllm", "freedave", "pvf")},
+}
+
+
+def test_every_row_is_checked_against_a_script():
+    assert sorted(SCRIPT_ROW) == sorted(PUBLISHED)
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def _tokenizer(family: str):
+    """A tokenizer carrying the published chat template and special tokens (ids are a stub)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    spec = dict(TEMPLATES[family])
+    template = spec.pop("template")
+    vocab = {"[UNK]": 0, **{t: i + 1 for i, t in enumerate(sorted(set(spec.values())))}}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")),
+                                  unk_token="[UNK]", **spec)
+    tok.chat_template = template
+    return tok
+
+
+class PromptRecorder:
+    """An lm-eval model that records each generation context and answers "": the chat history
+    is rendered by pvf-dlm's own renderer (``planner.Prompts``) on the published template."""
+
+    def __new__(cls, family: str | None):
+        from lm_eval.api.model import LM
+
+        from pvf_lmeval.lmeval.planner import Prompts
+
+        class Recorder(LM):
+            def __init__(self):
+                super().__init__()
+                self.contexts = []
+                self.prompts = Prompts(_tokenizer(family or "llada"), family or "none", None,
+                                       lambda _: None)
+
+            @property
+            def tokenizer_name(self) -> str:
+                return f"published-{family}"
+
+            def chat_template(self, chat_template=False):
+                return self.prompts.chat_template(chat_template)
+
+            def apply_chat_template(self, chat_history, add_generation_prompt=True):
+                return self.prompts.render(chat_history, add_generation_prompt)
+
+            def generate_until(self, requests, disable_tqdm=False):
+                self.contexts += [r.args[0] for r in requests]
+                return [""] * len(requests)
+
+            def loglikelihood(self, requests, disable_tqdm=False):
+                raise NotImplementedError
+
+            def loglikelihood_rolling(self, requests, disable_tqdm=False):
+                raise NotImplementedError
+
+        return Recorder()
+
+
+def _cli_flags(row) -> dict:
+    """simple_evaluate's arguments as lm-eval's CLI sets them from the row's command."""
+    argv = shlex.split(row.command().replace('"$(pvf-tasks-path)"', "TASKS"))
+    out = {"tasks": [argv[argv.index("--tasks") + 1]],
+           "num_fewshot": int(argv[argv.index("--num_fewshot") + 1]),
+           "apply_chat_template": "--apply_chat_template" in argv,
+           "confirm_run_unsafe_code": "--confirm_run_unsafe_code" in argv}
+    if "--fewshot_as_multiturn" in argv:
+        out["fewshot_as_multiturn"] = argv[argv.index("--fewshot_as_multiturn") + 1] != "false"
+    else:   # lm-eval 0.4.13's CLI: on with --apply_chat_template unless turned off
+        out["fewshot_as_multiturn"] = out["apply_chat_template"]
+    return out
+
+
+@pytest.fixture
+def local_items(tmp_path, monkeypatch):
+    """The tiny items as the pvf-data copies the bundled tasks read offline."""
+    import pvf_lmeval.data as data
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("PVF_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(data, "dataset_file", functools.partial(data.dataset_file, verify=False))
+    for name, key in (("gsm8k_test", "gsm8k_test"), ("gsm8k_train", "gsm8k_train"),
+                      ("humaneval", "humaneval"), ("math_test", "math_test")):
+        path = tmp_path / data.DATASETS[name].path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(d) + "\n" for d in ITEMS[key])
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            path.write_text(text)
+
+
+def _contexts(row) -> list[str]:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    family = ("dream" if "Dream" in row.model else "llada") if row.chat != "none" else None
+    lm = PromptRecorder(family)
+    lm_eval.simple_evaluate(model=lm, task_manager=TaskManager(include_path=str(REPO / "tasks"),
+                                                               include_defaults=False),
+                            predict_only=True, random_seed=0, numpy_random_seed=1234,
+                            torch_random_seed=1234, fewshot_random_seed=1234, **_cli_flags(row))
+    return lm.contexts
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_prompts_are_the_published_scripts_bytes(name, local_items):
+    row = published(name)
+    want = PROMPTS[SCRIPT_ROW[name]]
+    got = _contexts(row)
+    if str(want[0]["item"]).startswith("HumanEval/"):  # the PVF authors shuffle: by task id
+        by_id = dict(zip([d["task_id"] for d in ITEMS["humaneval"]], got))
+        got = [by_id[w["item"]] for w in want]
+    items = "humaneval" if row.code else "math_test" if row.task.startswith("math") else "gsm8k_test"
+    assert len(got) == len(want) == len(ITEMS[items])
+    for g, w in zip(got, want):
+        assert g == w["prompt"], (name, w["item"])
+
+
+def test_the_other_fewshot_form_breaks_fastdllms_prompt(local_items):
+    """Fast-dLLM's one user turn is what ``--fewshot_as_multiturn false`` gives; lm-eval
+    0.4.13's default (multi-turn) builds another prompt."""
+    import dataclasses
+
+    row = dataclasses.replace(published("fastdllm-gsm8k-256-baseline"), chat="multi_turn")
+    want = [w["prompt"] for w in PROMPTS["fastdllm_gsm8k_len256"]]
+    assert all(g != w for g, w in zip(_contexts(row), want))
+
+
+# ----------------------------------------------------------------------------- settings
+
+#: each row's decoding, written from the published sources (not read from the code)
+EXPECTED = {
+    "llada-instruct-gsm8k-256-8": "decoder=static,gen_length=256,block_length=8,steps=256",
+    "llada-instruct-gsm8k-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
+                                 "confidence_eos_eot_inf=true",
+    "llada-instruct-humaneval-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
+                                     "logits_eos_inf=true",
+    "llada-instruct-math-512-64": "decoder=static,gen_length=512,block_length=64,steps=512",
+    "llada-instruct-math-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
+                                "confidence_eos_eot_inf=true",
+}
+
+
+def _script_settings(name: str) -> dict:
+    """What the published script passed to its generate function, as pvf-dlm's keys."""
+    script = SCRIPT_ROW[name]
+    if name.startswith("fastdllm"):
+        column = {"baseline": "baseline", "cache": "prefix_cache", "parallel": "parallel",
+                  "cache-parallel": "prefix_cache_parallel",
+                  "dual-parallel": "dual_cache_parallel"}[name.split("-", 3)[3]]
+        call = SETTINGS[f"{script}:{column}"]["generate_call"]
+        out = {"gen_length": call["gen_length"], "block_length": call["block_length"],
+               "cache": {"generate": "none", "generate_with_prefix_cache": "prefix",
+                         "generate_with_dual_cache": "dual"}[call["fn"]]}
+        if call["threshold"] is None:
+            out.update(decoder="static", steps=call["steps"])
+        else:
+            out.update(decoder="threshold", threshold=call["threshold"])
+        assert call["temperature"] == 0 and call["remasking"] == "low_confidence"
+        return out
+    if name.startswith("pvf-paper"):
+        text = SETTINGS[script]["generation"]
+        assert text.startswith("gen_length 512, block_length 64, temperature 0, cfg_scale 0, "
+                               "threshold 0.9")
+        assert SETTINGS[script]["model"] == published(name).model
+        return {"gen_length": 512, "block_length": 64}
+    kw = SETTINGS[script]["generate_kwargs"]
+    assert kw["temperature"] == 0 and kw["cfg_scale"] == 0 and kw["remasking"] == "low_confidence"
+    out = {"decoder": "static", "steps": kw["steps"], "gen_length": kw["gen_length"],
+           "block_length": kw["block_length"]}
+    for switch in ("logits_eos_inf", "confidence_eos_eot_inf"):
+        if kw.get(switch):
+            out[switch] = True
+    if name.startswith("llada-base"):   # the script shown at 1024; EVAL.md: gen = steps = block
+        n = int(name.rsplit("-", 1)[1])
+        out.update(steps=n, gen_length=n, block_length=n)
+    return out
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_decoding_equals_the_published_scripts(name):
+    from pvf_lmeval.lmeval.settings import RunSettings
+
+    row = published(name)
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    assert args.pop("pretrained") == row.model
+    params = RunSettings.parse(args).decoding.params(None)
+    assert params.early_stop is False and params.temperature == 0
+    for key, want in _script_settings(name).items():
+        assert getattr(params, key) == want, (name, key)
+    if name in EXPECTED:
+        assert row.model_args() == f"pretrained={row.model},{EXPECTED[name]},early_stop=false"
+    if name.startswith("pvf-paper"):
+        method = name.rsplit("-", 1)[1]
+        decoder = {"static": "static", "fastdllm": "threshold", "freedave": "freedave",
+                   "pvf": "pvf"}[method]
+        assert params.decoder == decoder
+        if decoder in ("threshold", "pvf"):
+            assert params.threshold == 0.9
+        if decoder == "pvf":
+            assert params.preset == name.split("-")[3]
+    for switch in ("logits_eos_inf", "confidence_eos_eot_inf"):
+        if switch not in _script_settings(name):
+            assert not getattr(params, switch), (name, switch)
+
+
+def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
+    assert published("fastdllm-gsm8k-512-parallel").command() == (
+        "lm_eval --model pvf-dlm --model_args pretrained=GSAI-ML/LLaDA-8B-Instruct,"
+        "decoder=threshold,gen_length=512,block_length=32,threshold=0.9,cache=none,"
+        'early_stop=false --include_path "$(pvf-tasks-path)" --tasks gsm8k_pvf --num_fewshot 5 '
+        "--batch_size 1 --apply_chat_template --fewshot_as_multiturn false")
+    assert published("llada-base-humaneval-512").command() == (
+        "lm_eval --model pvf-dlm --model_args pretrained=GSAI-ML/LLaDA-8B-Base,decoder=static,"
+        "gen_length=512,block_length=512,steps=512,early_stop=false "
+        '--include_path "$(pvf-tasks-path)" --tasks humaneval_pvf --num_fewshot 0 '
+        "--batch_size 1 --confirm_run_unsafe_code")
+    with pytest.raises(ValueError, match="published setting 'nope' is not one of llada-"):
+        published("nope")
+
+
+def test_benchmarks_doc_holds_the_generated_table():
+    doc = (REPO / "docs" / "benchmarks.md").read_text()
+    begin, end = "<!-- published:begin -->\n", "<!-- published:end -->"
+    assert doc.count(begin) == 1 and doc.count(end) == 1
+    assert doc.split(begin)[1].split(end)[0] == markdown_table(), \
+        "docs/benchmarks.md's published table drifted: paste `pvf-dlm published --markdown`"
+
+
+# ----------------------------------------------------------------------------- answers
+
+OC = ANSWERS["opencompass"]
+PVF = ANSWERS["pvf"]
+CODE_DOC = {"prompt": 'def add(a: int, b: int) -> int:\n    """Return a + b.\n    >>> add(1, 2)\n'
+                      '    3\n    """\n', "entry_point": "add"}
+
+
+@pytest.mark.parametrize("case", OC["gsm8k_postprocess (instruct rows)"], ids=lambda c: c["output"][:20])
+def test_opencompass_gsm8k_prediction(case):
+    assert pa.oc_gsm8k_prediction(case["output"]) == case["pred"]
+
+
+def test_opencompass_gsm8k_reference_and_equality():
+    case = OC["gsm8k_dataset_postprocess"][0]
+    assert pa.oc_gsm8k_reference(case["answer"]) == case["ref"]
+    # Gsm8kEvaluator.is_equal (opencompass/datasets/gsm8k.py l.66-72)
+    assert pa.oc_gsm8k_equal("18", "18") and pa.oc_gsm8k_equal("18.0", "18")
+    assert not pa.oc_gsm8k_equal("NULL", "18") and not pa.oc_gsm8k_equal("18", "18.5")
+    assert pa.oc_gsm8k_equal("18.5", "18.5")      # the same string, before int() fails
+
+
+@pytest.mark.parametrize("case", OC["humaneval_postprocess_v2 (instruct row)"],
+                         ids=lambda c: c["output"][:20])
+def test_opencompass_humaneval_completion(case):
+    assert pa.oc_humaneval_completion(case["output"]) == case["completion"]
+    assert pa.oc_humaneval_program(CODE_DOC, case["completion"]) == CODE_DOC["prompt"] + case["completion"]
+
+
+@pytest.mark.parametrize("case", PVF["gsm8k extract_pred_number / accuracy_gsm8k"],
+                         ids=lambda c: c["output"][:20])
+def test_pvf_authors_gsm8k(case):
+    assert pa.pvf_gsm8k_prediction(case["output"]) == case["pred"]
+    assert pa.pvf_gsm8k_correct(case["output"], PVF["gold_gsm8k"]) == bool(case["correct"])
+
+
+@pytest.mark.parametrize("case", PVF["humaneval extract_python_code"], ids=lambda c: c["output"][:20])
+def test_pvf_authors_humaneval_code(case):
+    code = pa.pvf_humaneval_code(case["output"], "add")
+    assert code == case["code"]
+    # check_correctness (humaneval_eval.py l.79-84): the code alone when it defines the entry
+    want = code if code.strip().startswith("def add") else CODE_DOC["prompt"] + code
+    assert pa.pvf_humaneval_program(CODE_DOC, code) == want
+
+
+@pytest.mark.parametrize("case", PVF["humaneval extract_python_code (more)"],
+                         ids=lambda c: c["output"][:20])
+def test_pvf_authors_humaneval_last_block_and_program(case):
+    code = pa.pvf_humaneval_code(case["output"], "add")
+    assert code == case["code"]
+    prompt_first = pa.pvf_humaneval_program(CODE_DOC, code).startswith(CODE_DOC["prompt"])
+    assert prompt_first == case["program_starts_with_prompt"]
+
+
+def test_pvf_authors_program_reads_the_code_stripped():
+    """check_correctness tests ``completion.strip().startswith("def " + entry_point)``."""
+    code = "\n  def add(a, b):\n    return a + b\n"
+    assert pa.pvf_humaneval_program(CODE_DOC, code) == code
+    assert pa.pvf_humaneval_program(CODE_DOC, "x = 1\n") == CODE_DOC["prompt"] + "x = 1\n"
+
+
+OCM = ANSWERS["opencompass_math"]
+
+
+def test_opencompass_math_extraction_and_equivalence():
+    """math_postprocess_v2, extract_boxed_answer and MATHEvaluator(version='v2').is_equiv on
+    every (solution, output) pair of the corpus."""
+    got = [(pa.oc_math_boxed(r["solution"]), pa.oc_math_prediction(r["output"])) for r in OCM["rows"]]
+    assert got == [(r["gold"], r["pred"]) for r in OCM["rows"]]
+    assert [pa.oc_math_equal(p, g) for g, p in got] == [r["correct"] for r in OCM["rows"]]
+    assert [pa.oc_math_equal(e["a"], e["b"]) for e in OCM["is_equiv"]] == \
+        [e["equal"] for e in OCM["is_equiv"]]
+
+
+def test_math_task_scores_with_opencompass_rule(local_items):
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    t = tm.load(["math_llada_oc"])["tasks"]
+    t = next(iter(t.values())) if isinstance(t, dict) else t[0]
+    doc = t.test_docs()[0]
+    gold = pa.oc_math_boxed(doc["solution"])
+    assert t.process_results(doc, [f"So the answer is $\\boxed{{{gold}}}$."])["exact_match"] == 1.0
+    assert t.process_results(doc, ["no answer"])["exact_match"] == 0.0
+    assert len(t.test_docs()) == len(ITEMS["math_test"]) and t.config.generation_kwargs["until"] == []
+
+
+FD = ANSWERS["fastdllm"]
+
+
+@pytest.mark.parametrize("case", FD["postprocess_code.py program"], ids=lambda c: c["output"][:20])
+def test_fastdllm_humaneval_program(case):
+    doc = {"prompt": FD["prompt"], "entry_point": FD["entry_point"]}
+    assert pa.fastdllm_program(doc, case["output"]) == case["program"]
+
+
+def test_fastdllm_humaneval_program_on_the_items():
+    docs = {d["task_id"]: d for d in ITEMS["humaneval"]}
+    for case in FD["postprocess_code.py program on items.json"]:
+        assert pa.fastdllm_program(docs[case["task_id"]], case["output"]) == case["program"]
+
+
+def test_pvf_authors_gold_numbers():
+    """``extract_gold_number`` (gsm8k_eval.py l.17-41)."""
+    assert pa.pvf_gsm8k_reference("so 3 + 4\n#### 1,234") == 1234.0
+    assert pa.pvf_gsm8k_reference("x\n#### 3/4") == 3.0     # the number pattern is tried first
+    assert pa.pvf_gsm8k_reference("no hashes, 12 then 7.5") == 7.5
+    assert pa.pvf_gsm8k_reference("nothing") is None
+
+
+@pytest.mark.parametrize("task", ["gsm8k_llada_oc", "gsm8k_pvf_paper"])
+def test_gsm8k_tasks_score_with_the_published_rule(task, local_items):
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    t = tm.load([task])["tasks"]
+    t = next(iter(t.values())) if isinstance(t, dict) else t[0]
+    doc = t.test_docs()[0]                     # Janet's ducks: 18
+    right = "She makes 9 * 2 = 18 dollars.\nQuestion: and 99?"
+    score = t.process_results(doc, [right])["exact_match"]
+    assert score == (1.0 if task == "gsm8k_llada_oc" else 0.0)   # the PVF rule reads the 99
+    assert t.process_results(doc, ["She makes $18."])["exact_match"] == 1.0
+    assert t.config.generation_kwargs["until"] == []
+
+
+# ----------------------------------------------------------------------------- a run
+
+
+@pytest.mark.parametrize("name", ["llada-instruct-gsm8k-256-8", "fastdllm-gsm8k-256-parallel"])
+def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
+    """The row's model args and flags through lm-eval and pvf-dlm on tiny-llada (its own chat
+    template; 32 positions instead of 256): the decoding is the row's, nothing cuts the answer
+    but the row's stop strings, and the chat form is the row's."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published(name)
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada", gen_length="32",
+                **({"steps": "32"} if "steps" in args else {}))
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()))
+    flags = _cli_flags(row)
+    out = lm_eval.simple_evaluate(model=lm, limit=1, bootstrap_iters=0, log_samples=True,
+                                  task_manager=TaskManager(include_path=str(REPO / "tasks"),
+                                                           include_defaults=False), **flags)
+    sample = out["samples"][row.task][0]
+    context, gen_kwargs = sample["arguments"][0]
+    assert context.count("<|start_header_id|>user") == (1 if row.chat == "single_turn" else 5)
+    assert gen_kwargs["until"] == ([] if row.task == "gsm8k_llada_oc" else
+                                   ["Question:", "</s>", "<|im_end|>"])
+    meta = sample["resps"][0][0].meta
+    assert meta["gen_length"] == 32
+    if args["decoder"] == "static":      # one position per call, to the end of the canvas
+        assert meta["nfe"] == 32
+    assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]

@@ -6,10 +6,12 @@ identity) derives from these classes."""
 
 from __future__ import annotations
 
+from .dinfer import CreditDecoder, HierarchyDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
 from .static import StaticDecoder
+from .subblock import SubBlockDecoder
 from .threshold import ThresholdDecoder
 
 #: decoder name -> step class (constructed once per batch from DecodeParams), in table order
@@ -19,6 +21,9 @@ DECODERS = {cls.name: cls for cls in (
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,
+    SubBlockDecoder,
+    HierarchyDecoder,
+    CreditDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)
 #: decoders that read the planning vocabulary

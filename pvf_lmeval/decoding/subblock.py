@@ -27,7 +27,7 @@ from .shared_params import THRESHOLD
 from .stats import Stats
 from .step import BASE, Branches, Choice, Step, base_labels, single_row
 
-SUB_BLOCK = Param("sub_block", int, 8, "positions of a sub-block (it divides block_length)",
+SUB_BLOCK = Param("sub_block", int, 8, "positions of a sub-block",
                   bounds=">= 1", cap=POSITIONS)
 
 

@@ -87,13 +87,13 @@ class _Unrolled(Step):
     def start(self, b) -> dict | None:
         return {"left": torch.zeros(b.n, dtype=torch.long, device=b.device)}
 
-    def select(self, st: Stats, W: Tensor) -> Tensor:
+    def select(self, b, st: Stats, W: Tensor) -> Tensor:
         raise NotImplementedError
 
     def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W = b.working_set(y)
-        # a position whose argmax is the mask id stays masked (argmax_over_mask)
-        sel = self.select(st, W) & (st.tok != b.mask_id)
+        # a position whose argmax is the mask id (argmax_over_mask) stays masked
+        sel = self.select(b, st, W) & (st.tok != b.mask_id)
         row = torch.where(sel, st.tok, y)
         k = torch.where(state["left"] > 0, state["left"], window_size(W.sum(-1)))
         complete = ~(W & ~sel).any(-1)
@@ -115,7 +115,7 @@ class HierarchyDecoder(_Unrolled):
                "threshold, at least the block's best")
     reads = (THRESHOLD, LOW_THRESHOLD)
 
-    def select(self, st: Stats, W: Tensor) -> Tensor:
+    def select(self, b, st: Stats, W: Tensor) -> Tensor:
         return hierarchy_select(st.conf, W, self.p.threshold, self.p.low_threshold)
 
 
@@ -125,8 +125,9 @@ class CreditDecoder(_Unrolled):
                "committed at min(threshold, best)")
     reads = (THRESHOLD, CREDIT_ALPHA, BOOST_GAMMA, DECAY)
 
-    def select(self, st: Stats, W: Tensor) -> Tensor:
-        return credit_select(st.conf, W, self.p.threshold)
+    def select(self, b, st: Stats, W: Tensor) -> Tensor:
+        # positions whose argmax is the mask id neither commit nor set the best confidence
+        return credit_select(st.conf, W & (st.tok != b.mask_id), self.p.threshold)
 
     def call_hook(self, b, view: CallView) -> HookOut:
         """The credit of every row's active block (carried from the request's last call on it,

@@ -105,10 +105,12 @@ def test_reference_tables(decoder, name, seed):
     ("credit", "dinfer-credit.tiny-llada", 32), ("credit", "dinfer-credit.tiny-dream", 32),
     ("hierarchy", "dinfer-hierar-b8.tiny-llada", 8), ("credit", "dinfer-credit-b8.tiny-llada", 8)])
 def test_reference_bundled(one_thread, decoder, name, block):
-    from helpers.reference_tables import arith_prompts, reference_cases
+    from helpers.cache_models import arith_prompts
+    from helpers.reference_tables import reference_cases
     from pvf_lmeval.models import load_model
     m = load_model(name.split(".")[1], device="cpu")
-    _all_equal(_check(m, arith_prompts(m, 10), reference_cases(name), decoder, gen_length=96,
+    prompts, _ = arith_prompts(m.tokenizer, 10)
+    _all_equal(_check(m, prompts, reference_cases(name), decoder, gen_length=96,
                       block_length=block))
 
 

@@ -118,13 +118,14 @@ def test_reference_tables(seed):
 
 
 def test_reference_tiny_dream(one_thread, tmp_path):
-    from helpers.reference_tables import (arith_prompts, reference_cases,
-                                          tiny_dream_as_fast_dllm)
+    from helpers.cache_models import arith_prompts
+    from helpers.reference_tables import reference_cases, tiny_dream_as_fast_dllm
     from pvf_lmeval.models import load_model
     m = load_model(str(tiny_dream_as_fast_dllm(tmp_path / "fd")), device="cpu")
     # case 5's prompt is one block (32 tokens): the reference never shows it to the model (its
     # prefill needs a longer prompt, its block calls send only the masks), so it is left out.
     # The others end inside a block: the reference decodes that block and two more (gen 64)
     cases = [c for c in reference_cases("fastdllm-v2.tiny-dream") if c["case"] != 5]
-    got = _fast_dllm_check(m, arith_prompts(m, 10), cases, lambda p: 64)
+    prompts, _ = arith_prompts(m.tokenizer, 10)
+    got = _fast_dllm_check(m, prompts, cases, lambda p: 64)
     assert got == [(True, True, n, n) for _, _, _, n in got]

@@ -89,17 +89,6 @@ def reference_cases(name: str) -> list[dict]:
     return cases
 
 
-def arith_prompts(model, n: int) -> list[list[int]]:
-    """The harness's prompts on the bundled models: the first ``n`` held-out ``arith`` items as
-    ``"Question: {q}\\nAnswer:"``, no special tokens."""
-    import json
-    path = Path(__file__).resolve().parents[2] / "tasks" / "arith" / "data" / "test.jsonl"
-    with open(path) as f:
-        docs = [json.loads(line) for _, line in zip(range(n), f)]
-    return [model.tokenizer.encode(f"Question: {d['question']}\nAnswer:",
-                                   add_special_tokens=False) for d in docs]
-
-
 def tiny_dream_as_fast_dllm(folder: Path) -> Path:
     """tiny-dream's weights and tokenizer as a Fast-dLLM v2 folder (``Fast_dLLM_Qwen``, blocks of
     32): the network the Fast-dLLM v2 reference ran (Qwen2 under its block-causal mask)."""

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registry_lists_derive_from_the_step_classes():
-    assert DECODER_NAMES == ("static", "threshold", "freedave", "pvf", "explore", "subblock",
+    assert DECODER_NAMES == ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
                              "hierarchy", "credit")
     assert all(cls.name == name for name, cls in DECODERS.items())
     assert PLANNING_DECODERS == ("pvf", "explore")
@@ -38,7 +38,7 @@ def test_the_fields_are_the_declared_parameters_each_once():
     assert PARAM_NAMES == (
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
         "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
-        "steps", "threshold", "factor", "draft_steps", "base_rule", "plan_lo", "plan_hi",
+        "steps", "threshold", "factor", "gamma", "draft_steps", "base_rule", "plan_lo", "plan_hi",
         "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band",
         "sub_block", "low_threshold", "credit_alpha", "boost_gamma", "decay")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES
@@ -65,6 +65,7 @@ def test_report_lists_derive_from_the_declarations():
     assert identity.DECODER_PARAMS == {
         "static": ("steps",),
         "threshold": ("threshold", "factor"),
+        "eb": ("gamma",),
         "freedave": ("draft_steps", "base_rule", "threshold", "factor"),
         "pvf": ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
                 "plan_self_check"),

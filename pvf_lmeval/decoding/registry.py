@@ -7,6 +7,7 @@ identity) derives from these classes."""
 from __future__ import annotations
 
 from .dinfer import CreditDecoder, HierarchyDecoder
+from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
@@ -18,6 +19,7 @@ from .threshold import ThresholdDecoder
 DECODERS = {cls.name: cls for cls in (
     StaticDecoder,
     ThresholdDecoder,
+    EntropyBoundDecoder,
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,

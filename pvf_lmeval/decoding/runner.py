@@ -65,6 +65,7 @@ class Runner:
         self.compile_step = compile_step
         self.hook = hook
         self.carry = Carry(b.n, b.L, b.device) if hook is not None else None
+        self.extra_dtypes: dict = {}        # the hook's extras by name (their dtypes)
         # rules=reference switches of the statistics pass (``Step.loop_switches``)
         self.stats_mask = None if "argmax_over_mask" in b.switches else b.mask_id
         self.float64 = "softmax64" in b.switches
@@ -159,8 +160,12 @@ class Runner:
         flat = rows.reshape(R * M, L)
         hook = None
         if self.hook is not None:
+            # the extras the hook returned before, zeros until a call writes them (a round
+            # whose requests make no call still hands the step every field)
+            extra = {k: torch.zeros(R * M * L + 1, dtype=dt, device=b.device)
+                     for k, dt in self.extra_dtypes.items()}
             hook = _HookCall(open=(flat == b.mask_id if open is None else open.reshape(R * M, L)),
-                             cover=cover, draws=draws, args=hook_args or {}, extra={})
+                             cover=cover, draws=draws, args=hook_args or {}, extra=extra)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
                 self._physical(chunk, flat, M, tok, val, entropy, refresh, hook)
@@ -245,6 +250,7 @@ class Runner:
         at = at.reshape(-1)
         for k, v in (extra or {}).items():
             if k not in hook.extra:
+                self.extra_dtypes[k] = v.dtype
                 hook.extra[k] = torch.zeros(tok_out.shape[0], dtype=v.dtype, device=dev)
             hook.extra[k].index_put_((at,), v.to(dev).reshape(-1))
         tok_out.index_put_((at,), tok.to(dev).reshape(-1))

@@ -1,17 +1,19 @@
-"""The table models the reference harnesses ran (tests/data/reference50/README.md), in the decoding
-model protocol, and the reference outputs recorded from them.
+"""The table models the reference decoders' outputs in ``tests/data/reference_decoders/`` were
+computed on (``table0``, ``table1``, ``table2``), rebuilt from their published description
+(tests/data/reference_decoders/README.md) as models of the decoding protocol.
 
-``ReferenceTable(seed)`` rebuilds the harness's ``TableModel(TableSpec(seed))`` from its
-description: V = 12, mask id 11, end-of-text 10; tables drawn as float32 ``torch.randn`` from
-``torch.Generator().manual_seed(seed)`` in the order T0 [256, V], T_self, T_left, T_right,
-T_first [V + 1, V] (index V: a masked or unseen position); the logits of a row at position
-``pos`` holding ``own`` are ``2 * (T0[pos] + 0.6 T_self[own] + T_left[seen(pos - 1)] +
-T_right[seen(pos + 1)] + 0.5 T_first[seen(0)])`` with the mask id's column -4 before scaling.
-``seen(k)`` is the token at k when the row sees k (bidirectional: every position of the
-sequence; ``block_size``: blocks up to the row's own) and it is not the mask, else V.
-``shift=True`` (a Dream-style family: Fast-dLLM v2 shifts its logits by one) gives position j
-the row of j - 1. Left padding (``attention_mask``) is dropped, so a request reads the same
-logits alone or batched.
+A row's logits depend on its absolute position, its own token and the tokens at the positions
+before and after it and at position 0 *as the row sees them*: a masked token, a position outside
+the tokens given, or one the row cannot attend to (block-causal attention, ``block_size``) is
+seen as nothing (index V). Tables are drawn, in this order, with float32 ``torch.randn`` from
+``torch.Generator().manual_seed(seed)``: T0 [256, V], T_self, T_left, T_right, T_first
+[V + 1, V]; ``logits = sharp * (T0[pos] + 0.6 T_self[own] + T_left[left] + T_right[right]
++ 0.5 T_first[first])`` with the mask id's entry set to -4 before the scaling (the float32
+operations in that order). ``shift=True`` (a Dream-style family, as Fast-dLLM v2 reads its
+logits) gives position j the row of position j - 1.
+
+The outputs of dInfer and Fast-dLLM v2 on these models and the bundled ones are in
+``tests/data/reference50/`` (:func:`reference_cases`).
 """
 
 from __future__ import annotations
@@ -20,60 +22,52 @@ from pathlib import Path
 
 import torch
 
-from .decoding_tables import NoCapitals
-
 DATA = Path(__file__).resolve().parent.parent / "data" / "reference50"
-VOCAB, MASK_ID, EOS_ID = 12, 11, 10
+V, MASK, EOS, MAX_POS, SHARP = 12, 11, 10, 256, 2.0
 
 
 class ReferenceTable:
-    """See the module docstring. ``calls`` counts the model calls."""
+    """``table<seed>`` of the reference harnesses; ``block_size``: block-causal attention over
+    absolute blocks of that size (the harness's aligned geometry), None: bidirectional."""
 
-    def __init__(self, seed: int, *, block_size: int | None = None, shift: bool = False):
+    mask_id = MASK
+    eos_ids = (EOS,)
+
+    def __init__(self, seed: int, block_size: int | None = None, shift: bool = False):
         g = torch.Generator().manual_seed(seed)
-        V = VOCAB
-        self.T0 = torch.randn(256, V, generator=g)
-        self.Tself, self.Tleft, self.Tright, self.Tfirst = (
+        self.T0 = torch.randn(MAX_POS, V, generator=g)
+        self.T_self, self.T_left, self.T_right, self.T_first = (
             torch.randn(V + 1, V, generator=g) for _ in range(4))
         self.block_size = block_size
         self.shift = shift
-        self.mask_id, self.eos_ids, self.pad_id, self.vocab = MASK_ID, (EOS_ID,), EOS_ID, V
-        self.tokenizer = NoCapitals(V)
         self.calls = 0
 
-    def _row(self, seq: list[int], r: int) -> torch.Tensor:
-        V, B = self.vocab, self.block_size
-
-        def seen(k: int) -> int:
-            if k < 0 or k >= len(seq) or (B is not None and k // B > r // B):
-                return V
-            return V if seq[k] == self.mask_id else seq[k]
-
-        own = V if seq[r] == self.mask_id else seq[r]
-        row = (self.T0[r] + 0.6 * self.Tself[own] + self.Tleft[seen(r - 1)]
-               + self.Tright[seen(r + 1)] + 0.5 * self.Tfirst[seen(0)])
-        row[self.mask_id] = -4.0
-        return 2.0 * row
-
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
-        assert cache is None
+        assert cache is None and attention_mask is None
         self.calls += 1
         N, T = tokens.shape
-        pos = positions if positions.dim() == 2 else positions.expand(N, -1)
-        out = torch.empty(N, pos.shape[1], self.vocab)
-        for n in range(N):
-            pad = 0 if attention_mask is None else int((attention_mask[n] == 0).sum())
-            seq = tokens[n, pad:].tolist()
-            for j, c in enumerate(pos[n].tolist()):
-                q = c - pad
-                out[n, j] = self._row(seq, max(q - 1, 0) if self.shift else q)
-        return out
+        pos = positions.expand(N, -1) if positions.dim() == 1 else positions       # [N, P]
+        if self.shift:
+            pos = (pos - 1).clamp(min=0)
+        seen = torch.where(tokens == MASK, V, tokens)                              # [N, T]
+        padded = torch.cat([seen, torch.full((N, 1), V)], 1)                       # T: nothing
+
+        def at(p):
+            ok = (p >= 0) & (p < T)
+            if self.block_size is not None:
+                ok &= p // self.block_size <= pos // self.block_size
+            return padded.gather(1, torch.where(ok, p, T))
+
+        row = (self.T0[pos] + 0.6 * self.T_self[at(pos)] + self.T_left[at(pos - 1)]
+               + self.T_right[at(pos + 1)] + 0.5 * self.T_first[at(torch.zeros_like(pos))])
+        row[..., MASK] = -4.0
+        return SHARP * row
 
 
 def table_prompts(n: int) -> list[list[int]]:
     """The harness's prompts: ``torch.randint(0, 10, (n, 5))`` from ``manual_seed(1000)``."""
     g = torch.Generator().manual_seed(1000)
-    return torch.randint(0, EOS_ID, (n, 5), generator=g).tolist()
+    return torch.randint(0, EOS, (n, 5), generator=g).tolist()
 
 
 def reference_cases(name: str) -> list[dict]:

@@ -114,29 +114,6 @@ def test_reference_bundled(one_thread, decoder, name, block):
                       block_length=block))
 
 
-class LogitRows:
-    """A model with V = 4 (mask id 3, end-of-text 2), prompts of one token: the logits at
-    generation position j are ``rows[j]`` while the whole canvas is masked, else a confident
-    token 0."""
-
-    mask_id, eos_ids, vocab = 3, (2,), 4
-
-    def __init__(self, rows):
-        self.rows = torch.tensor(rows, dtype=torch.float32)
-        self.calls = 0
-
-    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
-        self.calls += 1
-        if self.calls > 20:
-            raise RuntimeError("called 20 times: decoding does not progress")
-        gen = tokens[:, 1:]                                   # a one-token prompt
-        out = torch.tensor([9., 0., 0., 0.]).expand(*positions.shape[-1:], 4).clone()
-        fresh = (gen == self.mask_id).all(-1)
-        out = out.expand(tokens.shape[0], -1, -1).clone()
-        out[fresh] = self.rows[positions - 1]
-        return out
-
-
 @pytest.mark.parametrize("decoder,rows,threshold", [
     # hierarchy: the mask at 0 is the run's and the block's best (a commit of the mask id
     # changes nothing); .55 at 1 passes threshold .5
@@ -147,6 +124,8 @@ class LogitRows:
 def test_reference_argmax_over_mask(decoder, rows, threshold):
     """A position whose argmax is the mask id (p .6 under the softmax over all four ids) stays
     masked under rules=reference."""
+    from helpers.decoding_tables import LogitRows
+
     from pvf_lmeval.decoding import decode
     m = LogitRows(rows)
     r = decode(m, [1], decoder, gen_length=4, block_length=4, rules="reference", trace=True,

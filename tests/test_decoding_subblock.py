@@ -19,7 +19,7 @@ def _on(x):
 @pytest.mark.parametrize("masked,cands,first", [
     ([2, 3, 5, 6, 9], [2, 3], []),            # the first sub-block with a mask (of 4)
     ([5, 6, 9, 12], [5, 6], []),              # the next one, once the first is full
-    ([8, 9, 10, 12, 15], [8], [8]),           # a block (of 8) starting masked: its first alone
+    ([8, 9, 10, 12, 15], [8, 9, 10], [8]),    # a block (of 8) starting masked: its first
     ([9, 10, 12, 15], [9, 10], []),
     ([15], [15], []),
     ([], [], []),
@@ -34,7 +34,7 @@ def test_subblock_candidates(masked, cands, first):
 def test_subblock_candidates_batched():
     m = torch.tensor([[F, T, T, F, T, T, T, T], [F, F, F, F, T, T, F, T]])
     W, f = subblock_set(m, 4, 2)
-    assert W.tolist() == [[F, T, F, F, F, F, F, F], [F, F, F, F, T, F, F, F]]
+    assert W.tolist() == [[F, T, F, F, F, F, F, F], [F, F, F, F, T, T, F, F]]
     assert f.tolist() == [[F] * 8, [F, F, F, F, T, F, F, F]]
 
 
@@ -129,3 +129,17 @@ def test_reference_tiny_dream(one_thread, tmp_path):
     prompts, _ = arith_prompts(m.tokenizer, 10)
     got = _fast_dllm_check(m, prompts, cases, lambda p: 64)
     assert got == [(True, True, n, n) for _, _, _, n in got]
+
+
+def test_reference_first_token_of_the_mask_id_leaves_the_block_to_the_sub_block_rule():
+    """rules=reference: the block's first position's argmax is the mask id (p .6 under the
+    softmax over all four ids), so its first token is not taken; the sub-block rule commits .95
+    at 1 from the same stats."""
+    from helpers.decoding_tables import LogitRows
+
+    from pvf_lmeval.decoding import decode
+    rows = [[0., 0., 0., 1.61], [3.9, 0., 0., 0.], [0.] * 4, [0.] * 4]
+    r = decode(LogitRows(rows), [1], "subblock", gen_length=4, block_length=4, sub_block=2,
+               rules="reference", trace=True, early_stop=False)
+    assert r.steps[0]["committed"] == [[1, "base"]]
+    assert r.tokens == [0, 0, 0, 0]

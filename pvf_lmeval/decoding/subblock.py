@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..tensors.uploads import upload
 from .param_spec import POSITIONS, Param, Rule
 from .select import first_true, threshold_select
 from .shared_params import THRESHOLD
@@ -40,16 +41,14 @@ def _divides(p) -> str | None:
 def subblock_set(masked: Tensor, block: int, sub: int) -> tuple[Tensor, Tensor]:
     """(candidates [..., L], first [..., L]) of states whose masked positions are ``masked``
     [..., L]: the masked positions of the first sub-block (``sub`` positions, aligned to multiples
-    of ``sub``) that holds one, and ``first``, that sub-block's first masked position where it
-    starts a block of ``block`` (the block's first token, committed alone by argmax; then
-    ``candidates`` is that position alone). Nothing when no position is masked."""
+    of ``sub``) that holds one, and that sub-block's first masked position where it starts a
+    block of ``block`` (the block's first token, committed alone by argmax). Nothing when no
+    position is masked."""
     L = masked.shape[-1]
     idx = torch.arange(L, device=masked.device)
     f = first_true(masked).unsqueeze(-1)                                          # L: none
-    at_first = idx == f
-    first = at_first & (f % block == 0)
-    W = masked & (idx // sub == f // sub)
-    return torch.where(first.any(-1, keepdim=True), first, W), first
+    first = (idx == f) & (f % block == 0)
+    return masked & (idx // sub == f // sub), first
 
 
 class SubBlockDecoder(Step):
@@ -69,15 +68,19 @@ class SubBlockDecoder(Step):
             return {"prefill": zero}
         head = (b.P0 - (b.attention[:, :b.P0] == 0).sum(-1) if b.attention is not None
                 else torch.full_like(zero, b.P0))
-        start = torch.tensor(b.start, dtype=torch.long, device=b.device)
+        start = upload(b.start, b.device)
         return {"prefill": ((head > 0) & (start < b.B)).long()}
 
     def branches(self, b, y: Tensor, st: Stats, state=None, draws=None) -> Branches:
         W, first = subblock_set(y == b.mask_id, b.B, self.p.sub_block)
-        sel, forced = threshold_select(st.conf, W & ~first, self.p.threshold,
+        # a first token whose argmax is the mask id (argmax_over_mask) leaves its block to the
+        # sub-block rule, as the reference's next call does
+        first &= st.tok != b.mask_id
+        alone = first.any(-1, keepdim=True)
+        sel, forced = threshold_select(st.conf, W & ~alone, self.p.threshold,
                                        strict=self.rules.strict_threshold)
-        sel = sel | first
-        br = single_row(b, torch.where(sel, st.tok, y), base_labels(sel, forced & ~first))
+        sel = (sel | first) & (st.tok != b.mask_id)      # a commit of the mask id changes nothing
+        br = single_row(b, torch.where(sel, st.tok, y), base_labels(sel, forced & sel))
         br.unmade = state["prefill"]          # counted once, with round 0's branches
         return br
 
@@ -87,9 +90,7 @@ class SubBlockDecoder(Step):
         if self.rules.unmade_extra_calls:         # a live state still holds a mask
             row = br.rows[:, 0]
             done = ~(row == b.mask_id).any(-1)
-            last = b.blk == b.nb - 1
-            if b._start_live is not None:
-                last = last & (b.idx >= b._start_live[:, None])
-            eos = (torch.isin(row, b.eos) & last).any(-1) & b.early_stop
+            # the last block never holds prompt tokens (a region is at least two blocks)
+            eos = (torch.isin(row, b.eos) & (b.blk == b.nb - 1)).any(-1) & b.early_stop
             ch.unmade = (done & ~eos).long()      # this round completes the region
         return ch

@@ -39,6 +39,9 @@ DECODERS = {
             "plan_vocab": list(range(0, 3000, 7))},
     "explore": {"threshold": 0.3, "reveal_next": 2, "plan_vocab": list(range(0, 3000, 7))},
     "eb": {"gamma": 0.5},
+    "subblock": {"threshold": 0.3, "sub_block": 2},
+    "hierarchy": {"threshold": 0.3},
+    "credit": {"threshold": 0.3},
 }
 
 

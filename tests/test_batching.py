@@ -14,7 +14,8 @@ from pvf_lmeval.decoding.batch import pad_id_of
 from pvf_lmeval.models import load_model
 from pvf_lmeval.planning.online import OnlineVocab
 
-DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
+            "hierarchy", "credit")
 CACHES = ("none", "prefix", "dual")
 
 

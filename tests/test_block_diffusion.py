@@ -206,7 +206,10 @@ DECODERS = [("threshold", {}), ("static", {}), ("freedave", {}),
             ("pvf", {"reveal_next": 2, "plan_vocab": list(range(10, 50, 3))}),
             ("pvf", {"rules": "reference", "plan_vocab": list(range(10, 50, 3))}),
             ("explore", {"reveal_next": 1}), ("threshold", {"temperature": 0.7}),
-            ("static", {"steps": 4}), ("eb", {}), ("eb", {"rules": "reference"})]
+            ("static", {"steps": 4}), ("eb", {}), ("eb", {"rules": "reference"}),
+            ("subblock", {"sub_block": 2}), ("subblock", {"sub_block": 2, "rules": "reference"}),
+            ("hierarchy", {}), ("hierarchy", {"rules": "reference"}), ("credit", {}),
+            ("credit", {"rules": "reference"})]
 
 
 def _same(a, b):

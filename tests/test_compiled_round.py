@@ -28,7 +28,8 @@ from helpers.prerequisites import compile_tier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
+            "hierarchy", "credit")
 CACHES = ("none", "prefix", "dual", "dual_base")
 VOCAB = list(range(0, 600, 3))
 #: the round compiled, captured op by op (see the module docstring)

@@ -16,7 +16,8 @@ from pvf_lmeval.models.diffusion_lm import COMPILE_TRUE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
+            "hierarchy", "credit")
 CACHES = ("none", "prefix", "dual", "dual_base")
 
 

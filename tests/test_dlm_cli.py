@@ -62,13 +62,14 @@ def test_args_plain_lines():
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
-    assert "  static, threshold, eb, freedave, pvf, explore  " in row
-    assert len(lines) == 1 + 59
+    assert "  static, threshold, eb, freedave, pvf, explore, subblock, hierarchy, credit  " in row
+    assert len(lines) == 1 + 64
 
 
 def test_decoders_and_their_parameters():
     rows = {line.split()[0]: line for line in dlm("decoders").splitlines()[1:]}
-    assert list(rows) == ["static", "threshold", "eb", "freedave", "pvf", "explore"]
+    assert list(rows) == ["static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
+                          "hierarchy", "credit"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
         "static": "steps, logits_eos_inf, confidence_eos_eot_inf",
@@ -78,6 +79,9 @@ def test_decoders_and_their_parameters():
                     "base_rule=threshold)",
         "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",
         "explore": "threshold, pick, band, reveal_next, vocab",
+        "subblock": "threshold, sub_block",
+        "hierarchy": "threshold, low_threshold",
+        "credit": "threshold, credit_alpha, boost_gamma, decay",
     }
 
 

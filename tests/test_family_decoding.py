@@ -5,8 +5,9 @@ here of 8) the KV cache is exact, so ``cache=prefix`` and ``cache=dual`` give th
 alone. The weights are scaled up after loading so that the distributions are peaked (threshold
 commits several tokens at once, PVF plans and falls back).
 
-Every decoder runs on SDAR and PVF on each family; the rest of the family x decoder matrix is the
-``PVF_FAMILY_TESTS=1`` tier (each call computes a 152k-id LM head)."""
+Every decoder runs on SDAR, PVF on each family, and subblock, hierarchy and credit also on
+Fast-dLLM v2 (block-causal, shifted) and RND1 (bidirectional, shifted); the rest of the family x
+decoder matrix is the ``PVF_FAMILY_TESTS=1`` tier (each call computes a 152k-id LM head)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ DECODERS = {
             "plan_vocab": list(range(0, 3000, 7))},
     "explore": {"threshold": 0.3, "reveal_next": 2, "plan_vocab": list(range(0, 3000, 7))},
     "eb": {"gamma": 0.5},
+    "subblock": {"threshold": 0.3, "sub_block": 2},
+    "hierarchy": {"threshold": 0.3},
+    "credit": {"threshold": 0.3},
 }
 
 
@@ -61,8 +65,10 @@ def models(tmp_path_factory):
     return get
 
 
-#: every decoder on SDAR and PVF on each family; the family tier runs the other pairs
-COVER = {("sdar", d) for d in DECODERS} | {(f, "pvf") for f in FAMILIES}
+#: every decoder on SDAR, PVF on each family, the commit-only decoders of Fast-dLLM v2 and RND1
+#: on those two; the family tier runs the other pairs
+COVER = {("sdar", d) for d in DECODERS} | {(f, "pvf") for f in FAMILIES} | \
+    {(f, d) for f in ("fast_dllm", "rnd1") for d in ("subblock", "hierarchy", "credit")}
 
 
 def _same(a, b, context):

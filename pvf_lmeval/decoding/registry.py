@@ -6,11 +6,13 @@ identity) derives from these classes."""
 
 from __future__ import annotations
 
+from .dinfer import CreditDecoder, HierarchyDecoder
 from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
 from .static import StaticDecoder
+from .subblock import SubBlockDecoder
 from .threshold import ThresholdDecoder
 
 #: decoder name -> step class (constructed once per batch from DecodeParams), in table order
@@ -21,6 +23,9 @@ DECODERS = {cls.name: cls for cls in (
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,
+    SubBlockDecoder,
+    HierarchyDecoder,
+    CreditDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)
 #: decoders that read the planning vocabulary

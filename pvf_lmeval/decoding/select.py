@@ -34,10 +34,10 @@ def rank_desc(conf: Tensor, members: Tensor) -> Tensor:
 
 def threshold_select(conf: Tensor, members: Tensor, tau: float,
                      factor: float | None = None, *, last_rank_commits_all: bool = False,
-                     force: bool = True) -> tuple[Tensor, Tensor]:
+                     force: bool = True, strict: bool = False) -> tuple[Tensor, Tensor]:
     """Fast-dLLM rule over ``members`` [..., L]: returns (selected, forced) masks.
 
-    Without ``factor``: members with ``conf >= tau``. With ``factor`` f: members whose rank n
+    Without ``factor``: members with ``conf >= tau`` (``strict``: ``conf > tau``). With ``factor`` f: members whose rank n
     (1-based, conf descending) has ``conf >= 1 - f/(n+1)`` (a prefix of the ranking). If no member
     qualifies, the single most confident member is selected and flagged ``forced`` (``force``
     False: nothing is selected then, the caller forces later).
@@ -48,7 +48,7 @@ def threshold_select(conf: Tensor, members: Tensor, tau: float,
     """
     rank = rank_desc(conf, members)
     if factor is None:
-        clear = members & (conf >= tau)
+        clear = members & ((conf > tau) if strict else (conf >= tau))
     else:
         clear = members & (conf >= 1.0 - factor / (rank + 2).to(conf.dtype))
         if last_rank_commits_all:

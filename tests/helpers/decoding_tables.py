@@ -227,3 +227,26 @@ def run(decoder: str, table, *, model_kw=None, **kw):
     r = decode(m, PROMPT, decoder, trace=True, **kw)
     assert r.nfe == m.nfe and r.branch_rows == m.rows
     return r, m
+
+
+class LogitRows:
+    """A model with V = 4 (mask id 3, end-of-text 2) whose logits may favour the mask id (for
+    ``rules=reference``'s ``argmax_over_mask``), prompts of one token: the logits at generation
+    position j are ``rows[j]`` while the whole canvas is masked, else a confident token 0."""
+
+    mask_id, eos_ids, vocab = 3, (2,), 4
+
+    def __init__(self, rows):
+        self.rows = torch.tensor(rows, dtype=torch.float32)
+        self.calls = 0
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        self.calls += 1
+        if self.calls > 20:
+            raise RuntimeError("called 20 times: decoding does not progress")
+        gen = tokens[:, 1:]                                   # a one-token prompt
+        out = torch.tensor([9., 0., 0., 0.]).expand(*positions.shape[-1:], 4).clone()
+        fresh = (gen == self.mask_id).all(-1)
+        out = out.expand(tokens.shape[0], -1, -1).clone()
+        out[fresh] = self.rows[positions - 1]
+        return out

@@ -9,13 +9,20 @@ seen as nothing (index V). Tables are drawn, in this order, with float32 ``torch
 ``torch.Generator().manual_seed(seed)``: T0 [256, V], T_self, T_left, T_right, T_first
 [V + 1, V]; ``logits = sharp * (T0[pos] + 0.6 T_self[own] + T_left[left] + T_right[right]
 + 0.5 T_first[first])`` with the mask id's entry set to -4 before the scaling (the float32
-operations in that order).
+operations in that order). ``shift=True`` (a Dream-style family, as Fast-dLLM v2 reads its
+logits) gives position j the row of position j - 1.
+
+The outputs of dInfer and Fast-dLLM v2 on these models and the bundled ones are in
+``tests/data/reference50/`` (:func:`reference_cases`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+DATA = Path(__file__).resolve().parent.parent / "data" / "reference50"
 V, MASK, EOS, MAX_POS, SHARP = 12, 11, 10, 256, 2.0
 
 
@@ -26,12 +33,13 @@ class ReferenceTable:
     mask_id = MASK
     eos_ids = (EOS,)
 
-    def __init__(self, seed: int, block_size: int | None = None):
+    def __init__(self, seed: int, block_size: int | None = None, shift: bool = False):
         g = torch.Generator().manual_seed(seed)
         self.T0 = torch.randn(MAX_POS, V, generator=g)
         self.T_self, self.T_left, self.T_right, self.T_first = (
             torch.randn(V + 1, V, generator=g) for _ in range(4))
         self.block_size = block_size
+        self.shift = shift
         self.calls = 0
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None):
@@ -39,6 +47,8 @@ class ReferenceTable:
         self.calls += 1
         N, T = tokens.shape
         pos = positions.expand(N, -1) if positions.dim() == 1 else positions       # [N, P]
+        if self.shift:
+            pos = (pos - 1).clamp(min=0)
         seen = torch.where(tokens == MASK, V, tokens)                              # [N, T]
         padded = torch.cat([seen, torch.full((N, 1), V)], 1)                       # T: nothing
 
@@ -52,3 +62,38 @@ class ReferenceTable:
                + self.T_right[at(pos + 1)] + 0.5 * self.T_first[at(torch.zeros_like(pos))])
         row[..., MASK] = -4.0
         return SHARP * row
+
+
+def table_prompts(n: int) -> list[list[int]]:
+    """The harness's prompts: ``torch.randint(0, 10, (n, 5))`` from ``manual_seed(1000)``."""
+    g = torch.Generator().manual_seed(1000)
+    return torch.randint(0, EOS, (n, 5), generator=g).tolist()
+
+
+def reference_cases(name: str) -> list[dict]:
+    """The cases of ``tests/data/reference50/<name>.txt``: per line ``case``, ``nfe``, the other
+    counts, and ``tokens`` (a list of ids)."""
+    cases = []
+    for line in (DATA / f"{name}.txt").read_text().splitlines():
+        head, toks = line.split(" tokens=")
+        rec = dict(kv.split("=") for kv in head.split())
+        rec = {k: int(v) for k, v in rec.items()}
+        rec["tokens"] = [int(t) for t in toks.split()]
+        cases.append(rec)
+    return cases
+
+
+def tiny_dream_as_fast_dllm(folder: Path) -> Path:
+    """tiny-dream's weights and tokenizer as a Fast-dLLM v2 folder (``Fast_dLLM_Qwen``, blocks of
+    32): the network the Fast-dLLM v2 reference ran (Qwen2 under its block-causal mask)."""
+    import json
+    import shutil
+    src = Path(__file__).resolve().parents[2] / "pvf_lmeval" / "fixtures" / "tiny-dream"
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(architectures=["Fast_dLLM_QwenForCausalLM"], model_type="Fast_dLLM_Qwen",
+               bd_size=32)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, folder / name)
+    return folder

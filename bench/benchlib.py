@@ -53,7 +53,7 @@ PACKAGE = {
     "BatchKV": ("pvf_lmeval.decoding.cache", "BatchKV"),
     "KVCall": ("pvf_lmeval.decoding.cache", "KVCall"),
     **{name: ("pvf_lmeval.decoding.likelihood", name) for name in (
-        "Continuation", "elbo", "elbo_batch", "greedy_matches", "loglikelihoods")},
+        "Continuation", "Estimator", "elbo", "elbo_batch", "loglikelihoods", "suffix_greedy")},
     "invariant_mode": ("pvf_lmeval.decoding.options", "invariant_mode"),
     "DECODER_NAMES": ("pvf_lmeval.decoding.registry", "DECODER_NAMES"),
     "Shadow": ("pvf_lmeval.tensors.shadow", "Shadow"),

@@ -28,6 +28,7 @@ from ..decoding.cache import cache_exact
 from ..models.diffusion_lm import compile_seconds
 from ..one_line import exit_in_one_line, one_line_errors
 from ..planning.vocab import RunVocab
+from .generation import LikelihoodScore
 from .launch import start
 from .model_args import default_pretrained_notice
 from .planner import Planner, Prompts, public_params, reads_is_greedy
@@ -39,6 +40,8 @@ log = logging.getLogger("pvf_lmeval")
 
 #: what the CLI passes as ``--device`` when the user said nothing
 CLI_DEFAULT_DEVICE = "cuda:0"
+#: what the CLI passes as ``--batch_size`` when the user said nothing
+CLI_DEFAULT_BATCH_SIZE = "1"
 
 
 def _notice(msg: str) -> None:
@@ -156,9 +159,17 @@ class PVFDiffusionLM(LM):
 
     @classmethod
     def _merge(cls, args: dict, additional_config: dict | None) -> dict:
-        """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults."""
+        """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults; a
+        ``batch_size`` in ``--model_args`` and another ``--batch_size`` than lm-eval's default
+        (1, which the CLI passes when none is given) is a one-line error, as HFLM refuses both."""
         merged = dict(args)
         for key, value in (additional_config or {}).items():
+            if key == "batch_size" and key in merged and value is not None and \
+                    str(value) not in (str(merged[key]), CLI_DEFAULT_BATCH_SIZE):
+                error = ValueError(f"pvf-dlm: batch_size={merged[key]} in --model_args and "
+                                   f"--batch_size {value} disagree; give one of them")
+                exit_in_one_line(error)
+                raise error
             if value is None or key in merged:
                 continue
             merged[key] = value
@@ -406,15 +417,16 @@ class PVFDiffusionLM(LM):
                 checked = dict(zip(check, checks))
                 for j, (i, r) in enumerate(zip(batch, scores)):
                     task = getattr(requests[i], "task_name", None) or "unknown"
-                    greedy = bool(r.is_greedy) if greedy_read[i] else False
-                    if j in checked:
-                        greedy = checked[j].value
-                    out[i] = (r.logprob, greedy)
-                    self.sink.pending.add_likelihood(task, r.stats())
-                    if j in checked:
-                        self.sink.pending.add_greedy_check(task, {
-                            "nfe": checked[j].calls, "canvases": checked[j].canvases,
-                            "branch_rows": checked[j].canvases * est.rows_per_canvas})
+                    greedy, stats = (bool(r.is_greedy) if greedy_read[i] else False), r.stats()
+                    if j in checked:            # the check's own calls join the answer's
+                        c = checked[j]
+                        greedy = c.value
+                        stats.update(nfe=stats["nfe"] + c.calls,
+                                     canvases=stats["canvases"] + c.canvases,
+                                     branch_rows=stats["branch_rows"]
+                                     + c.canvases * est.rows_per_canvas)
+                    out[i] = (LikelihoodScore(r.logprob, stats), greedy)
+                    self.sink.pending.add_likelihood(task, stats, greedy_check=j in checked)
                     self.cache_hook.add_partial("loglikelihood", requests[i].args[:2], out[i])
                 self.sink.drew("likelihood")
                 bar.update(len(batch))
@@ -444,13 +456,13 @@ class PVFDiffusionLM(LM):
                 token_list=ids, prefix_token=prefix, max_seq_len=self.max_length - 1,
                 context_len=1)]
             rows = (self.batch_size if opts.auto is None else 1) * opts.mc_batch
-            with self._oom_guard("scoring a rolling window", rows * opts.likelihood.rows_per_canvas,
-                             self.max_length):
+            with self._oom_guard("scoring a rolling window",
+                                 rows * opts.likelihood.rows_per_canvas, self.max_length):
                 r = rolling_loglikelihood(self.model, windows, estimator=opts.likelihood,
                                           mc_batch=rows, seed=self._run_seed(),
                                           request_index=self.planner.likelihood_key(req, i),
                                           batch_invariant=opts.decode.batch_invariant)
-            out.append(r.logprob)
+            out.append(LikelihoodScore(r.logprob, r.stats()))
             self.sink.pending.add_likelihood(getattr(req, "task_name", None) or "unknown",
                                              r.stats())
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)

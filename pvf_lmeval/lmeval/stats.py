@@ -4,8 +4,8 @@ A generation answer has SPEC "Statistics"; a likelihood answer (a scored continu
 rolling text) has :data:`LIKELIHOOD_KEYS`: the model calls that computed its canvases (``nfe``),
 their model rows (``branch_rows``: twice the canvases under classifier-free guidance), the
 distinct canvases (``canvases``) and the Monte Carlo draws (``mc_num``); a greedy check run
-when lm-eval reads ``is_greedy`` adds its calls to its continuation's (``greedy_checks`` counts
-them). A task's row holds its generation answers; a task of likelihood answers only has their
+when lm-eval reads ``is_greedy`` adds its calls and canvases to its continuation's
+(``greedy_checks`` counts the answers that ran one). A task's row holds its generation answers; a task of likelihood answers only has their
 statistics in its row, and a task with both kinds has them under ``likelihood`` in its row.
 """
 
@@ -46,20 +46,14 @@ class StatTotals:
         if from_cache:
             row["from_cache"] += 1
 
-    def add_likelihood(self, task: str, stats: dict) -> None:
-        """A likelihood answer of ``task`` with its statistics (:data:`LIKELIHOOD_KEYS`)."""
+    def add_likelihood(self, task: str, stats: dict, *, greedy_check: bool = False) -> None:
+        """A likelihood answer of ``task`` with its statistics (:data:`LIKELIHOOD_KEYS`, a greedy
+        check's calls included); ``greedy_check``: one ran calls of its own for it."""
         row = self.sums[task]
         row[L + "requests"] += 1
         for k in LIKELIHOOD_KEYS:
             row[L + k] += stats[k]
-
-    def add_greedy_check(self, task: str, stats: dict) -> None:
-        """The calls a greedy check added to a likelihood answer of ``task`` already counted
-        (``nfe``, ``branch_rows``, ``canvases``)."""
-        row = self.sums[task]
-        row[L + "greedy_checks"] += 1
-        for k in ("nfe", "branch_rows", "canvases"):
-            row[L + k] += stats[k]
+        row[L + "greedy_checks"] += bool(greedy_check)
 
     def count(self, task: str, key: str, n: int = 1) -> None:
         """Add ``n`` to a per-task counter that is reported as a total (``truncated_prompts``)."""

@@ -63,7 +63,7 @@ def test_args_plain_lines():
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, freedave, pvf, explore  " in row
-    assert len(lines) == 1 + 56
+    assert len(lines) == 1 + 59
 
 
 def test_decoders_and_their_parameters():

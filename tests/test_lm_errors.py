@@ -53,9 +53,10 @@ CASES = [
 #: every key that works, in the order the unknown-key message lists them
 ALLOWED = ("pretrained, revision, tokenizer, dtype, device, batch_size, batch_invariant, "
            "max_batch_size, compile, compile_round, max_length, truncation, add_bos_token, "
-           "trace, trace_append, mc_num, mc_batch, mc_stratum, cfg_scale, mask_logit, "
+           "trace, trace_append, mc_num, mc_batch, mc_stratum, mask_logit, "
            "tensor_parallel_size, parallel_layers, data_parallel_size, decoder, preset, "
            "gen_length, block_length, temperature, top_k, top_p, seed, early_stop, cache, rules, "
+           "cfg_scale, "
            "steps, threshold, factor, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
            "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "

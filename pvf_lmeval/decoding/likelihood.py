@@ -19,7 +19,8 @@ run's :class:`Estimator`:
 - ``mask_logit="excluded"`` (the default): log-probabilities are ``log_softmax`` of the logits with
   the mask token's logit at ``-inf`` (the model never predicts a mask, as in decoding; SPEC
   "Probabilities"); ``"kept"``: over the whole vocabulary, as LLaDA's ``cross_entropy``.
-- ``cfg_scale`` > 0: LLaDA's classifier-free guidance (``get_logits``): one model call on the
+- ``cfg_scale`` > 0 (the decoding parameter, one value for generation and likelihood): LLaDA's
+  classifier-free guidance (``get_logits``, ``runner.guided_logits``): one model call on the
   canvases and the same canvases with their prefix masked, combined as
   ``un + (cfg_scale + 1) * (cond - un)`` before the softmax; every call then has twice the rows.
 
@@ -61,6 +62,8 @@ from ..tensors.fixed_order import fixed_sum
 from .batch import mix_seed
 from .options import invariant_mode
 from .param_spec import Cap, Param
+from .params import CFG_SCALE
+from .runner import guided_logits
 from .stats import log_softmax_fixed
 
 #: LLaDA's evaluation defaults (``mc_num=128`` draws, 32 per call).
@@ -78,13 +81,11 @@ LIKELIHOOD_PARAMS = (
           "per continuation", bounds=">= 1", cap=DRAWS, bound_text="a positive integer"),
     Param("mc_batch", int, DEFAULT_MC_BATCH, "log-likelihood tasks: draws per model call "
           "(memory, not the result)", bounds=">= 1", cap=DRAWS, bound_text="a positive integer"),
-    Param("mc_stratum", int, None, "log-likelihood tasks: draws per stratum, drawn as LLaDA's "
-          "forward_process (its batch_size); none: the mc_num draws in one stratum, drawn as "
-          "pvf-dlm's", bounds=">= 1", cap=DRAWS, none_means="mc_num",
-          bound_text="a positive integer", allowed="a positive integer dividing mc_num"),
-    Param("cfg_scale", float, 0.0, "log-likelihood tasks: LLaDA's classifier-free guidance, "
-          "un + (cfg_scale + 1) (cond - un) with the context masked in un; 0: off (rows x2 "
-          "when on)", bounds=">= 0", finite=True),
+    Param("mc_stratum", int, None, "log-likelihood tasks: the draws' mask counts stratified "
+          "per group of this many draws, each drawn as LLaDA's forward_process (its lm-eval "
+          "scripts' batch_size 8: mc_stratum=8)", bounds=">= 1", cap=DRAWS,
+          none_means="mc_num (one stratum)", bound_text="a positive integer",
+          allowed="a positive integer dividing mc_num"),
     Param("mask_logit", str, "excluded", "log-likelihood tasks: the mask token's logit "
           "excluded from the softmax, or kept (LLaDA's cross_entropy over the whole vocabulary)",
           choices=MASK_LOGIT),
@@ -103,7 +104,7 @@ class Estimator:
     mask_logit: str = "excluded"
 
     def __post_init__(self):
-        for spec in LIKELIHOOD_PARAMS:
+        for spec in (*LIKELIHOOD_PARAMS, CFG_SCALE):
             if hasattr(self, spec.name):
                 spec.check_cap(getattr(self, spec.name))
                 spec.validate(getattr(self, spec.name))
@@ -223,11 +224,8 @@ def log_probs(model, rows: Tensor, positions: Tensor, prefix_lens: Tensor,
     order (batch-invariant)."""
     mask_id = int(model.mask_id)
     if estimator.cfg_scale > 0:
-        cols = torch.arange(rows.shape[1], device=rows.device)
-        un = rows.masked_fill(cols < prefix_lens.to(rows.device).unsqueeze(1), mask_id)
-        cond, uncond = model.logits(torch.cat([rows, un]), positions, attention_mask=None,
-                                    cache=None).float().chunk(2)
-        logits = uncond + (estimator.cfg_scale + 1) * (cond - uncond)
+        logits = guided_logits(model, rows, positions, None, prefix_lens, mask_id,
+                               estimator.cfg_scale)
     else:
         logits = model.logits(rows, positions, attention_mask=None, cache=None).float()
     if estimator.mask_logit == "excluded":

@@ -104,9 +104,11 @@ class Options:
         return self.likelihood.mc_num
 
     @classmethod
-    def parse(cls, args: dict, compiled_model: bool = False) -> "Options":
+    def parse(cls, args: dict, compiled_model: bool = False,
+              cfg_scale: float | None = None) -> "Options":
         """``compiled_model``: the model call runs compiled (``compile``), and so does the
-        statistics pass of every call (the loop's ``compile_step``)."""
+        statistics pass of every call (the loop's ``compile_step``); ``cfg_scale``: the run's
+        (a decoding parameter, typed), which the likelihoods read too."""
         batch_size, auto = batch_size_arg(args.get("batch_size", 1), args.get("max_batch_size"))
         decode = DecodeOptions.of(
             batch_invariant=as_bool("batch_invariant", args.get("batch_invariant", False)),
@@ -122,12 +124,13 @@ class Options:
             # its folder must exist and the path be no link: an error now, not after the load
             trace=str(check_target(trace, "trace")) if trace else None,
             trace_append=as_bool("trace_append", args.get("trace_append", False)),
-            **likelihood_options(args))
+            **likelihood_options(args, cfg_scale))
 
 
-def likelihood_options(args: dict) -> dict:
-    """``likelihood`` (an :class:`Estimator`) and ``mc_batch`` from the model args, each typed and
-    checked by its declaration (``decoding.likelihood.LIKELIHOOD_PARAMS``)."""
+def likelihood_options(args: dict, cfg_scale: float | None = None) -> dict:
+    """``likelihood`` (an :class:`Estimator`, with the run's ``cfg_scale``) and ``mc_batch``
+    from the model args, each typed and checked by its declaration
+    (``decoding.likelihood.LIKELIHOOD_PARAMS``)."""
     typed = {}
     for spec in LIKELIHOOD_PARAMS:
         v = args.get(spec.name)
@@ -135,7 +138,7 @@ def likelihood_options(args: dict) -> dict:
         spec.check_cap(typed[spec.name])
         spec.validate(typed[spec.name])
     mc_batch = typed.pop("mc_batch")
-    return {"likelihood": Estimator(**typed), "mc_batch": mc_batch}
+    return {"likelihood": Estimator(**typed, cfg_scale=cfg_scale or 0.0), "mc_batch": mc_batch}
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,8 @@ class RunSettings:
         vocab = take(("vocab", *VOCAB_ARGS))
         decoding = DecodingSettings.parse(args)
         options = Options.parse(options, compiled_model=compile_scope(
-            model.get("compile", False)) is not None)
+            model.get("compile", False)) is not None,
+            cfg_scale=decoding.given.get("cfg_scale"))
         return cls(model=ModelSettings.parse(model, cli_device), parallel=parallel,
                    vocabulary=VocabSettings.parse(vocab.pop("vocab", "auto"), vocab),
                    decoding=decoding, options=options, remote_code_asked=remote)

@@ -1,6 +1,7 @@
 """Log-likelihood requests: LLaDA's Monte Carlo ELBO (``pvf_lmeval.decoding.likelihood``), its
 batched form against the one-request reference, ``is_greedy`` as LLaDA's suffix greedy
-prediction (only where lm-eval reads it), and their wiring into ``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
+prediction (only where lm-eval reads it), and their wiring into
+``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
 
 Exact checks use hand-written models; the held-out ``arith`` check runs on the bundled
 ``tiny-llada`` / ``tiny-dream`` fixtures once their weights exist; the variance check runs on a

@@ -269,7 +269,8 @@ def elbo(model, prefix, target, *, estimator: Estimator | None = None,
         rows[:, P:] = torch.where(m, torch.full_like(m, int(model.mask_id), dtype=torch.long),
                                   rows[:, P:])
         logp = log_probs(model, rows, positions, torch.full((m.shape[0],), P), est, fixed)
-        lp = logp.gather(-1, target.to(logp.device).expand(m.shape[0], -1).unsqueeze(-1)).squeeze(-1)
+        idx = target.to(logp.device).expand(m.shape[0], -1).unsqueeze(-1)
+        lp = logp.gather(-1, idx).squeeze(-1)
         nfe += 1
         lp = torch.where(m.to(lp.device), lp, torch.zeros_like(lp))
         s = (fixed_sum(lp) if fixed else lp.sum(-1)).double().cpu()
@@ -340,8 +341,9 @@ def elbo_batch(model, items: Sequence[Continuation], *, estimator: Estimator | N
         if est.cfg_scale > 0:        # the unconditional row masks the canvas's own prefix
             keys = torch.cat([keys, prefix_lens.unsqueeze(1)], dim=1)
         distinct, row_of = torch.unique(keys, dim=0, return_inverse=True)
-        canvases, canvas_prefix = distinct[:, :W], (
-            distinct[:, W] if est.cfg_scale > 0 else torch.zeros(distinct.shape[0], dtype=torch.long))
+        canvases = distinct[:, :W]
+        canvas_prefix = (distinct[:, W] if est.cfg_scale > 0
+                         else torch.zeros(distinct.shape[0], dtype=torch.long))
         row_of = row_of.split(n)            # member j's draws -> rows of ``canvases``
         T_max = max(len(items[i].target) for i in members)
         positions = torch.arange(W - T_max, W, device=dev)

@@ -5,8 +5,9 @@ rolling text) has :data:`LIKELIHOOD_KEYS`: the model calls that computed its can
 their model rows (``branch_rows``: twice the canvases under classifier-free guidance), the
 distinct canvases (``canvases``) and the Monte Carlo draws (``mc_num``); a greedy check run
 when lm-eval reads ``is_greedy`` adds its calls and canvases to its continuation's
-(``greedy_checks`` counts the answers that ran one). A task's row holds its generation answers; a task of likelihood answers only has their
-statistics in its row, and a task with both kinds has them under ``likelihood`` in its row.
+(``greedy_checks`` counts the answers that ran one). A task's row holds its generation
+answers; a task of likelihood answers only has their statistics in its row, and a task with
+both kinds has them under ``likelihood`` in its row.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ PACKAGE = {
     "Runner": ("pvf_lmeval.decoding.runner", "Runner"),
     "vocab_artifacts_dir": ("pvf_lmeval.files.paths", "vocab_artifacts_dir"),
     "batches": ("pvf_lmeval.lmeval.batching", "batches"),
+    "RunSettings": ("pvf_lmeval.lmeval.settings", "RunSettings"),
     "padding_share": ("pvf_lmeval.lmeval.batching", "padding_share"),
     "load_model": ("pvf_lmeval.models", "load_model"),
     "compile_seconds": ("pvf_lmeval.models.diffusion_lm", "compile_seconds"),

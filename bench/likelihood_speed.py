@@ -91,7 +91,7 @@ def greedy_checks(model, items, scores, est, mc_batch, batch_size) -> int:
 
 
 def main(argv=None) -> None:
-    from pvf_lmeval.lmeval.settings import RunSettings
+    from benchlib import RunSettings
 
     cli = RunSettings.parse({})
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

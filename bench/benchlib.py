@@ -53,7 +53,7 @@ PACKAGE = {
     "BatchKV": ("pvf_lmeval.decoding.cache", "BatchKV"),
     "KVCall": ("pvf_lmeval.decoding.cache", "KVCall"),
     **{name: ("pvf_lmeval.decoding.likelihood", name) for name in (
-        "Continuation", "elbo", "elbo_batch", "greedy_matches", "loglikelihoods")},
+        "Continuation", "Estimator", "elbo", "elbo_batch", "loglikelihoods", "suffix_greedy")},
     "invariant_mode": ("pvf_lmeval.decoding.options", "invariant_mode"),
     "DECODER_NAMES": ("pvf_lmeval.decoding.registry", "DECODER_NAMES"),
     "Shadow": ("pvf_lmeval.tensors.shadow", "Shadow"),
@@ -62,6 +62,7 @@ PACKAGE = {
     "Runner": ("pvf_lmeval.decoding.runner", "Runner"),
     "vocab_artifacts_dir": ("pvf_lmeval.files.paths", "vocab_artifacts_dir"),
     "batches": ("pvf_lmeval.lmeval.batching", "batches"),
+    "RunSettings": ("pvf_lmeval.lmeval.settings", "RunSettings"),
     "padding_share": ("pvf_lmeval.lmeval.batching", "padding_share"),
     "load_model": ("pvf_lmeval.models", "load_model"),
     "compile_seconds": ("pvf_lmeval.models.diffusion_lm", "compile_seconds"),

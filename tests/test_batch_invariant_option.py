@@ -15,7 +15,7 @@ from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.decoding.batch import Batch
 from pvf_lmeval.tensors.fixed_order import fixed_sum
 from pvf_lmeval.decoding.stats import log_softmax_fixed
-from pvf_lmeval.decoding.likelihood import loglikelihood
+from pvf_lmeval.decoding.likelihood import Estimator, loglikelihood
 from pvf_lmeval.models import ops
 from pvf_lmeval.models.batch_invariant import batch_invariant_ops, support_error
 from pvf_lmeval.models.batch_invariant.cpu import CPU_INVARIANT
@@ -61,7 +61,7 @@ def test_cpu_below_float32_is_an_error():
                                          r"\(dtype torch.bfloat16\); pass dtype=float32$"):
         decode(m, [5, 6, 7], "threshold", gen_length=8, block_length=4, batch_invariant=True)
     with pytest.raises(ValueError, match=r"^batch_invariant=true on the CPU covers float32 only"):
-        loglikelihood(m, [5, 6], [7, 8], mc_num=2, batch_invariant=True)
+        loglikelihood(m, [5, 6], [7, 8], estimator=Estimator(mc_num=2), batch_invariant=True)
     assert ops.active() is ops.TORCH
 
 
@@ -188,15 +188,21 @@ def test_model_arg_reaches_every_call(monkeypatch):
 
     def elbo_spy(model, items, *a, batch_invariant=False, **k):
         seen.append(("likelihood", batch_invariant))
-        return [SimpleNamespace(logprob=-1.0) for _ in items]
+        return [SimpleNamespace(logprob=-1.0, is_greedy=None, greedy_first=None,
+                                stats=lambda: dict.fromkeys(("nfe", "branch_rows", "canvases",
+                                                             "mc_num"), 0)) for _ in items]
+
+    def greedy_spy(model, items, firsts, *a, batch_invariant=False, **k):
+        seen.append(("greedy", batch_invariant))
+        return [likelihood.GreedyCheck(True, 0, 0) for _ in items]
     monkeypatch.setattr(likelihood, "loglikelihoods", elbo_spy)
-    monkeypatch.setattr(likelihood, "decode_batch", decode_spy)     # the greedy check
+    monkeypatch.setattr(likelihood, "suffix_greedy", greedy_spy)
     req = SimpleNamespace(args=("Question: 1+1?\nAnswer:", {"until": ["\n"]}), repeats=1,
                           task_name="t", doc_id=0, idx=0)
     lm.generate_until([req])
     lm.loglikelihood([SimpleNamespace(args=("Question: 1+1?\nAnswer:", " 2"), task_name="t",
                                       doc_id=0, idx=0)])
-    assert seen == [("decode", True), ("likelihood", True), ("decode", True)]
+    assert seen == [("decode", True), ("likelihood", True), ("greedy", True)]
 
 
 def test_likelihood_sums_in_the_fixed_order_only_when_asked(monkeypatch):
@@ -210,10 +216,10 @@ def test_likelihood_sums_in_the_fixed_order_only_when_asked(monkeypatch):
         real = getattr(likelihood, name)
         monkeypatch.setattr(likelihood, name,
                             lambda x, _n=name, _f=real: (called.append(_n), _f(x))[1])
-    on = loglikelihood(m, [5, 6, 7], [8, 9, 10], mc_num=4, mc_batch=2, batch_invariant=True)
+    on = loglikelihood(m, [5, 6, 7], [8, 9, 10], estimator=Estimator(mc_num=4), mc_batch=2, batch_invariant=True)
     # once per model call (its distinct canvases, two per call)
     assert called.count("log_softmax_fixed") == called.count("fixed_sum") == on.nfe >= 1
     called.clear()
-    off = loglikelihood(m, [5, 6, 7], [8, 9, 10], mc_num=4, mc_batch=2)
+    off = loglikelihood(m, [5, 6, 7], [8, 9, 10], estimator=Estimator(mc_num=4), mc_batch=2)
     assert called == []
     assert on.logprob == pytest.approx(off.logprob, abs=1e-4)

@@ -63,7 +63,7 @@ def test_args_plain_lines():
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
     assert "  static, threshold, eb, freedave, pvf, explore, subblock, hierarchy, credit  " in row
-    assert len(lines) == 1 + 64
+    assert len(lines) == 1 + 67
 
 
 def test_decoders_and_their_parameters():

@@ -1,6 +1,7 @@
 """Log-likelihood requests: LLaDA's Monte Carlo ELBO (``pvf_lmeval.decoding.likelihood``), its
-batched form against the one-request reference, HFLM's ``is_greedy`` as the decoder's greedy
-generation, and their wiring into ``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
+batched form against the one-request reference, ``is_greedy`` as LLaDA's suffix greedy
+prediction (only where lm-eval reads it), and their wiring into
+``PVFDiffusionLM.loglikelihood`` / ``loglikelihood_rolling``.
 
 Exact checks use hand-written models; the held-out ``arith`` check runs on the bundled
 ``tiny-llada`` / ``tiny-dream`` fixtures once their weights exist; the variance check runs on a
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pvf_lmeval.decoding.likelihood import (Continuation, elbo, elbo_batch, greedy_matches,
-                                            loglikelihood, mask_draws, rolling_loglikelihood)
+from pvf_lmeval.decoding.likelihood import (Continuation, Estimator, elbo, elbo_batch,
+                                            loglikelihood, mask_draws, rolling_loglikelihood,
+                                            loglikelihoods, suffix_greedy)
 
 REPO = Path(__file__).resolve().parents[1]
 V, MASK = 16, 15
@@ -94,14 +96,14 @@ def test_mask_draws_are_stratified_and_seeded():
 def test_elbo_is_exact_for_a_factorised_model():
     m = ConstModel(top=3, p=0.5)
     target = [3, 3, 4, 3, 7]
-    draws, nfe = elbo(m, [1, 2], target, mc_num=8, mc_batch=3)
+    draws, nfe = elbo(m, [1, 2], target, estimator=Estimator(mc_num=8), mc_batch=3)
     assert nfe == 3 and [r for r, _ in m.calls] == [3, 3, 2]
     # with a target of one repeated token every draw is exact
-    d2, _ = elbo(m, [1, 2], [3, 3, 3, 3], mc_num=8, mc_batch=8)
+    d2, _ = elbo(m, [1, 2], [3, 3, 3, 3], estimator=Estimator(mc_num=8), mc_batch=8)
     assert torch.allclose(d2, torch.full((8,), 4 * math.log(0.5), dtype=torch.float64), atol=1e-5)
     # in general the mean is unbiased: E[T/l * sum_masked] = sum over all positions
     exact = float(sum(m.logp[t] for t in target))
-    many, _ = elbo(m, [1, 2], target, mc_num=4000, mc_batch=4000)
+    many, _ = elbo(m, [1, 2], target, estimator=Estimator(mc_num=4000), mc_batch=4000)
     assert abs(float(many.mean()) - exact) < 0.05 * abs(exact)
     # each draw is T/l times the log-probabilities of its l masked targets (masks: the seeded
     # draw of request 0, seed 0)
@@ -114,21 +116,23 @@ def test_elbo_is_exact_for_a_factorised_model():
 
 
 def test_mask_logit_is_excluded_from_the_softmax():
-    plain = loglikelihood(ConstModel(), [1], [3, 3], mc_num=4)
-    with_mask = loglikelihood(ConstModel(mask_logit=3.0), [1], [3, 3], mc_num=4)
+    plain = loglikelihood(ConstModel(), [1], [3, 3], estimator=Estimator(mc_num=4))
+    with_mask = loglikelihood(ConstModel(mask_logit=3.0), [1], [3, 3],
+                              estimator=Estimator(mc_num=4))
     assert with_mask.logprob == pytest.approx(plain.logprob, abs=1e-5)
 
 
 def test_seeded_deterministic_and_independent_of_mc_batch():
     m = CopyModel()
     prefix, target = [1, 2, 2, 5], [2, 5, 2, 2, 9, 2]
-    a = loglikelihood(m, prefix, target, mc_num=24, mc_batch=24, seed=3, request_index=7)
-    b = loglikelihood(m, prefix, target, mc_num=24, mc_batch=5, seed=3, request_index=7)
-    c = loglikelihood(m, prefix, target, mc_num=24, mc_batch=24, seed=3, request_index=7)
+    est = Estimator(mc_num=24)
+    a = loglikelihood(m, prefix, target, estimator=est, mc_batch=24, seed=3, request_index=7)
+    b = loglikelihood(m, prefix, target, estimator=est, mc_batch=5, seed=3, request_index=7)
+    c = loglikelihood(m, prefix, target, estimator=est, mc_batch=24, seed=3, request_index=7)
     assert a.logprob == c.logprob and torch.equal(a.draws, c.draws)
     assert torch.allclose(a.draws, b.draws, atol=1e-9)
     assert a.draws.std() > 0                                    # the model has real MC noise
-    other = loglikelihood(m, prefix, target, mc_num=24, seed=4, request_index=7)
+    other = loglikelihood(m, prefix, target, estimator=est, seed=4, request_index=7)
     assert not torch.equal(other.draws, a.draws)
     # the distinct canvases, 5 per call: the draws' distinct masks (the seeded draw of
     # request 7, seed 3)
@@ -155,11 +159,13 @@ def test_batch_equals_the_one_request_reference_and_computes_each_canvas_once():
              Continuation([], [3, 3, 5, 1, 2, 6, 7], 2), Continuation([9, 1, 1, 4, 2, 6], [1], 3)]
     for rows_per_call in (1, 3, 1000):
         m = CopyModel()
-        got, calls = elbo_batch(m, items, mc_num=16, rows_per_call=rows_per_call, seed=5)
-        for item, draws in zip(items, got):
-            ref, _ = elbo(CopyModel(), item.prefix, item.target, mc_num=16, mc_batch=16, seed=5,
-                          request_index=item.key)
-            assert torch.equal(draws, ref)
+        got = elbo_batch(m, items, estimator=Estimator(mc_num=16), rows_per_call=rows_per_call,
+                         seed=5)
+        for item, scored in zip(items, got):
+            ref, _ = elbo(CopyModel(), item.prefix, item.target, estimator=Estimator(mc_num=16),
+                          mc_batch=16, seed=5, request_index=item.key)
+            assert torch.equal(scored.draws, ref)
+        calls = [scored.calls for scored in got]
         rows = [tuple(r.tolist()) for call in m.calls for r in call]
         want = set()
         for item in items:
@@ -195,61 +201,100 @@ class PositionModel:
         return out
 
 
-def test_is_greedy_is_the_decoders_greedy_generation():
-    """HFLM: ``max_equal = (greedy_tokens == cont_toks).all()``, the greedy generation starts
-    with the continuation. After a 3-token prefix the generation is 4 1 2 3 4 1 2 3 ...; the
-    canvas is gen_length (8 here), or a longer target's length in whole blocks (12)."""
-    from pvf_lmeval.decoding import make_params
-
-    m = PositionModel()
-    params = make_params("threshold", gen_length=8, block_length=4, temperature=0.7, seed=1)
+def test_is_greedy_is_llada_suffix_greedy_prediction():
+    """LLaDA's ``suffix_greedy_prediction``: on prefix + T masks, one token per call at the most
+    confident masked position. PositionModel predicts ``1 + position % 4`` everywhere with the
+    same confidence, so the commits go left to right (ties: the lowest position): after a
+    3-token prefix the greedy suffix is 4 1 2 3 4 ..., and a check stops at its first wrong
+    commit (a committed token is never revised, so the rest cannot make it true)."""
     prefix = [5, 6, 7]
-    targets = [[4, 1, 2], [4], [1], [4, 1, 2, 3, 4, 1, 2, 3, 4, 1], [4, 1, 2, 3, 4, 1, 2, 4]]
-    got = greedy_matches(m, [prefix] * len(targets), targets, params, keys=[0] * len(targets),
-                         batch_size=2)
-    assert got == [True, True, False, True, False]
-    # one decode for the shared prefix, on the canvas of its longest target: 12 positions, one
-    # call per position (confidence 0.6 < threshold 0.9: one commit per call)
-    assert m.calls == 12
-    other = greedy_matches(PositionModel(), [[5, 6], prefix], [[3, 4], [4, 1]], params,
-                           keys=[1, 2], batch_size=2)
-    assert other == [True, True]
-    # a context of 10 positions: after 3 prefix tokens gen_length 8 does not fit, so the canvas
-    # is the longest target in whole blocks: 4 (4 1 2 3); for a target of 8 it is 8 and the
-    # prefix keeps its last 2 tokens, so the generation starts at position 2: 3 4 1 2 3 4 1 2
-    short = PositionModel()
-    short.max_length = 10
-    assert greedy_matches(short, [prefix], [[4, 1, 2]], params, keys=[0], batch_size=1) == [True]
-    got = greedy_matches(short, [prefix] * 3, [[4, 1, 2, 3, 4, 1, 2, 3],
-                                              [3, 4, 1, 2, 3, 4, 1, 2], [3, 4]], params,
-                         keys=[0] * 3, batch_size=1)
-    assert got == [False, True, True]
+    targets = [[4, 1, 2], [4, 1, 1], [1, 1, 2], [4, 1, 2, 3, 4]]
+    m = PositionModel()
+    items = [Continuation(prefix, t, 0) for t in targets]
+    got = suffix_greedy(m, items, [None] * len(items), rows_per_call=8)
+    assert [(g.value, g.calls) for g in got] == [(True, 3), (False, 3), (False, 1), (True, 5)]
+    # the three canvases of one length step together (3 calls), the longer one alone (5)
+    assert m.calls == 8
+    # a first step already taken (position 0, right): one call fewer
+    again = suffix_greedy(PositionModel(), items[:1], [0])
+    assert [(g.value, g.calls) for g in again] == [(True, 2)]
 
 
-def test_adapter_is_greedy_for_the_models_own_answers():
-    """The issue's case: a continuation the model generates (``generate_until``, temperature 0,
-    the same decoder and gen_length) has is_greedy true; the same text with its last character
-    changed, false."""
+def test_the_draws_decide_is_greedy_where_they_hold_its_first_step():
+    """The draw that masks every target token is the greedy check's first canvas: a one-token
+    continuation is decided by it (no call of its own), a longer one whose first commit is
+    right hands on the position it committed."""
+    m = PositionModel()
+    items = [Continuation([5, 6, 7], [4], 0), Continuation([5, 6, 7], [1], 0),
+             Continuation([5, 6, 7], [4, 1, 2], 1), Continuation([5, 6, 7], [3, 1, 2], 1)]
+    got = loglikelihoods(m, items, estimator=Estimator(mc_num=4), rows_per_call=64)
+    assert [(r.is_greedy, r.greedy_first) for r in got] == \
+        [(True, None), (False, None), (None, 0), (False, None)]
+    # [4] and [1] share their only canvas; the other two: at most 4 distinct draws each
+    assert [r.canvases for r in got][:2] == [1, 1] and m.calls == 2
+
+
+def _llada_suffix_greedy(model, prefix, target) -> tuple[bool, int]:
+    """LLaDA's ``suffix_greedy_prediction`` (eval_llada.py) as written there, with the mask
+    token's logit excluded (pvf-dlm's default): (is_greedy, model calls until decided)."""
+    mask = int(model.mask_id)
+    seq = torch.tensor([*prefix, *[mask] * len(target)])
+    P, calls, ok = len(prefix), 0, True
+    for _ in range(len(target)):
+        masked = (seq == mask).nonzero().squeeze(1)
+        logits = model.logits(seq[None], torch.arange(P, len(seq)), attention_mask=None,
+                              cache=None)[0].float()
+        calls += 1
+        logits[:, mask] = float("-inf")
+        p = torch.softmax(logits[masked - P], dim=-1)
+        x0 = p.argmax(-1)
+        best = int(p.gather(1, x0[:, None]).squeeze(1).argmax())
+        seq[masked[best]] = x0[best]
+        if int(x0[best]) != target[int(masked[best]) - P]:
+            ok = False
+            break
+    return ok, calls
+
+
+def test_adapter_reads_is_greedy_only_where_lm_eval_does():
+    """A document with one request (``output_type: loglikelihood``, lambada's ``acc``) gets
+    LLaDA's is_greedy; the choices of a ``multiple_choice`` document get False and no call:
+    their model calls are the draws' only (one per continuation: 8 draws fit one call)."""
     from lm_eval.api.instance import Instance
 
-    lm = _fixture_lm("tiny-llada", mc_num=4, gen_length=96)       # unpadded: the same floats
+    lm = _fixture_lm("tiny-llada", mc_num=8, batch_invariant=True)
     items = ARITH[:6]
-    gens = lm.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
-                                       arguments=(_prompt(it), {"until": []}),
-                                       metadata=("arith", d, 1)) for d, it in enumerate(items)],
-                             disable_tqdm=True)
-    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=(_prompt(it), cont), idx=k,
-                     metadata=("arith", d, 1))
-            for d, (it, text) in enumerate(zip(items, gens))
-            for k, cont in enumerate((str(text), str(text)[:-1] + "#"))]
-    greedy = [g for _, g in lm.loglikelihood(reqs, disable_tqdm=True)]
-    assert greedy == [True, False] * len(items)
+    # the solution's last two lines after the rest (10 tokens): the model's greedy suffix on
+    # half of them
+    whole = [Instance(request_type="loglikelihood", doc={}, idx=0, metadata=("lambada_like", d, 1),
+                      arguments=(_prompt(it) + " " + it["answer"].rsplit("\n", 2)[0] + "\n",
+                                 "\n".join(it["answer"].split("\n")[-2:])))
+             for d, it in enumerate(items)]
+    choices = _requests(items)
+    calls, real = [], lm.model.logits
+    lm.model.logits = lambda tokens, *a, **k: (calls.append(len(tokens)), real(tokens, *a, **k))[1]
+    got = lm.loglikelihood(choices, disable_tqdm=True)
+    assert [g for _, g in got] == [False] * len(choices) and len(calls) == len(choices)
+    calls.clear()
+    got = lm.loglikelihood(whole, disable_tqdm=True)
+    draws = len(calls)
+    lm.model.logits = real
+    want = []
+    for r in whole:
+        ctx, cont = lm.prompts.pair(*r.args)
+        want.append(_llada_suffix_greedy(lm.model, ctx, cont))
+    assert [g for _, g in got] == [ok for ok, _ in want]
+    assert any(ok for ok, _ in want) and not all(ok for ok, _ in want)
+    # every check's first step is a draw: the draws' calls, then each check's other steps
+    totals = lm.get_model_info()["pvf"]["totals"]
+    assert totals["lambada_like"]["greedy_checks"] == sum(n > 1 for _, n in want)
+    assert totals["lambada_like"]["nfe_total"] == draws == len(whole) + sum(n - 1 for _, n in want)
 
 
 def test_rolling_sums_the_windows():
     m = ConstModel(top=3, p=0.5)
     windows = [([0], [3, 3, 3]), ([3], [3, 3])]
-    r = rolling_loglikelihood(m, windows, mc_num=6, mc_batch=4)
+    r = rolling_loglikelihood(m, windows, estimator=Estimator(mc_num=6), mc_batch=4)
     # every canvas of a constant model gives the same exact draw: the sum of the windows
     assert r.logprob == pytest.approx(5 * math.log(0.5), abs=1e-5)
     assert r.draws.shape == (6,)
@@ -257,9 +302,10 @@ def test_rolling_sums_the_windows():
 
 def test_bad_arguments_are_one_line():
     m = ConstModel()
-    for kw, name in (({"mc_num": 0}, "mc_num"), ({"mc_batch": 0}, "mc_batch")):
-        with pytest.raises(ValueError, match=name):
-            elbo(m, [1], [3], **kw)
+    with pytest.raises(ValueError, match=r"^mc_num=0 must be a positive integer$"):
+        Estimator(mc_num=0)
+    with pytest.raises(ValueError, match=r"^mc_batch=0 must be a positive integer$"):
+        elbo(m, [1], [3], mc_batch=0)
     with pytest.raises(ValueError, match="no tokens"):
         elbo(m, [1], [])
 
@@ -328,8 +374,8 @@ def test_variance_shrinks_with_mc_num_on_the_fixture():
         for item in ARITH[:4]:
             ctx = tok.encode(_prompt(item), add_special_tokens=False)
             cont = tok.encode(_prompt(item) + " " + item["answer"], add_special_tokens=False)[len(ctx):]
-            est = [loglikelihood(model, ctx, cont, mc_num=mc, mc_batch=32, seed=s).logprob
-                   for s in range(5)]
+            est = [loglikelihood(model, ctx, cont, estimator=Estimator(mc_num=mc), mc_batch=32,
+                                 seed=s).logprob for s in range(5)]
             variances.append(torch.tensor(est, dtype=torch.float64).var().item())
         pooled[mc] = sum(variances) / len(variances)
     # 16x the draws: about 16x less variance; draws with few masks weigh T/l, so the spread has

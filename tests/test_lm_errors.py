@@ -53,13 +53,14 @@ CASES = [
 #: every key that works, in the order the unknown-key message lists them
 ALLOWED = ("pretrained, revision, tokenizer, dtype, device, batch_size, batch_invariant, "
            "max_batch_size, compile, compile_round, max_length, truncation, add_bos_token, "
-           "trace, trace_append, mc_num, mc_batch, "
+           "trace, trace_append, mc_num, mc_batch, mc_stratum, mask_logit, "
            "tensor_parallel_size, parallel_layers, data_parallel_size, decoder, preset, "
            "gen_length, block_length, temperature, top_k, top_p, seed, early_stop, cache, rules, "
-           "steps, threshold, factor, gamma, draft_steps, base_rule, plan_lo, plan_hi, "
-           "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
-           "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "
-           "online_save, online_frozen, online_merge")
+           "cfg_scale, steps, logits_eos_inf, confidence_eos_eot_inf, threshold, factor, gamma, "
+           "draft_steps, base_rule, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, "
+           "plan_self_check, pick, band, sub_block, low_threshold, credit_alpha, boost_gamma, "
+           "decay, vocab, vocab_force, rho_ver, gamma_vig, online_level, online_explore, "
+           "online_explore_max, online_seed, online_save, online_frozen, online_merge")
 #: through the CLI (each costs an interpreter start and lm-eval's task index, 10-90 s): the
 #: exact stderr line. The checkpoint does not exist, so an error about it would mean that the
 #: arguments were checked after loading began.

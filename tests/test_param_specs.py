@@ -37,7 +37,8 @@ def test_registry_lists_derive_from_the_step_classes():
 def test_the_fields_are_the_declared_parameters_each_once():
     assert PARAM_NAMES == (
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
-        "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
+        "seed", "early_stop", "cache", "rules", "cfg_scale", "plan_vocab",       # the loop's
+        "model_block",
         "steps", "logits_eos_inf", "confidence_eos_eot_inf", "threshold", "factor", "gamma",
         "draft_steps", "base_rule", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
         "plan_self_check", "pick", "band", "sub_block", "low_threshold", "credit_alpha",
@@ -62,7 +63,8 @@ def test_report_lists_derive_from_the_declarations():
     assert compare.DECODER_ORDER == list(DECODER_NAMES)
     assert identity.PLANNING_DECODERS == ("pvf", "explore")
     assert identity.LOOP_PARAMS == ("gen_length", "block_length", "temperature", "top_k",
-                                    "top_p", "seed", "early_stop", "cache", "rules")
+                                    "top_p", "seed", "early_stop", "cache", "rules",
+                                    "cfg_scale")
     assert identity.DECODER_PARAMS == {
         "static": ("steps", "logits_eos_inf", "confidence_eos_eot_inf"),
         "threshold": ("threshold", "factor"),

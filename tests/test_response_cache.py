@@ -311,3 +311,21 @@ def test_a_task_decoded_under_another_preset_refuses_the_cache(task_manager, tmp
     _evaluate(_lm(decoder="pvf", preset="none"), task_manager, cache)
     msg = _refused(_lm(decoder="pvf"), task_manager, cache)
     assert "holds answers of task arith decoded otherwise (reveal_next: 0 -> 5: cached -> this run)" in msg
+
+
+def test_the_likelihood_estimator_enters_the_cache_identity_where_chosen():
+    """An answer scored with LLaDA's mask counts (mc_stratum) or softmax (mask_logit=kept) is
+    another answer: the cache identity holds each where a run chose it, and stays that of the
+    defaults otherwise (caches written before these settings existed still serve)."""
+    from pvf_lmeval.lmeval.response_cache import cache_identity
+
+    def ident(**likelihood):
+        info = {"pretrained": "m", "decoder": "threshold", "params": {"gen_length": 32},
+                "likelihood": {"mc_num": 8, "mc_stratum": None, "mask_logit": "excluded",
+                               **likelihood}}
+        return cache_identity(info, 8, weights="w", tokenizer_hash="t")
+
+    base = ident()
+    assert "mc_stratum" not in base and "mask_logit" not in base
+    assert ident(mask_logit="kept") == {**base, "mask_logit": "kept"}
+    assert ident(mc_stratum=8) == {**base, "mc_stratum": 8}

@@ -72,3 +72,25 @@ def test_ranks_merge_to_the_whole_and_state_round_trips():
     twice = StatTotals.merged([states[1], states[1]]).state()
     assert twice["ab"] == {"truncated_prompts": 8.0} and twice["a"]["truncated_prompts"] == 4.0
     assert StatTotals.merged([{}, {}]).summary() == {}
+
+
+def test_likelihood_answers_are_summed_per_task_and_nested_beside_generations():
+    """A likelihood-only task's row is its likelihood summary; a task with both kinds keeps its
+    generation row and the likelihood one under ``likelihood``; ranks merge key by key."""
+    def lik(nfe, rows, canvases):
+        return {"nfe": nfe, "branch_rows": rows, "canvases": canvases, "mc_num": 8}
+
+    rank0, rank1 = StatTotals(), StatTotals()
+    rank0.add_likelihood("mc", lik(1, 2, 2))
+    rank0.add_likelihood("mc", lik(3, 6, 3), greedy_check=True)
+    rank1.add_likelihood("mc", lik(2, 4, 1))
+    rank1.add("mixed", A1)
+    rank1.add_likelihood("mixed", lik(4, 4, 4))
+    got = StatTotals.merged([rank0.state(), rank1.state()]).summary()
+    assert got["mc"] == {"requests": 3, "nfe": 2.0, "branch_rows": 4.0, "canvases": 2.0,
+                         "mc_num": 8.0, "nfe_total": 6, "canvases_total": 6, "greedy_checks": 1}
+    assert got["mixed"]["requests"] == 1 and got["mixed"]["nfe_total"] == 10
+    assert got["mixed"]["likelihood"] == {"requests": 1, "nfe": 4.0, "branch_rows": 4.0,
+                                          "canvases": 4.0, "mc_num": 8.0, "nfe_total": 4,
+                                          "canvases_total": 4, "greedy_checks": 0}
+    json.dumps(got)

@@ -116,6 +116,13 @@ def _vocab(v: Any) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
+#: LLaDA's classifier-free guidance (``generate.py``, ``get_log_likelihood.py``): the model also
+#: sees each canvas with its prompt masked, and the logits are ``un + (cfg_scale + 1)(cond - un)``
+CFG_SCALE = Param("cfg_scale", float, None, "classifier-free guidance as LLaDA's, in generation "
+                  "and likelihood: logits un + (cfg_scale + 1) (cond - un), the prompt masked "
+                  "in un; twice the rows per call", bounds=">= 0", finite=True, off=0.0,
+                  allowed="a finite number >= 0 (0: none)")
+
 #: the parameters of the shared loop: every decoder reads them
 LOOP_PARAMS = (
     Param("decoder", str, "threshold", "the decoding algorithm (pvf-dlm decoders)",
@@ -138,6 +145,7 @@ LOOP_PARAMS = (
           choices=CACHES),
     Param("rules", str, "paper", "the paper's rules or the published code's (reference)",
           parse=_rules, check=rules_for, allowed=", ".join(RULES) + ", paper+<switch>+..."),
+    CFG_SCALE,
     Param("plan_vocab", tuple, None, "the planning vocabulary's token ids (resolved by the "
           "caller)", parse=_vocab, public=False),
     Param("model_block", int, None, "the attention block size of the model decoded (a "
@@ -154,8 +162,17 @@ def _one_model_block(p) -> str | None:
             "(a block-diffusion model decodes one attention block at a time)")
 
 
+def _guidance_without_cache(p) -> str | None:
+    """The unconditional canvas of classifier-free guidance has no KV cache of its own."""
+    if not p.cfg_scale or p.cache == "none":
+        return None
+    return (f"cfg_scale={p.cfg_scale} needs cache=none (the canvas with its prompt masked has "
+            f"no KV cache of its own); drop cache={p.cache} or cfg_scale")
+
+
 #: the loop's rules across parameters
 LOOP_CHECKS = (multiple_of("gen_length", "block_length"),
+               Rule(_guidance_without_cache, "cfg_scale", "with cache=none"),
                Rule(_one_model_block, "block_length", "the model's block size on a "
                                                       "block-diffusion model"))
 

@@ -226,10 +226,15 @@ class Runner:
             spans = None if seats[0].span is None else [s.span for s in seats]
             cache = self.cache.call([s.request for s in seats], [s.rows for s in seats], spans,
                                     gen=gen, row_r=index[0] // M, refresh=refresh)
-        logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
+        guided = bool(b.p.cfg_scale)
+        if guided:
+            logits = guided_logits(self.model, tokens, positions, attention, b.P0, b.mask_id,
+                                   b.p.cfg_scale)
+        else:
+            logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
         for s in seats:
             self.nfe[s.request] += 1
-            self.rows[s.request] += s.rows
+            self.rows[s.request] += s.rows * (2 if guided else 1)
         cur = gen.gather(1, gpos)
         extra = None
         if hook is not None:
@@ -323,6 +328,22 @@ class _HookCall(NamedTuple):
     draws: tuple
     args: dict
     extra: dict
+
+
+def guided_logits(model, tokens: Tensor, positions: Tensor, attention: Tensor | None,
+                  prompt_len, mask_id: int, scale: float) -> Tensor:
+    """LLaDA's classifier-free guidance (``generate.py``, ``get_log_likelihood.py``): one model
+    call on ``tokens`` [N, T] and the same rows with their prompt masked (its first
+    ``prompt_len`` positions: an int, or [N] per row), combined as
+    ``un + (scale + 1) * (cond - un)`` (float32)."""
+    cols = torch.arange(tokens.shape[1], device=tokens.device)
+    lens = torch.as_tensor(prompt_len, device=tokens.device).reshape(-1, 1)
+    un = tokens.masked_fill(cols < lens, mask_id)
+    pos = positions if positions.dim() == 1 else torch.cat([positions, positions])
+    att = None if attention is None else torch.cat([attention, attention])
+    cond, uncond = model.logits(torch.cat([tokens, un]), pos, attention_mask=att,
+                                cache=None).float().chunk(2)
+    return uncond + (scale + 1) * (cond - uncond)
 
 
 def _chunks(group: list[Seat], max_rows: int | None):

@@ -1,4 +1,5 @@
-"""Text-side helpers of generation: the string type that carries statistics, stop strings."""
+"""Answers that carry their statistics (a generated string, a log-likelihood) and the text-side
+helpers of generation (stop strings)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ class GenerationText(str):
 
     def __reduce__(self):
         return (GenerationText, (str(self), self.meta, self.task))
+
+
+class LikelihoodScore(float):
+    """A log-likelihood with its costs in ``.meta`` (``decoding.likelihood.Likelihood.stats``:
+    ``nfe``, ``branch_rows``, ``canvases``, ``mc_num``), which a task's ``process_results`` reads
+    (``task_metrics.likelihood_costs``). It pickles as a plain float: lm-eval's ``--use_cache``
+    stores the number only."""
+
+    def __new__(cls, value: float, meta: dict | None = None):
+        obj = super().__new__(cls, value)
+        obj.meta = dict(meta or {})
+        return obj
+
+    def __reduce__(self):
+        return (float, (float(self),))
 
 
 def cut_at_stop(text: str, until: list[str]) -> int:

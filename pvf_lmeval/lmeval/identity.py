@@ -31,7 +31,11 @@ from ..decoding.registry import DECODERS, PLANNING_DECODERS  # noqa: F401  (repo
 
 #: identity keys that belong to one task of a run (its table column) rather than the run (its row);
 #: ``gen_length`` is the effective one, which lm-eval derives per task from ``max_gen_toks``
-TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length", "mc_num")
+TASK_KEYS = ("task", "task_version", "num_fewshot", "fewshot_seed", "gen_length", "mc_num",
+             "mc_stratum", "mask_logit")
+#: the likelihood estimator's settings besides ``mc_num`` and their defaults: an identity holds
+#: one only where a run chose another value (``cfg_scale`` is a decoding parameter)
+LIKELIHOOD_CHOICES = (("mc_stratum", None), ("mask_logit", "excluded"))
 #: identity keys shown as table columns of their own, never in the settings label
 COLUMN_KEYS = ("model", "decoder", "threshold")
 #: not identity parameters: the decoder is a key of its own, the preset is applied already (its values
@@ -226,12 +230,20 @@ def task_identity(r: dict, task: str, gen_length, run: dict) -> dict:
     if output_type not in (None, "generate_until") and isinstance(pvf, dict):
         # likelihood tasks: scored by a Monte Carlo estimate with mc_num draws
         out["mc_num"] = canon((pvf.get("likelihood") or {}).get("mc_num"))
+        out.update(likelihood_choices(pvf.get("likelihood")))
     own = ((pvf.get("task_params") if isinstance(pvf, dict) else None) or {}).get(task)
     if isinstance(own, dict) and "decoder" in run:
         # gen_length is the effective one above (measured per request)
         own = {k: canon(v) for k, v in own.items() if k != "gen_length"}
         out.update({k: own[k] for k in sorted(reads(str(run["decoder"]), own))})
     return out
+
+
+def likelihood_choices(likelihood: dict | None) -> dict:
+    """The estimator settings of ``config.pvf.likelihood`` that differ from their defaults
+    (:data:`LIKELIHOOD_CHOICES`), canonical."""
+    lik = likelihood if isinstance(likelihood, dict) else {}
+    return {k: canon(lik[k]) for k, default in LIKELIHOOD_CHOICES if lik.get(k, default) != default}
 
 
 def full_identity(run: dict, task: dict) -> dict:

@@ -11,6 +11,7 @@ in ``pvf_lmeval.models``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from contextlib import contextmanager
@@ -21,16 +22,16 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import simple_parse_args_string
 from tqdm import tqdm
 
-from ..decoding import DECODERS, PLANNING_DECODERS, decode_batch
+from ..decoding import DECODERS, decode_batch
 from ..decoding.blocks import block_size_of
 from ..decoding.cache import cache_exact
-from ..decoding.params import override
 from ..models.diffusion_lm import compile_seconds
 from ..one_line import exit_in_one_line, one_line_errors
 from ..planning.vocab import RunVocab
+from .generation import LikelihoodScore
 from .launch import start
 from .model_args import default_pretrained_notice
-from .planner import Planner, Prompts, public_params
+from .planner import Planner, Prompts, public_params, reads_is_greedy
 from .settings import CLI_DEVICE, RunSettings
 from .sink import Sink
 from .task_presets import task_preset
@@ -39,6 +40,8 @@ log = logging.getLogger("pvf_lmeval")
 
 #: what the CLI passes as ``--device`` when the user said nothing
 CLI_DEFAULT_DEVICE = "cuda:0"
+#: what the CLI passes as ``--batch_size`` when the user said nothing
+CLI_DEFAULT_BATCH_SIZE = "1"
 
 
 def _notice(msg: str) -> None:
@@ -156,9 +159,17 @@ class PVFDiffusionLM(LM):
 
     @classmethod
     def _merge(cls, args: dict, additional_config: dict | None) -> dict:
-        """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults."""
+        """``--model_args`` win over the CLI's ``batch_size``/``device`` defaults; a
+        ``batch_size`` in ``--model_args`` and another ``--batch_size`` than lm-eval's default
+        (1, which the CLI passes when none is given) is a one-line error, as HFLM refuses both."""
         merged = dict(args)
         for key, value in (additional_config or {}).items():
+            if key == "batch_size" and key in merged and value is not None and \
+                    str(value) not in (str(merged[key]), CLI_DEFAULT_BATCH_SIZE):
+                error = ValueError(f"pvf-dlm: batch_size={merged[key]} in --model_args and "
+                                   f"--batch_size {value} disagree; give one of them")
+                exit_in_one_line(error)
+                raise error
             if value is None or key in merged:
                 continue
             merged[key] = value
@@ -272,7 +283,8 @@ class PVFDiffusionLM(LM):
             "batch_size": self.batch_size,
             "batch_invariant": s.options.decode.batch_invariant,
             "parallel": self.ranks.info(self.model),
-            "likelihood": {"mc_num": s.options.mc_num, "mc_batch": s.options.mc_batch},
+            "likelihood": {**dataclasses.asdict(s.options.likelihood),
+                           "mc_batch": s.options.mc_batch},
             "compile": self._compile_info(),
         }
 
@@ -355,17 +367,21 @@ class PVFDiffusionLM(LM):
     @one_line_errors
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """LLaDA's Monte Carlo ELBO of each continuation (``mc_num`` draws seeded by ``seed`` and
-        the request's task/document) and HFLM's ``is_greedy``: whether the configured decoder at
-        temperature 0 generates the continuation (``decoding.likelihood``).
+        the request's task/document, under ``cfg_scale``, ``mc_stratum`` and ``mask_logit``) and
+        ``is_greedy`` where lm-eval reads it (:func:`reads_is_greedy`): LLaDA's
+        ``suffix_greedy_prediction``, its first step read from the draws when they hold it
+        (``decoding.likelihood``). Where lm-eval does not read it (the choices of a
+        ``multiple_choice`` document) it is False and nothing runs for it.
 
         As HFLM's ``Collator`` does, requests are sorted (longest context first, the choices of
         one context together) and scored ``batch_size`` at a time: one batch's draws share model
-        calls of at most ``batch_size * mc_batch`` distinct canvases, and its distinct contexts
-        share one greedy decode each."""
-        from ..decoding.likelihood import Continuation, greedy_matches, loglikelihoods
+        calls of at most ``batch_size * mc_batch`` distinct canvases, and so do its greedy
+        checks. Each answer's costs (model calls, rows, canvases, draws) join its task's totals."""
+        from ..decoding.likelihood import Continuation, loglikelihoods, suffix_greedy
 
         self.ranks.same_on_every_rank("the requests", [r.args for r in requests])
         opts = self.settings.options
+        est = opts.likelihood
         out: list = [None] * len(requests)
         items: dict[int, Continuation] = {}
         for i, req in enumerate(requests):
@@ -375,12 +391,11 @@ class PVFDiffusionLM(LM):
                 continue
             self.planner.check_context(len(ctx_ids) + len(cont_ids), "context + continuation")
             items[i] = Continuation(ctx_ids, cont_ids, self.planner.likelihood_key(req, i))
+        greedy_read = reads_is_greedy(requests)
         order = sorted(items, key=lambda i: (-len(items[i].prefix), items[i].prefix,
                                              -len(items[i].target)))
         size = self.planner.likelihood_batch_size([items[i] for i in order])
-        params = override(self.params, seed=self._run_seed())
-        if params.decoder in PLANNING_DECODERS:
-            params = self._with_vocab(params)
+        seed = self._run_seed()
         bar = tqdm(total=len(requests), initial=len(requests) - len(items),
                    disable=disable_tqdm or self.ranks.rank != 0, desc="pvf-dlm loglikelihood")
         try:
@@ -388,18 +403,30 @@ class PVFDiffusionLM(LM):
                 batch = order[a:a + size]
                 chunk = [items[i] for i in batch]
                 longest = max(len(c.prefix) + len(c.target) for c in chunk)
-                with self._oom_guard("scoring continuations", size * opts.mc_batch, longest):
-                    scores = loglikelihoods(self.model, chunk, mc_num=opts.mc_num,
-                                            rows_per_call=size * opts.mc_batch, seed=params.seed,
-                                            batch_invariant=opts.decode.batch_invariant)
-                    greedy = greedy_matches(self.model, [c.prefix for c in chunk],
-                                            [c.target for c in chunk], params,
-                                            keys=[c.key for c in chunk], batch_size=size,
-                                            context=self.max_length,
-                                            batch_invariant=opts.decode.batch_invariant,
-                                            online=self.online)
-                for i, r, g in zip(batch, scores, greedy):
-                    out[i] = (r.logprob, bool(g))
+                rows = size * opts.mc_batch
+                with self._oom_guard("scoring continuations", rows * est.rows_per_canvas,
+                                     longest):
+                    scores = loglikelihoods(self.model, chunk, estimator=est, rows_per_call=rows,
+                                            seed=seed, batch_invariant=opts.decode.batch_invariant)
+                    check = [j for j, i in enumerate(batch)
+                             if greedy_read[i] and scores[j].is_greedy is None]
+                    checks = suffix_greedy(
+                        self.model, [chunk[j] for j in check],
+                        [scores[j].greedy_first for j in check], estimator=est,
+                        rows_per_call=rows, batch_invariant=opts.decode.batch_invariant)
+                checked = dict(zip(check, checks))
+                for j, (i, r) in enumerate(zip(batch, scores)):
+                    task = getattr(requests[i], "task_name", None) or "unknown"
+                    greedy, stats = (bool(r.is_greedy) if greedy_read[i] else False), r.stats()
+                    if j in checked:            # the check's own calls join the answer's
+                        c = checked[j]
+                        greedy = c.value
+                        stats.update(nfe=stats["nfe"] + c.calls,
+                                     canvases=stats["canvases"] + c.canvases,
+                                     branch_rows=stats["branch_rows"]
+                                     + c.canvases * est.rows_per_canvas)
+                    out[i] = (LikelihoodScore(r.logprob, stats), greedy)
+                    self.sink.pending.add_likelihood(task, stats, greedy_check=j in checked)
                     self.cache_hook.add_partial("loglikelihood", requests[i].args[:2], out[i])
                 self.sink.drew("likelihood")
                 bar.update(len(batch))
@@ -429,12 +456,15 @@ class PVFDiffusionLM(LM):
                 token_list=ids, prefix_token=prefix, max_seq_len=self.max_length - 1,
                 context_len=1)]
             rows = (self.batch_size if opts.auto is None else 1) * opts.mc_batch
-            with self._oom_guard("scoring a rolling window", rows, self.max_length):
-                r = rolling_loglikelihood(self.model, windows, mc_num=opts.mc_num,
+            with self._oom_guard("scoring a rolling window",
+                                 rows * opts.likelihood.rows_per_canvas, self.max_length):
+                r = rolling_loglikelihood(self.model, windows, estimator=opts.likelihood,
                                           mc_batch=rows, seed=self._run_seed(),
                                           request_index=self.planner.likelihood_key(req, i),
                                           batch_invariant=opts.decode.batch_invariant)
-            out.append(r.logprob)
+            out.append(LikelihoodScore(r.logprob, r.stats()))
+            self.sink.pending.add_likelihood(getattr(req, "task_name", None) or "unknown",
+                                             r.stats())
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), r.logprob)
             self.sink.drew("likelihood")
         return out

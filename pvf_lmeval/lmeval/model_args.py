@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from ..decoding.likelihood import LIKELIHOOD_PARAMS
 from ..decoding.param_spec import Param
 from ..decoding.params import LOOP_CHECKS, PARAMS, readers
 from ..decoding.registry import DECODERS, PLANNING_DECODERS
@@ -76,10 +77,8 @@ MODEL_ARGS = (
             "write one JSONL record per request (render with pvf-trace); a run empties it first"),
     ArgSpec("trace_append", "false", "true, false",
             "trace only: keep the file's records and add this run's after them"),
-    ArgSpec("mc_num", "128", "a positive integer",
-            "log-likelihood tasks: Monte Carlo draws of the ELBO per continuation"),
-    ArgSpec("mc_batch", "32", "a positive integer",
-            "log-likelihood tasks: draws per model call (memory, not the result)"),
+    # the likelihood parameters, as declared (decoding.likelihood)
+    *(ArgSpec(p.name, p.default_text(), p.allowed_text(), p.meaning) for p in LIKELIHOOD_PARAMS),
     ArgSpec("tensor_parallel_size", "1", "a positive integer dividing the launcher's processes",
             "processes per model copy (alias tp_size): the network splits over them "
             "(parallel_layers); launch with torchrun --nproc_per_node W -m lm_eval"),

@@ -34,6 +34,26 @@ def public_params(params: DecodeParams) -> dict:
             for k, v in ((k, getattr(params, k)) for k in DECODER_KEYS)}
 
 
+def reads_is_greedy(requests) -> list[bool]:
+    """Per ``loglikelihood`` request, whether lm-eval reads its ``is_greedy``.
+
+    lm-eval builds one request per document for an ``output_type: loglikelihood`` task (its
+    ``acc`` is ``is_greedy``, lambada's) and one per choice for a ``multiple_choice`` task, whose
+    accuracy reads the log-likelihoods only. A request read is one alone of its (task, document);
+    a request without a document (the Python API's own lists) is read. The evaluator repeats a
+    request object ``repeats`` times: the same object counts once."""
+    seen: dict[tuple, set[int]] = defaultdict(set)
+    for r in requests:
+        doc = getattr(r, "doc_id", None)
+        if doc is not None:
+            seen[(getattr(r, "task_name", None), doc)].add(id(r))
+    out = []
+    for r in requests:
+        doc = getattr(r, "doc_id", None)
+        out.append(doc is None or len(seen[(getattr(r, "task_name", None), doc)]) == 1)
+    return out
+
+
 class Prompts:
     """How text becomes prompt ids for ``tokenizer``: a context's encoding (``add_bos_token``),
     lm-eval's split of a likelihood pair, and the chat template, chosen as HFLM's and rendered
@@ -118,12 +138,14 @@ class Prompts:
 
 
 class RequestParams(NamedTuple):
-    """One request's decoding parameters, its ``until`` strings and the generation kwargs that
-    mean nothing to diffusion decoding (``ignored``, with a notice)."""
+    """One request's decoding parameters, its ``until`` strings, the generation kwargs that
+    mean nothing to diffusion decoding (``ignored``, with a notice) and its ``max_gen_toks``
+    (None: not given), the most answer tokens its text keeps."""
 
     params: DecodeParams
     until: list[str]
     ignored: list[str]
+    max_gen_toks: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +153,9 @@ class Request:
     """A ``generate_until`` request ready to decode: its ``index`` in lm-eval's list, its
     decoding ``params``, ``until``, the ``prompt_ids`` fitted to the context, its ``task``, its
     ``key`` (``task/doc/idx``: seeds its draws, names its trace record), its ``repeat`` (the
-    evaluator's repeats of one document), and whether lm-eval's cache keeps its answer
-    (``cached``: not ``do_sample``)."""
+    evaluator's repeats of one document), whether lm-eval's cache keeps its answer
+    (``cached``: not ``do_sample``) and ``max_tokens``, the task's ``max_gen_toks`` (None: not
+    given): the answer keeps at most that many tokens, whatever the canvas."""
 
     index: int
     params: DecodeParams
@@ -142,6 +165,7 @@ class Request:
     key: str
     repeat: int
     cached: bool
+    max_tokens: int | None = None
 
     @property
     def request_index(self) -> int:
@@ -235,7 +259,8 @@ class Planner:
         """Decoder parameters for one request: model args, the preset of its ``task`` (or of
         its generation kwargs), the run's ``seed`` (without a seed model arg), then the
         request's own overrides; ``gen_length`` is the task's ``max_gen_toks`` rounded up to
-        whole blocks unless one is given."""
+        whole blocks unless one is given. ``do_sample=true`` with a temperature of 0 (none given
+        in the request or the model args) is a one-line error, as HFLM's."""
         kwargs = dict(gen_kwargs)
         for alias in ("max_new_tokens", "max_tokens"):
             if alias in kwargs:
@@ -261,6 +286,12 @@ class Planner:
         if base is not self.params:
             self.tasks.presets[task or "unknown"] = preset
         params = override(base, **overrides) if overrides else base
+        if do_sample is True and params.temperature == 0:
+            raise ValueError(
+                f"pvf-dlm: do_sample=True with temperature={params.temperature} (task "
+                "generation_kwargs, --gen_kwargs or the temperature model arg): sampling needs a "
+                "temperature > 0 (HFLM refuses it too); give one, e.g. --gen_kwargs "
+                "do_sample=true,temperature=0.7, or do_sample=false for greedy decoding")
         if params.decoder in PLANNING_DECODERS:
             params = self.with_vocab(params)
         if "gen_length" not in overrides and "gen_length" not in self.decoding.given and \
@@ -271,7 +302,7 @@ class Planner:
                             f"{max_gen_toks} rounded up to whole blocks of {params.block_length}"
                             "); pass gen_length to fix it")
             params = override(params, gen_length=length)
-        return RequestParams(params, until, ignored)
+        return RequestParams(params, until, ignored, max_gen_toks)
 
     def _first(self, key) -> bool:
         """Whether a notice keyed ``key`` is due (each is printed once per run)."""
@@ -302,7 +333,8 @@ class Planner:
             occurrences.append(i)
             context, gen_kwargs = req.args
             task = getattr(req, "task_name", None) or "unknown"
-            params, until, _ = self.request_params(copy.deepcopy(gen_kwargs), task, seed)
+            params, until, _, max_tokens = self.request_params(copy.deepcopy(gen_kwargs), task,
+                                                               seed)
             self.tasks.note(task, params, run)
             doc = getattr(req, "doc_id", i)
             prompt_ids, cut = fit_prompt(self.prompts.encode(context), params.gen_length,
@@ -312,7 +344,8 @@ class Planner:
                 plan.truncated[task] = plan.truncated.get(task, 0) + 1
             plan.requests.append(Request(
                 i, params, until, prompt_ids, task, f"{task}/{doc}/{getattr(req, 'idx', 0)}",
-                repeat, cached=not gen_kwargs.get("do_sample", False)))   # lm-eval's cache
+                repeat, cached=not gen_kwargs.get("do_sample", False),   # lm-eval's cache
+                max_tokens=max_tokens))
         truncated = sum(plan.truncated.values())
         if truncated:
             self.notice(f"pvf-dlm: {truncated} of {len(plan.requests)} prompts did not fit the "

@@ -260,13 +260,15 @@ def _differences(held, mine: dict) -> str:
 def cache_identity(info: dict, mc_num: int, *, weights: str | None, tokenizer_hash: str) -> dict:
     """The decoding identity of a run described by ``info`` (``config.pvf`` without totals): the
     report's run identity (docs/reports.md) without the device, the batch size and the seed
-    (:data:`NOT_CACHE_IDENTITY`), plus ``mc_num`` (the draws of likelihood tasks), the weights
-    fingerprint (``models.loader.weights_fingerprint``; None for a model built in memory) and the
-    tokenizer's hash (``planning.vocab.tokenizer_hash``)."""
-    from .identity import run_identity
+    (:data:`NOT_CACHE_IDENTITY`), plus ``mc_num`` (the draws of likelihood tasks) and the
+    estimator's other settings where they are not the defaults (``identity.likelihood_choices``),
+    the weights fingerprint (``models.loader.weights_fingerprint``; None for a model built in
+    memory) and the tokenizer's hash (``planning.vocab.tokenizer_hash``)."""
+    from .identity import likelihood_choices, run_identity
 
     ident = run_identity({"config": {"model": "pvf-dlm", "pvf": info}})
     for key in NOT_CACHE_IDENTITY:
         ident.pop(key, None)
-    ident.update(mc_num=int(mc_num), weights=weights, tokenizer_hash=tokenizer_hash)
+    ident.update(mc_num=int(mc_num), weights=weights, tokenizer_hash=tokenizer_hash,
+                 **likelihood_choices(info.get("likelihood")))
     return ident

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decoding.blocks import block_size_of
+from ..decoding.likelihood import LIKELIHOOD_PARAMS, Estimator
 from ..decoding.options import DecodeOptions
 from ..decoding.param_spec import as_bool
 from ..decoding.params import DecodeParams, make_params
@@ -30,7 +31,7 @@ from .request_checks import truncation_mode
 
 MODEL_KEYS = ("pretrained", "dtype", "device", "revision", "tokenizer", "max_length", "compile")
 OPTION_KEYS = ("batch_size", "max_batch_size", "batch_invariant", "compile_round", "truncation",
-               "add_bos_token", "trace", "trace_append", "mc_num", "mc_batch")
+               "add_bos_token", "trace", "trace_append", *(p.name for p in LIKELIHOOD_PARAMS))
 #: set by the adapter when ``--device`` is lm-eval's default rather than the user's
 CLI_DEVICE = "_device_is_cli_default"
 
@@ -84,8 +85,9 @@ class Options:
     """How the run computes and what it writes: ``batch_size`` (an int, or ``"auto"`` with
     ``auto``, the probe of ``batch_size=auto``), the loop's ``decode`` options (batch
     invariance, the compiled round: :class:`~pvf_lmeval.decoding.options.DecodeOptions`),
-    prompt ``truncation`` and ``add_bos_token``, the ``trace`` file, the likelihoods' Monte Carlo
-    draws (``mc_num``, ``mc_batch`` per call)."""
+    prompt ``truncation`` and ``add_bos_token``, the ``trace`` file, the likelihoods' estimate
+    (``likelihood``: ``mc_num`` draws, ``mc_stratum``, ``cfg_scale``, ``mask_logit``) and its
+    draws per call (``mc_batch``)."""
 
     batch_size: int | str = 1
     auto: AutoBatch | None = None
@@ -94,13 +96,19 @@ class Options:
     add_bos_token: bool | None = None
     trace: str | None = None
     trace_append: bool = False
-    mc_num: int = 128
+    likelihood: Estimator = field(default_factory=Estimator)
     mc_batch: int = 32
 
+    @property
+    def mc_num(self) -> int:
+        return self.likelihood.mc_num
+
     @classmethod
-    def parse(cls, args: dict, compiled_model: bool = False) -> "Options":
+    def parse(cls, args: dict, compiled_model: bool = False,
+              cfg_scale: float | None = None) -> "Options":
         """``compiled_model``: the model call runs compiled (``compile``), and so does the
-        statistics pass of every call (the loop's ``compile_step``)."""
+        statistics pass of every call (the loop's ``compile_step``); ``cfg_scale``: the run's
+        (a decoding parameter, typed), which the likelihoods read too."""
         batch_size, auto = batch_size_arg(args.get("batch_size", 1), args.get("max_batch_size"))
         decode = DecodeOptions.of(
             batch_invariant=as_bool("batch_invariant", args.get("batch_invariant", False)),
@@ -116,8 +124,21 @@ class Options:
             # its folder must exist and the path be no link: an error now, not after the load
             trace=str(check_target(trace, "trace")) if trace else None,
             trace_append=as_bool("trace_append", args.get("trace_append", False)),
-            mc_num=positive_int("mc_num", args.get("mc_num", 128)),
-            mc_batch=positive_int("mc_batch", args.get("mc_batch", 32)))
+            **likelihood_options(args, cfg_scale))
+
+
+def likelihood_options(args: dict, cfg_scale: float | None = None) -> dict:
+    """``likelihood`` (an :class:`Estimator`, with the run's ``cfg_scale``) and ``mc_batch``
+    from the model args, each typed and checked by its declaration
+    (``decoding.likelihood.LIKELIHOOD_PARAMS``)."""
+    typed = {}
+    for spec in LIKELIHOOD_PARAMS:
+        v = args.get(spec.name)
+        typed[spec.name] = spec.default if v is None else spec.coerce(v)
+        spec.check_cap(typed[spec.name])
+        spec.validate(typed[spec.name])
+    mc_batch = typed.pop("mc_batch")
+    return {"likelihood": Estimator(**typed, cfg_scale=cfg_scale or 0.0), "mc_batch": mc_batch}
 
 
 @dataclass(frozen=True)
@@ -249,7 +270,8 @@ class RunSettings:
         vocab = take(("vocab", *VOCAB_ARGS))
         decoding = DecodingSettings.parse(args)
         options = Options.parse(options, compiled_model=compile_scope(
-            model.get("compile", False)) is not None)
+            model.get("compile", False)) is not None,
+            cfg_scale=decoding.given.get("cfg_scale"))
         return cls(model=ModelSettings.parse(model, cli_device), parallel=parallel,
                    vocabulary=VocabSettings.parse(vocab.pop("vocab", "auto"), vocab),
                    decoding=decoding, options=options, remote_code_asked=remote)

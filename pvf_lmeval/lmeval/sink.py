@@ -41,11 +41,15 @@ class Sink:
 
     # ------------------------------------------------------------ text and totals
 
-    def text(self, out, until: list[str]) -> tuple[str, dict]:
-        """Text of a decode result, up to its end-of-text (``out.gen_tokens``) and the first
-        ``until`` string, and its statistics (the decoder's, with ``gen_tokens`` lowered to the
-        tokens before that string)."""
+    def text(self, out, until: list[str], max_tokens: int | None = None) -> tuple[str, dict]:
+        """Text of a decode result, up to its end-of-text (``out.gen_tokens``), its first
+        ``max_tokens`` tokens (the task's ``max_gen_toks``, HFLM's ``max_new_tokens``: the canvas
+        may be longer) and the first ``until`` string, and its statistics (the decoder's, with
+        ``gen_tokens`` lowered to the tokens kept)."""
         ids = out.tokens[:out.gen_tokens]
+        if max_tokens is not None and len(ids) > max_tokens:
+            ids = ids[:max_tokens]
+            out = dataclasses.replace(out, gen_tokens=max_tokens)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         cut = cut_at_stop(text, until)
         if cut < len(text):
@@ -130,7 +134,7 @@ class Answers:
         """The answers of ``batch`` (planned requests) from their decode results ``outs``."""
         sink = self.sink
         for r, out in zip(batch, outs):
-            text, stats = sink.text(out, r.until)
+            text, stats = sink.text(out, r.until, r.max_tokens)
             self.plan.answers[r.index] = GenerationText(text, meta=stats, task=r.task)
             sink.pending.add(r.task, stats)
             if sink.cache is not None and r.cached:

@@ -52,6 +52,23 @@ def cost_metrics(generation) -> dict:
     return out
 
 
+#: the per-sample costs of a likelihood task (:func:`likelihood_costs`)
+LIKELIHOOD_COSTS = ("nfe", "branch_rows", "canvases", "mc_num")
+
+
+def likelihood_costs(results) -> dict:
+    """Per-sample costs of one document's likelihood answers (lm-eval's ``results``: one
+    ``(logprob, is_greedy)`` per continuation): model calls, rows and canvases summed over its
+    continuations, ``mc_num`` the draws per continuation. Answers without statistics (another
+    model type, or read from ``--use_cache``) yield NaN."""
+    metas = [getattr(r[0], "meta", None) for r in results]
+    if not metas or any(not m for m in metas):
+        return dict.fromkeys(LIKELIHOOD_COSTS, NAN)
+    out = {k: float(sum(m[k] for m in metas)) for k in ("nfe", "branch_rows", "canvases")}
+    out["mc_num"] = float(metas[0]["mc_num"])
+    return out
+
+
 def ratio_of_sums(items) -> float:
     """Aggregate :class:`SummedRate` items as sum(numerators) / sum(denominators); NaN when
     undefined."""

@@ -20,6 +20,7 @@ from torch import Tensor
 from ..tensors.fixed_order import fixed_sum
 from ..tensors.uploads import upload
 from .blocks import block_size_of, reach, region_layout
+from .rules import rules_for
 from .select import first_true
 
 
@@ -35,12 +36,17 @@ def gumbel_like(shape: tuple[int, ...], generator: torch.Generator, device) -> T
     return -torch.log(-torch.log(u.clamp_(min=torch.finfo(torch.float32).tiny)))
 
 
+def is_uniform_state(model) -> bool:
+    """Whether ``model`` is a uniform-state diffusion model (a ``canvas_length``, no mask)."""
+    return getattr(model, "canvas_length", None) is not None
+
+
 def pad_id_of(model) -> int:
     """The model's pad id (else its first end-of-text id); never the mask id."""
     pad = getattr(model, "pad_id", None)
     if pad is None:
         pad = model.eos_ids[0]
-    if int(pad) == int(model.mask_id):
+    if not is_uniform_state(model) and int(pad) == int(model.mask_id):
         raise ValueError(f"pad id {pad} equals the mask id: batching needs a pad id distinct "
                          "from the mask id")
     return int(pad)
@@ -56,6 +62,12 @@ class Batch:
     prompts. On a block-diffusion model (``block_size``) a region is ``gen_length + B`` wide and
     starts at the model block that holds the prompt's end (``blocks``): request i's first
     ``start[i]`` region positions are its prompt's last tokens, and ``prompt`` the rest.
+
+    A uniform-state model (``uniform``: DiffusionGemma) has no mask token (``mask_id`` None):
+    its region is ``gen_length / canvas_length`` canvases (blocks of ``canvas_length``); a
+    canvas starts as uniform random tokens (:meth:`noise`) and the step says which positions
+    are open (``Choice.open``). Filler (the pad id) stands in the canvases not started yet,
+    which no call reads.
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
@@ -76,7 +88,9 @@ class Batch:
                 prompts, self.B, self.L, int(model.mask_id), filler)
             self.L += self.B
         self.nb = self.L // self.B
-        self.mask_id = int(model.mask_id)
+        self.uniform = is_uniform_state(model)
+        self.mask_id = None if self.uniform else int(model.mask_id)
+        self.vocab_size = int(model.vocab_size) if self.uniform else None
         self.eos = upload(sorted({int(e) for e in model.eos_ids}), self.device)
         self.early_stop = params.early_stop
         self.temperature = params.temperature
@@ -88,7 +102,8 @@ class Batch:
         self.P0 = max(int(p.shape[0]) for p in prompts)
         pads = [self.P0 - int(p.shape[0]) for p in prompts]
         self.padded = [k > 0 for k in pads]
-        pad_id = pad_id_of(model) if any(pads) else 0
+        pad_id = pad_id_of(model) if any(pads) or self.uniform else 0
+        self.pad_id = pad_id
         self.prompt = torch.stack([torch.cat([torch.full((k,), pad_id, dtype=torch.long,
                                                          device=self.device), p])
                                    for k, p in zip(pads, prompts)])                  # [n, P0]
@@ -97,8 +112,10 @@ class Batch:
         if any(pads):
             pad_t = upload(pads, self.device)
             self.attention = (torch.arange(T, device=self.device) >= pad_t[:, None]).long()
-        self._seeds = [mix_seed(params.seed, r, k) for r, k in zip(request_indices,
-                                                                   repeat_indices)]
+        # rules=reference on a uniform-state canvas: torch.manual_seed(seed)'s generator
+        torch_seed = rules_for(params.rules).torch_seed and self.uniform
+        self._seeds = [params.seed if torch_seed else mix_seed(params.seed, r, k)
+                       for r, k in zip(request_indices, repeat_indices)]
         self._gens: list[torch.Generator | None] = [None] * self.n
         #: the live requests' numbers, ``ids`` on the host and ``req`` [R] on the device (see
         #: :meth:`live`): every request at first
@@ -132,11 +149,25 @@ class Batch:
             out.append(torch.rand(self.L, generator=g, device=g.device))
         return torch.stack(out).to(self.device)
 
+    def noise(self, requests: list[int]) -> Tensor:
+        """[len(requests), B] uniform random token ids in [0, vocab_size) (a uniform-state
+        canvas's noise), row r from request ``requests[r]``'s generator, in that order."""
+        out = [torch.randint(0, self.vocab_size, (self.B,), generator=self.generator(i),
+                             device=self.generator(i).device) for i in requests]
+        if not out:
+            return torch.empty((0, self.B), dtype=torch.long, device=self.device)
+        return torch.stack(out).to(self.device)
+
     # ------------------------------------------------------------ the region
 
     def initial(self) -> Tensor:
         """The requests' initial regions [n, L]: all masks, or (block-diffusion model) the
-        prompt's last tokens, masks, and filler (see ``blocks``)."""
+        prompt's last tokens, masks, and filler (see ``blocks``), or (uniform-state model) the
+        first canvas's noise (:meth:`noise`, one draw per request) and filler."""
+        if self.uniform:
+            y = torch.full((self.n, self.L), self.pad_id, dtype=torch.long, device=self.device)
+            y[:, :self.B] = self.noise(list(range(self.n)))
+            return y
         if self.block_size is None:
             return torch.full((self.n, self.L), self.mask_id, dtype=torch.long,
                               device=self.device)
@@ -189,10 +220,13 @@ class Batch:
         block-diffusion model (its block and later ones); None on a bidirectional one (all)."""
         return None if self.block_size is None else reach(own, self.B)
 
-    def stop_index(self, zg: Tensor) -> Tensor:
+    def stop_index(self, zg: Tensor, open: Tensor | None = None) -> Tensor:
         """[...] long: early-stop position e of state(s) ``zg`` [..., L], or -1 (none / early stop
-        off). e = first end-of-text position with every earlier position unmasked."""
-        eos = torch.isin(zg, self.eos) & (self.idx < first_true(zg == self.mask_id).unsqueeze(-1))
+        off). e = first end-of-text position with every earlier position decided: not ``open``
+        [..., L] (None: not masked)."""
+        if open is None:
+            open = zg == self.mask_id
+        eos = torch.isin(zg, self.eos) & (self.idx < first_true(open).unsqueeze(-1))
         if self._start_live is not None:      # the prompt's tokens in the region never stop it
             eos &= self.idx >= self._start_live.view(-1, *([1] * (zg.dim() - 1)))
         e = first_true(eos)

@@ -154,7 +154,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
               list(range(n)),
               repeat_indices=list(repeat_indices) if repeat_indices is not None else [0] * n,
               reveal=step.reveal, invariant=invariant)
-    runner = Runner(model, b, compile_step=compile_step)
+    runner = Runner(model, b, compile_step=compile_step, hook=step.call_hook)
     settle, prepare = round_programs(compile_round, _config(b, step))
     records = [[] for _ in range(n)] if trace else None
     finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
@@ -172,8 +172,8 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         runner.commit_caches(s.y)
         # the next round's branches, for every live request (those that finish now are dropped
         # below), so that their layout comes with the stop flags in the round's one read
-        nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, _draws(b, step),
-                             s.stop, s.finished, s.made)
+        nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state,
+                             step.draw(b, s.y, s.st, s.choice.state), s.stop, s.finished, s.made)
         host = HostRow.read(table)
         if records is not None:
             _trace(records, step, live.ids, t, runner, s, br, host)
@@ -211,12 +211,14 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     n, dev = b.n, b.device
     y = b.initial()
     ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = runner.call(y.unsqueeze(1), ones).pick(torch.zeros_like(ones))
+    # a uniform-state region has no mask to name the first canvas: the call covers it
+    cover = torch.zeros_like(ones) if b.uniform else None
+    st = runner.call(y.unsqueeze(1), ones, cover=cover).pick(torch.zeros_like(ones))
     runner.commit_caches(y)
     state = step.start(b)
     none = torch.zeros(n, dtype=torch.bool, device=dev)
-    br, table = rounds.prepare(b, runner, step, y, st, state, _draws(b, step),
-                                   torch.full_like(ones, -1), none, none)
+    br, table = rounds.prepare(b, runner, step, y, st, state, step.draw(b, y, st, state),
+                               torch.full_like(ones, -1), none, none)
     layout = _count_unmade(runner, b.ids, HostRow.read(table))
     return Live(b.ids, y, st, torch.zeros((n, b.L), dtype=torch.int8, device=dev),
                 torch.zeros((n, 2), dtype=torch.long, device=dev), state, br, layout)
@@ -246,11 +248,6 @@ def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches,
         state, nbr = take_rows(state, kt), nbr.select(kt)
         b.live(ids)
     return Live(ids, y, st, routes, tally, state, nbr, _count_unmade(runner, ids, host))
-
-
-def _draws(b: Batch, step) -> Tensor | None:
-    """The uniform draws a step with ``draws`` needs this round, made before the step."""
-    return b.rand() if step.draws else None
 
 
 def _sync(device: torch.device) -> None:

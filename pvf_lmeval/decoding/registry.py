@@ -9,6 +9,7 @@ from __future__ import annotations
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
+from .renoise import RenoiseDecoder
 from .static import StaticDecoder
 from .threshold import ThresholdDecoder
 
@@ -19,11 +20,14 @@ DECODERS = {cls.name: cls for cls in (
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,
+    RenoiseDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)
 #: decoders that read the planning vocabulary
 PLANNING_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.uses_vocab)
 #: decoders that honour ``reveal_next``
 REVEALING_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.reveals)
+#: decoders of a uniform-state canvas (DiffusionGemma); the others fill masked positions
+UNIFORM_STATE_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.uniform_state)
 #: the decoders the others are compared with (the paper's bracketed speed-ups and deltas)
 REFERENCE_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.baseline)

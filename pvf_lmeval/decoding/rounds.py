@@ -68,8 +68,9 @@ def settle(b, step, y: Tensor, st: Stats, br: Branches, out: Stats, routes: Tens
     routes = torch.where(labels != NONE, labels, routes)
     if ch.tally:
         tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
-    stop = b.stop_index(y)
-    finished = (stop >= 0) | ~(y == b.mask_id).any(-1)
+    open = (y == b.mask_id) if ch.open is None else ch.open
+    stop = b.stop_index(y, open)
+    finished = (stop >= 0) | ~open.any(-1)
     return Settled(y, st, labels, made, routes, tally, stop, finished, ch)
 
 

@@ -62,10 +62,11 @@ class Rules:
     fresh_call_after_failed_fill: bool = False
     self_check_max_prob: bool = False
     count_unmade_calls: bool = False
+    torch_seed: bool = False
 
 
 PAPER = Rules()
-REFERENCE = Rules("reference", *([True] * 9))
+REFERENCE = Rules("reference", *([True] * 10))
 
 
 SWITCHES = tuple(f for f in Rules.__dataclass_fields__ if f != "name")

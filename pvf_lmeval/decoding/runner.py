@@ -11,6 +11,15 @@ flags of every request), which the loop reads together with the round's stop fla
 requests at once. Per request: its KV cache (``cache=prefix|dual``: its row of the batch's cache
 tensors, ``cache.BatchKV``) and its accounting (``nfe[i]``: the model calls that carried rows of
 request i; ``rows[i]``: the rows it sent).
+
+A uniform-state model (``Batch.uniform``: DiffusionGemma) reads its canvas as the last
+``canvas_length`` columns of a call: each request's row is its prompt, its committed canvases and
+the canvas being denoised (one decoding block), right-aligned under left padding so that
+requests at different canvases share a call. The step's ``call_hook`` turns the logits into the
+stats and a *carry* (the self-conditioning logits), which the runner keeps per request and hands
+to that request's next call on the same canvas (a call on another canvas starts without one);
+requests with and without a carry make separate physical calls (the model takes
+``self_conditioning`` for every row of a call or for none).
 """
 
 from __future__ import annotations
@@ -44,9 +53,10 @@ class Seat(NamedTuple):
 class Runner:
     """Lays out and makes the model calls of the requests of ``b`` (see the module docstring).
 
-    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager)."""
+    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager);
+    ``hook``: the step's ``call_hook`` (uniform-state steps), else None."""
 
-    def __init__(self, model, b: Batch, *, compile_step: dict | None = None):
+    def __init__(self, model, b: Batch, *, compile_step: dict | None = None, hook=None):
         self.model = model
         self.b = b
         # the batch's caches, created here, so nothing leaks between batches
@@ -58,6 +68,15 @@ class Runner:
         self.nfe = [0] * b.n
         self.rows = [0] * b.n
         self.compile_step = compile_step
+        self.hook = hook
+        if b.uniform and hook is None:
+            raise ValueError("a uniform-state model's calls need the step's call_hook")
+        #: uniform-state: per request, the canvas (block) of its last call, the calls made on
+        #: it, and the carry of its last call ([n, B, V] rows, in the model's dtype)
+        self.canvas = [-1] * b.n
+        self.calls_on_canvas = [0] * b.n
+        self.carry: Tensor | None = None
+        self.carry_dtype = getattr(model, "dtype", torch.float32)
 
     def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> dict:
         """:class:`HostRow`'s layout columns by name ([R] long each, on the device): what
@@ -70,7 +89,10 @@ class Runner:
         b = self.b
         M = rows.shape[1]
         B, nb = b.B, b.nb
-        a = first_true(rows == b.mask_id) // B                             # [R, M]; nb: no mask
+        if b.uniform:                       # no mask: the step's cover names the canvas
+            a = torch.full(rows.shape[:2], nb, dtype=torch.long, device=rows.device)
+        else:
+            a = first_true(rows == b.mask_id) // B                         # [R, M]; nb: no mask
         valid = torch.arange(M, device=rows.device) < n[:, None]
         lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
         hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
@@ -114,7 +136,8 @@ class Runner:
             layout = HostRow.read(host_rows(zero, zero, zero, zero, plan))
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
-        ahead = 1 if b.block_size is not None and b.reveal == 0 and cover is None else 2
+        ahead = 1 if (b.block_size is not None and b.reveal == 0 and cover is None) or b.uniform \
+            else 2
         refresh_group, full_group, cached_group = [], [], []
         for r, (i, h) in enumerate(zip(b.ids, layout)):
             if h.rows == 0:
@@ -132,20 +155,30 @@ class Runner:
                 cached_group.append(Seat(r, i, h.rows - 1, lo, min(hi, span[1]), span, 1))
             else:
                 full_group.append(Seat(r, i, h.rows, lo, hi, None, 0))
+        if b.uniform:       # self_conditioning for every row of a call or for none
+            refresh_group = [s for s in full_group if not self._continues(s)]
+            full_group = [s for s in full_group if self._continues(s)]
         if kc is not None and not cached_group and not refresh_group:
             # every calling request refreshes (always so for one request): free the old caches
             # before the full call, so that they do not sit beside its activations and rows
             kc.kv = None
         # flat outputs with one spare slot at the end, where padded query positions write
-        tok = torch.full((R * M * L + 1,), b.mask_id, dtype=torch.long, device=b.device)
+        fill = b.pad_id if b.uniform else b.mask_id
+        tok = torch.full((R * M * L + 1,), fill, dtype=torch.long, device=b.device)
+        entropy = entropy or b.uniform
         nf = 4 if entropy else 3
+        extra: dict = {}
         val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=b.device)
         flat = rows.reshape(R * M, L)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
-                self._physical(chunk, flat, M, tok, val, entropy, refresh)
+                if b.uniform:
+                    self._canvas_physical(chunk, flat, M, tok, val, extra)
+                else:
+                    self._physical(chunk, flat, M, tok, val, entropy, refresh)
         tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
-        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None,
+                     extra={k: v[:-1].view(R, M, L) for k, v in extra.items()} or None)
 
     def _physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
                   val_out: Tensor, entropy: bool, refresh: bool = False) -> None:
@@ -216,6 +249,61 @@ class Runner:
         tok_out.index_put_((at,), tok.to(dev).reshape(-1))
         for f, v in enumerate(vals):
             val_out[f].index_put_((at,), v.to(dev).reshape(-1))
+
+    def _continues(self, s: Seat) -> bool:
+        """Whether request ``s.request``'s call continues its last canvas (it has a carry)."""
+        return self.canvas[s.request] == s.lo // self.b.B
+
+    def _canvas_physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
+                         val_out: Tensor, extra_out: dict) -> None:
+        """One model call of a uniform-state model over ``seats`` (one row each: the canvas
+        ``[lo, hi)`` of its region, which the call reads as its last ``B`` columns after the
+        prompt and the region before it); the step's hook gives the stats, written as
+        :meth:`_physical` writes them, and the carry the runner keeps."""
+        b = self.b
+        dev, B = b.device, b.B
+        if any(s.rows != 1 for s in seats):
+            raise ValueError("a uniform-state step sends one row per request")
+        requests = [s.request for s in seats]
+        index = upload([[s.r * M + s.first for s in seats], requests,
+                        [s.lo for s in seats]], dev)
+        gen = flat.index_select(0, index[0])
+        full = torch.cat([b.prompt.index_select(0, index[1]), gen], dim=1)       # [N, P0 + L]
+        width = b.P0 + max(s.hi for s in seats)
+        # right-align each row at its canvas's end: column j reads column j - shift of its row
+        src = torch.arange(width, device=dev) - (width - b.P0 - index[2] - B)[:, None]
+        real = src >= 0
+        tokens = torch.where(real, full.gather(1, src.clamp(min=0)), b.pad_id)
+        attention = None
+        if b.attention is not None or len({s.hi for s in seats}) > 1:
+            att = (b.attention.index_select(0, index[1]) if b.attention is not None
+                   else torch.ones_like(full))
+            attention = (att.gather(1, src.clamp(min=0)).bool() & real).long()
+        gpos = index[2][:, None] + torch.arange(B, device=dev)                   # [N, B]
+        sc = None
+        if self._continues(seats[0]):
+            sc = self.carry.index_select(0, index[1])
+        logits = self.model.logits(tokens, torch.arange(width - B, width, device=dev),
+                                   attention_mask=attention, self_conditioning=sc)
+        k = upload([self.calls_on_canvas[i] if self._continues(s) else 0
+                    for s, i in zip(seats, requests)], dev)
+        st, carry = self.hook(self.b, logits, gen.gather(1, gpos), k, requests)
+        if self.carry is None:
+            self.carry = torch.empty((b.n, *carry.shape[1:]), dtype=self.carry_dtype, device=dev)
+        self.carry.index_copy_(0, index[1], carry.to(self.carry_dtype))
+        for s, i in zip(seats, requests):
+            self.calls_on_canvas[i] = self.calls_on_canvas[i] + 1 if self._continues(s) else 1
+            self.canvas[i] = s.lo // B
+            self.nfe[i] += 1
+            self.rows[i] += 1
+        at = (index[0][:, None] * b.L + gpos).reshape(-1)
+        tok_out.index_put_((at,), st.tok.reshape(-1))
+        for f, v in enumerate((st.conf, st.pmax, st.pcur, st.ent)):
+            val_out[f].index_put_((at,), v.float().reshape(-1))
+        for name, v in (st.extra or {}).items():
+            if name not in extra_out:
+                extra_out[name] = torch.zeros(tok_out.shape, dtype=v.dtype, device=dev)
+            extra_out[name].index_put_((at,), v.reshape(-1))
 
     def _noise(self, seats: list[Seat], P: int, V: int) -> Tensor:
         """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws

@@ -30,6 +30,7 @@ class Stats:
     ent:  [..., L] float  entropy (nats) of the softmax over the raw logits (mask excluded); 0
                           outside. Only computed when the step asked for it (verification with
                           entropies: online vocabulary, calibration), else None.
+    extra: named [..., L] fields a step's call hook adds (``Step.call_hook``), or None.
 
     A call covers, per request, the generation positions from the earliest active block of its
     rows to the end of the block after the latest one (active + next block of every row); on a
@@ -41,23 +42,27 @@ class Stats:
     pmax: Tensor
     pcur: Tensor
     ent: Tensor | None = None
+    extra: dict | None = None
+
+    def _map(self, f) -> "Stats":
+        """``f`` applied to every tensor field (``extra``'s included)."""
+        return Stats(*(None if t is None else f(t)
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)),
+                     extra=None if self.extra is None else {k: f(v) for k, v in self.extra.items()})
 
     def pick(self, index: Tensor) -> "Stats":
         """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L] (new tensors,
         not views: a compiled round's inputs are then alike in every round)."""
         r = torch.arange(index.shape[0], device=index.device)
-        return Stats(*(None if t is None else t[r, index]
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t[r, index])
 
     def row(self, j: int) -> "Stats":
         """Stats [R, L] of row ``j`` of every request from stats [R, M, L] (views)."""
-        return Stats(*(None if t is None else t[:, j]
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t[:, j])
 
     def select(self, keep: Tensor) -> "Stats":
         """The requests ``keep`` (index tensor along dim 0)."""
-        return Stats(*(None if t is None else t.index_select(0, keep)
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t.index_select(0, keep))
 
 
 def sampling_scores(lg: Tensor, temperature: float, top_k: int | None = None,

@@ -102,6 +102,9 @@ class Choice:
     memo:   tensors the trace reads (only read when decoding with ``trace=True``).
     state:  the step's per-request state for the next round (see :meth:`Step.start`), None for
             steps without one.
+    open:   optional [R, L] bool: the positions the committed state still has to decide (None:
+            its masked positions). A uniform-state canvas has no mask: its step says which
+            positions are not yet committed (docs/decoding.md, "Uniform-state canvases").
     record: what the loop hands to :meth:`Step.record` after the round (outside a compiled
             round's programs): the round's :class:`Outcomes`, or None for nothing to record.
     """
@@ -114,6 +117,7 @@ class Choice:
     memo: dict = field(default_factory=dict)
     state: dict | None = None
     record: Outcomes | None = None
+    open: Tensor | None = None
 
 
 class Step:
@@ -128,7 +132,10 @@ class Step:
     early cross-block revelation: it reads it); ``draws`` (needs uniform draws each round);
     ``baseline`` (one the report compares the others with); ``rows_per_call(params)`` (M, the
     most rows a request sends in one round). ``max_rows`` caps the rows of one physical model
-    call (None: no cap).
+    call (None: no cap). ``uniform_state``: the decoder denoises a uniform-state canvas (a model
+    with ``canvas_length`` and no mask token) instead of filling masks; such a step has a
+    ``call_hook`` (what a call computes besides the model's logits, see :meth:`.runner.Runner`)
+    and draws its randomness through :meth:`draw`.
 
     A step is pure: ``branches`` and ``choose`` are tensor operations on their arguments only,
     never a host value that changes from round to round (``b.ids`` included) and never a side
@@ -168,6 +175,13 @@ class Step:
     draws = False
     baseline = False
     max_rows: int | None = None
+    uniform_state = False
+    #: ``call_hook(b, logits, cur, k, requests) -> (Stats, carry)`` (uniform-state steps):
+    #: the call's stats from its logits [N, C, V] over the canvas, the canvas tokens ``cur``
+    #: [N, C], the calls ``k`` [N] the request made on this canvas before, the requests' numbers
+    #: (host list, for their generators); ``carry`` [N, C, V] goes to the next call on the same
+    #: canvas as ``self_conditioning``. None: the shared statistics pass.
+    call_hook = None
 
     @classmethod
     def reads_param(cls, name: str) -> bool:
@@ -195,6 +209,13 @@ class Step:
     def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
                  draws: Tensor | None = None) -> Branches:
         raise NotImplementedError
+
+    def draw(self, b, y: Tensor, st: Stats, state: dict | None):
+        """The round's random draws, made by the loop before :meth:`branches` from each live
+        request's own generator (the committed states ``y``, their stats and the step's
+        ``state``, for a step whose draws depend on them): the uniform draws [R, L] of a step
+        with ``draws``, else None."""
+        return b.rand() if self.draws else None
 
     def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
         """Single-row steps: the request commits its one row."""

@@ -63,7 +63,7 @@ def check_canvas(params, model, uniform_decoder: bool) -> None:
     decode: a masked decoder on a uniform-state model (no mask token), ``renoise`` on a model
     with a mask token, or a block length other than a uniform-state model's canvas."""
     canvas = getattr(model, "canvas_length", None)
-    who = getattr(model, "name", "") or getattr(model, "family", "") or "the model"
+    who = getattr(model, "family", "") or getattr(model, "name", "") or "the model"
     if canvas is None and uniform_decoder:
         raise ValueError(f"decoder={params.decoder} denoises a uniform-state canvas "
                          f"(DiffusionGemma); {who} has a mask token: use a decoder that fills "

@@ -77,8 +77,8 @@ class RenoiseDecoder(Step):
     summary = ("DiffusionGemma's sampler: entropy-bound acceptance on a uniform-state canvas, "
                "the rest re-noised, until stable and confident")
     reads = (MAX_DENOISING_STEPS, ENTROPY_BOUND, T_MIN, T_MAX, STABILITY, CONFIDENCE)
-    checks = (Rule(_own_schedule, "temperature", "0 (renoise: its own schedule)"),
-              Rule(_no_cache, "cache", "none (renoise)"))
+    checks = (Rule(_own_schedule, "temperature", "renoise: 0"),
+              Rule(_no_cache, "cache", "renoise: none"))
     uniform_state = True
 
     def start(self, b) -> dict:

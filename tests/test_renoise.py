@@ -148,8 +148,7 @@ def test_defaults_are_the_released_sampler(native):
      "temperature, top_k, top_p: renoise samples on its own schedule (t_max to t_min, no "
      "filter); leave them unset"),
     (dict(decoder="renoise", cache="prefix"),
-     "cache=prefix: renoise reads the context through the model on every call (no encoder KV "
-     "cache); use cache=none"),
+     "cache=prefix: decoder=renoise allows cache=none"),
     (dict(decoder="renoise", entropy_bound=0.0), "entropy_bound=0.0 must be > 0"),
 ])
 def test_what_it_cannot_decode_is_one_line(native, kw, says):

@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .draws import Draw
+from .hooks import CallView, HookOut
 from .param_spec import POSITIONS, Param, Rule
 from .stats import Stats
 from .step import BASE, NONE, Branches, Choice, Step
@@ -55,21 +57,12 @@ def _own_schedule(p) -> str | None:
             "no filter); leave them unset")
 
 
-def _no_cache(p) -> str | None:
-    if p.cache == "none":
-        return None
-    return (f"cache={p.cache}: renoise reads the context through the model on every call (no "
-            f"encoder KV cache); use cache=none")
-
-
 class Decision(NamedTuple):
-    """What a round decides from the last call on each request's canvas (all [R] or [R, L])."""
+    """What a round decides from the last call on each request's canvas ([R] each)."""
 
     ended: Tensor       # the canvas is final (stop rule or step budget)
-    committed: Tensor   # [R, L] the state with an ended canvas's argmax written
-    open: Tensor        # [R, L] positions not committed after this round
     start_next: Tensor  # a next canvas starts (its noise is drawn)
-    done: Tensor        # nothing left to denoise (last canvas, or early stop)
+    done: Tensor        # nothing left to denoise (last canvas, or an end id under early stop)
 
 
 class RenoiseDecoder(Step):
@@ -77,9 +70,10 @@ class RenoiseDecoder(Step):
     summary = ("DiffusionGemma's sampler: entropy-bound acceptance on a uniform-state canvas, "
                "the rest re-noised, until stable and confident")
     reads = (MAX_DENOISING_STEPS, ENTROPY_BOUND, T_MIN, T_MAX, STABILITY, CONFIDENCE)
-    checks = (Rule(_own_schedule, "temperature", "renoise: 0"),
-              Rule(_no_cache, "cache", "renoise: none"))
+    checks = (Rule(_own_schedule, "temperature", "renoise: 0"),)
     uniform_state = True
+    caches = ("none",)              # the context is read through the model on every call
+    loop_switches = ("torch_seed",)
 
     def start(self, b) -> dict:
         """Per request: its canvas (block), the calls made on it, the argmax history."""
@@ -88,31 +82,44 @@ class RenoiseDecoder(Step):
                 "history": torch.full((b.n, self.p.stability_threshold, b.B), -1,
                                       dtype=torch.long, device=b.device)}
 
-    # ------------------------------------------------------------ the call
+    def open(self, b, rows: Tensor, state: dict | None = None) -> Tensor:
+        """Every position of the canvas being denoised and of the canvases after it."""
+        block = state["block"] if state is not None else torch.zeros(
+            rows.shape[:-1], dtype=torch.long, device=rows.device)
+        return b.blk >= block.view(*block.shape, *([1] * (rows.dim() - block.dim())))
 
-    def call_hook(self, b, logits: Tensor, cur: Tensor, k: Tensor, requests: list[int]):
-        """Stats of a denoising call (logits [N, C, V]; ``k`` [N] calls made on the canvas
-        before): tok = argmax of z, conf = pmax = its probability, pcur, ent = entropy of
-        softmax(z), extra ``sample``; the carry is z. z and T as transformers computes them
-        (float32 0-dim arithmetic, elementwise here)."""
+    # ------------------------------------------------------------ draws and the call
+
+    def first_draws(self, b, state: dict | None = None) -> tuple[Draw, ...]:
+        """The initial call's exponentials (its sample); the first canvas is ``Batch.initial``'s."""
+        return (Draw("exponential", (b.B, b.vocab_size)),)
+
+    def draw_plan(self, b, state: dict | None = None, st: Stats | None = None
+                  ) -> tuple[Draw, ...]:
+        """Every live request's re-noise tokens, a next canvas's tokens where one starts (one
+        host read), the next call's exponentials where a call follows."""
+        d = self.decide(b, st, state)
+        return (Draw("randint", (b.B,), b.vocab_size),
+                Draw("randint", (b.B,), b.vocab_size, when=d.start_next),
+                Draw("exponential", (b.B, b.vocab_size), when=~d.done))
+
+    def call_hook(self, b, view: CallView) -> HookOut:
+        """A denoising call: z = logits / T (T as transformers computes it: float32 0-dim
+        arithmetic, elementwise here; ``k`` calls made on the canvas before), the sample
+        ``argmax(softmax(z) / E)`` with the round's exponentials E (``torch.multinomial``'s
+        own arithmetic, bit for bit) and the entropy of softmax(z) as extras; the statistics
+        pass reads z (its tok: the argmax), and z is the carry (the next call's
+        self-conditioning)."""
         n_steps = self.p.max_denoising_steps
+        k = view.args.get("k", torch.zeros(view.logits.shape[0], dtype=torch.long,
+                                           device=view.logits.device))
         cur_step = (n_steps - k).to(torch.int32)
         temp = self.p.t_min + ((self.p.t_max - self.p.t_min) * (cur_step / n_steps))
-        z = logits / temp[:, None, None]
+        z = view.logits / temp[:, None, None]
         probs = torch.softmax(z, dim=-1, dtype=torch.float32)
-        sample = torch.stack([self._race(probs[r], b.generator(i)) for r, i in enumerate(requests)])
-        tok = z.argmax(-1)
+        sample = (probs / view.draws[-1].to(probs.device)).argmax(-1)
         ent = torch.distributions.Categorical(logits=z, validate_args=False).entropy()
-        pmax = probs.gather(-1, tok[..., None])[..., 0]
-        pcur = probs.gather(-1, cur[..., None])[..., 0]
-        return Stats(tok, pmax, pmax, pcur, ent, extra={"sample": sample.to(tok.device)}), z
-
-    @staticmethod
-    def _race(probs: Tensor, g: torch.Generator) -> Tensor:
-        """One sample per row of ``probs`` [C, V]: ``argmax(probs / E)``, E [C, V] standard
-        exponential draws from ``g`` (``torch.multinomial``'s own arithmetic, bit for bit)."""
-        e = torch.empty(probs.shape, dtype=torch.float32, device=g.device).exponential_(1, generator=g)
-        return (probs / e.to(probs.device)).argmax(-1)
+        return HookOut(z, carry=z.clone(), extra={"sample": sample, "ent": ent})
 
     # ------------------------------------------------------------ the round
 
@@ -120,31 +127,18 @@ class RenoiseDecoder(Step):
         """[R, C] values of ``x`` [R, L] on each request's canvas ``a`` [R]."""
         return x.gather(1, a[:, None] * b.B + torch.arange(b.B, device=x.device))
 
-    def decide(self, b, y: Tensor, st: Stats, state: dict) -> Decision:
+    def decide(self, b, st: Stats, state: dict) -> Decision:
         """The stop rule on each request's canvas from the stats of its last call (a request
         that finished this round, past its last canvas, reads its last one: its branches are
         dropped)."""
         a = state["block"].clamp(max=b.nb - 1)
-        ent, tok = self._canvas(b, st.ent, a), self._canvas(b, st.tok, a)
+        ent, tok = self._canvas(b, st.extra["ent"], a), self._canvas(b, st.tok, a)
         confident = ent.mean(-1) < self.p.confidence_threshold
         stable = (state["history"] == tok[:, None]).all(-1).all(-1)     # no history: True
         ended = (stable & confident) | (state["k"] + 1 >= self.p.max_denoising_steps)
-        committed = torch.where((b.blk == a[:, None]) & ended[:, None], st.tok, y)
-        open = b.blk >= (a + ended.long())[:, None]
-        stop = b.stop_index(committed, open) >= 0
+        stop = b.early_stop & torch.isin(tok, b.eos).any(-1)
         last = a + 1 >= b.nb
-        return Decision(ended, committed, open, ended & ~last & ~stop, ended & (last | stop))
-
-    def draw(self, b, y: Tensor, st: Stats, state: dict) -> dict:
-        """Every live request's re-noise tokens, then a next canvas's tokens where one starts
-        (one host read: which ones)."""
-        start_next = self.decide(b, y, st, state).start_next.tolist()
-        noise = b.noise(b.ids)
-        fresh = torch.zeros_like(noise)
-        rows = [r for r, s in enumerate(start_next) if s]
-        if rows:
-            fresh[rows] = b.noise([b.ids[r] for r in rows])
-        return {"noise": noise, "fresh": fresh}
+        return Decision(ended, ended & ~last & ~stop, ended & (last | stop))
 
     def accepted(self, ent: Tensor) -> Tensor:
         """[R, C] bool: the entropy bound's accepted set over each canvas's entropies."""
@@ -153,27 +147,29 @@ class RenoiseDecoder(Step):
         return torch.zeros_like(keep).scatter(-1, order, keep)
 
     def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
-                 draws: dict | None = None) -> Branches:
-        d = self.decide(b, y, st, state)
+                 draws: tuple = ()) -> Branches:
+        d = self.decide(b, st, state)
+        noise, fresh = draws[0], draws[1]
         a = state["block"].clamp(max=b.nb - 1)
-        ent, tok = self._canvas(b, st.ent, a), self._canvas(b, st.tok, a)
-        # no extra: no request made a call this round, so every one is finished (dropped)
-        sample = st.tok if st.extra is None else st.extra["sample"]
-        kept = torch.where(self.accepted(ent), self._canvas(b, sample, a), draws["noise"])
+        inblk = b.blk == a[:, None]
+        committed = torch.where(inblk & d.ended[:, None], st.tok, y)
+        ent, tok = self._canvas(b, st.extra["ent"], a), self._canvas(b, st.tok, a)
+        kept = torch.where(self.accepted(ent), self._canvas(b, st.extra["sample"], a), noise)
         block = a + d.ended.long()
         at = block.clamp(max=b.nb - 1)
-        canvas = torch.where(d.ended[:, None], draws["fresh"], kept)
+        canvas = torch.where(d.ended[:, None], fresh, kept)
         cols = at[:, None] * b.B + torch.arange(b.B, device=y.device)
-        row = torch.where(d.done[:, None], d.committed, d.committed.scatter(1, cols, canvas))
+        row = torch.where(d.done[:, None], committed, committed.scatter(1, cols, canvas))
         history = state["history"]
         if history.shape[1]:            # stability_threshold 0 keeps no history
             history = torch.cat([history[:, 1:], tok[:, None]], 1)
-        state = {"block": block, "k": torch.where(d.ended, 0, state["k"] + 1),
+        k = torch.where(d.ended, 0, state["k"] + 1)
+        state = {"block": block, "k": k,
                  "history": torch.where(d.ended[:, None, None], -1, history)}
-        labels = torch.where((b.blk == a[:, None]) & d.ended[:, None], BASE, NONE).to(torch.int8)
-        return Branches(row.unsqueeze(1), (~d.done).long(), labels, cover=at * b.B,
-                        memo={"state": state, "open": d.open})
+        labels = torch.where(inblk & d.ended[:, None], BASE, NONE).to(torch.int8)
+        return Branches(row.unsqueeze(1), (~d.done).long(), labels,
+                        open=self.open(b, row, state).unsqueeze(1), hook={"k": k},
+                        memo={"state": state})
 
     def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
-        return Choice(torch.zeros_like(br.n), br.labels, state=br.memo["state"],
-                      open=br.memo["open"])
+        return Choice(torch.zeros_like(br.n), br.labels, state=br.memo["state"])

@@ -15,11 +15,10 @@ request i; ``rows[i]``: the rows it sent).
 A uniform-state model (``Batch.uniform``: DiffusionGemma) reads its canvas as the last
 ``canvas_length`` columns of a call: each request's row is its prompt, its committed canvases and
 the canvas being denoised (one decoding block), right-aligned under left padding so that
-requests at different canvases share a call. The step's ``call_hook`` turns the logits into the
-stats and a *carry* (the self-conditioning logits), which the runner keeps per request and hands
-to that request's next call on the same canvas (a call on another canvas starts without one);
-requests with and without a carry make separate physical calls (the model takes
-``self_conditioning`` for every row of a call or for none).
+requests at different canvases share a call, and the call's ``self_conditioning`` is the carry
+the request's last call on the same canvas left (:mod:`.hooks`; none on a canvas's first call).
+The model takes it for every row of a call or for none, so requests with and without one make
+separate physical calls (each still counts one call).
 """
 
 from __future__ import annotations
@@ -33,9 +32,11 @@ from ..tensors.uploads import upload
 from .batch import Batch, gumbel_like
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits
+from .hooks import CallView, Carry
 from .host_row import HostRow, host_rows
 from .select import first_true
 from .stats import Stats, entropy_from_logits, stats_from_logits
+from .step import take_rows
 
 
 class Seat(NamedTuple):
@@ -53,8 +54,10 @@ class Seat(NamedTuple):
 class Runner:
     """Lays out and makes the model calls of the requests of ``b`` (see the module docstring).
 
-    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager);
-    ``hook``: the step's ``call_hook`` (uniform-state steps), else None."""
+    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager). ``hook``:
+    the step's call hook (``Step.call_hook``, :mod:`.hooks`), run on every physical call
+    between the model and the statistics pass; its carry is kept here (:class:`.hooks.Carry`),
+    one per request, as the KV caches are."""
 
     def __init__(self, model, b: Batch, *, compile_step: dict | None = None, hook=None):
         self.model = model
@@ -69,30 +72,27 @@ class Runner:
         self.rows = [0] * b.n
         self.compile_step = compile_step
         self.hook = hook
-        if b.uniform and hook is None:
-            raise ValueError("a uniform-state model's calls need the step's call_hook")
-        #: uniform-state: per request, the canvas (block) of its last call, the calls made on
-        #: it, and the carry of its last call ([n, B, V] rows, in the model's dtype)
+        self.carry = Carry(b.n, b.L, b.device) if hook is not None else None
+        self.extra_dtypes: dict = {}        # the hook's extras by name (their dtypes)
+        # rules=reference switches of the statistics pass (``Step.loop_switches``)
+        self.stats_mask = None if "argmax_over_mask" in b.switches else b.mask_id
+        self.float64 = "softmax64" in b.switches
+        #: uniform-state: the canvas (block) of each request's last call (-1: none yet)
         self.canvas = [-1] * b.n
-        self.calls_on_canvas = [0] * b.n
-        self.carry: Tensor | None = None
-        self.carry_dtype = getattr(model, "dtype", torch.float32)
 
-    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> dict:
+    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None,
+             open: Tensor | None = None) -> dict:
         """:class:`HostRow`'s layout columns by name ([R] long each, on the device): what
         :meth:`call` must know on the host to lay out the physical calls of the first ``n[r]``
         rows of ``rows`` [R, M, L] for each live request (``b.req``): its row count, the first
-        and last active block of its rows that hold a mask (-1: none), and, with a KV cache, its
-        cache flags (:meth:`.BatchKV.flags`). ``cover`` as for :meth:`call`. Reading them is
-        the caller's: the loop reads them with the round's stop flags, in the round's one
-        read."""
+        and last active block of its rows that hold an open position (``open`` [R, M, L], None:
+        a mask; -1: none), and, with a KV cache, its cache flags (:meth:`.BatchKV.flags`).
+        ``cover`` as for :meth:`call`. Reading them is the caller's: the loop reads them with
+        the round's stop flags, in the round's one read."""
         b = self.b
         M = rows.shape[1]
         B, nb = b.B, b.nb
-        if b.uniform:                       # no mask: the step's cover names the canvas
-            a = torch.full(rows.shape[:2], nb, dtype=torch.long, device=rows.device)
-        else:
-            a = first_true(rows == b.mask_id) // B                         # [R, M]; nb: no mask
+        a = first_true(rows == b.mask_id if open is None else open) // B   # [R, M]; nb: none
         valid = torch.arange(M, device=rows.device) < n[:, None]
         lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
         hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
@@ -107,7 +107,8 @@ class Runner:
 
     def call(self, rows: Tensor, n: Tensor, *, layout: list[HostRow] | None = None,
              entropy: bool = False, max_rows: int | None = None,
-             cover: Tensor | None = None) -> Stats:
+             cover: Tensor | None = None, open: Tensor | None = None, draws: tuple = (),
+             hook_args: dict | None = None) -> Stats:
         """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each live
         request ``b.ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
 
@@ -121,7 +122,10 @@ class Runner:
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
         ``cover`` [R] (optional): a generation position per request from which on the call
         must cover stats too (``rules=reference`` reads positions its rows already filled, and
-        its second call after a failed plan may send rows with no mask left).
+        its second call after a failed plan may send rows with no mask left; a held block).
+        ``open`` [R, M, L]: the rows' open positions (``Branches.open``; None: their masks).
+        ``draws`` (the round's, each [R, ...]) and ``hook_args`` (``Branches.hook``) reach the
+        call hook, per row.
         """
         b = self.b
         R, M, L = rows.shape
@@ -132,7 +136,7 @@ class Runner:
                              "KV cache: a request's rows must share one call")
         if layout is None:
             zero = torch.zeros_like(n)
-            plan = self.plan(rows, n, cover=cover)
+            plan = self.plan(rows, n, cover=cover, open=open)
             layout = HostRow.read(host_rows(zero, zero, zero, zero, plan))
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
@@ -165,26 +169,33 @@ class Runner:
         # flat outputs with one spare slot at the end, where padded query positions write
         fill = b.pad_id if b.uniform else b.mask_id
         tok = torch.full((R * M * L + 1,), fill, dtype=torch.long, device=b.device)
-        entropy = entropy or b.uniform
         nf = 4 if entropy else 3
-        extra: dict = {}
-        val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=b.device)
+        val = torch.zeros((nf, R * M * L + 1), device=b.device,
+                          dtype=torch.float64 if self.float64 else torch.float32)
         flat = rows.reshape(R * M, L)
+        hook = None
+        if self.hook is not None:
+            # the extras the hook returned before, zeros until a call writes them (a round
+            # whose requests make no call still hands the step every field)
+            extra = {k: torch.zeros(R * M * L + 1, dtype=dt, device=b.device)
+                     for k, dt in self.extra_dtypes.items()}
+            hook = _HookCall(open=(flat == fill if open is None else open.reshape(R * M, L)),
+                             cover=cover, draws=draws, args=hook_args or {}, extra=extra)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
-                if b.uniform:
-                    self._canvas_physical(chunk, flat, M, tok, val, extra)
-                else:
-                    self._physical(chunk, flat, M, tok, val, entropy, refresh)
+                self._physical(chunk, flat, M, tok, val, entropy, refresh, hook)
         tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
-        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None,
-                     extra={k: v[:-1].view(R, M, L) for k, v in extra.items()} or None)
+        extra = None
+        if hook is not None and hook.extra:
+            extra = {k: v[:-1].view(R, M, L) for k, v in hook.extra.items()}
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None, extra=extra)
 
     def _physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
-                  val_out: Tensor, entropy: bool, refresh: bool = False) -> None:
+                  val_out: Tensor, entropy: bool, refresh: bool = False,
+                  hook: "_HookCall | None" = None) -> None:
         """One model call over ``seats``; writes each row's stats into ``tok_out``
         [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat [R*M, L] plus a spare slot) at its
-        layout row."""
+        layout row (``hook``: the round's call hook inputs, whose extras land likewise)."""
         b = self.b
         dev = b.device
         layout, owner, lens = [], [], []
@@ -203,6 +214,7 @@ class Runner:
             positions = torch.arange(b.P0 + lo, b.P0 + hi, device=dev)
             gpos = positions.expand(N, P) - b.P0
             at = at + gpos
+            inside = torch.ones((N, P), dtype=torch.bool, device=dev)
         else:
             lo_len = upload([[s.lo, s.hi - s.lo] for s in seats for _ in range(s.rows)],
                             dev)                                                # [N, 2]
@@ -211,9 +223,13 @@ class Runner:
             gpos = lo_len[:, :1] + step                                          # [N, P]
             positions = gpos + b.P0
             # positions past a row's range repeat its last one: their outputs go to the spare
-            at = torch.where(j < lo_len[:, 1:], at + gpos, tok_out.shape[0] - 1)
-        attention = None
-        if b.attention is not None and any(b.padded[s.request] for s in seats):
+            inside = j < lo_len[:, 1:]
+            at = torch.where(inside, at + gpos, tok_out.shape[0] - 1)
+        attention, extra_in = None, {}
+        if b.uniform:
+            tokens, attention, positions = self._canvas_layout(seats, index, gen)
+            extra_in["self_conditioning"] = self._self_conditioning(seats, index, gpos)
+        elif b.attention is not None and any(b.padded[s.request] for s in seats):
             attention = b.attention.index_select(0, index[1])
         if b.block_size is not None and self.cache is None:
             # block-causal: positions after the last requested block cannot influence any
@@ -226,84 +242,75 @@ class Runner:
             spans = None if seats[0].span is None else [s.span for s in seats]
             cache = self.cache.call([s.request for s in seats], [s.rows for s in seats], spans,
                                     gen=gen, row_r=index[0] // M, refresh=refresh)
-        logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
+        logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache,
+                                   **extra_in)
         for s in seats:
+            self.canvas[s.request] = s.lo // b.B
             self.nfe[s.request] += 1
             self.rows[s.request] += s.rows
-        ent = entropy_from_logits(logits, b.mask_id, fixed=b.invariant) if entropy else None
+        cur = gen.gather(1, gpos)
+        extra = None
+        if hook is not None:
+            logits, extra = self._hook(hook, seats, index, M, logits, cur, gpos, inside)
+        mask_id = self.stats_mask
+        ent = entropy_from_logits(logits, mask_id, fixed=b.invariant) if entropy else None
         noise = None
         if b.temperature > 0:
             noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
-        cur = gen.gather(1, gpos)
         if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
-            tok, conf, pmax, pcur = stats_from_logits(logits, cur, b.mask_id, b.temperature,
+            tok, conf, pmax, pcur = stats_from_logits(logits, cur, mask_id, b.temperature,
                                                       noise, fixed=b.invariant, top_k=b.top_k,
-                                                      top_p=b.top_p)
+                                                      top_p=b.top_p, float64=self.float64)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
-                logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step,
-                top_k=b.top_k, top_p=b.top_p)
+                logits, cur, mask_id, b.temperature, noise, options=self.compile_step,
+                top_k=b.top_k, top_p=b.top_p, float64=self.float64)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)
+        for k, v in (extra or {}).items():
+            if k not in hook.extra:
+                self.extra_dtypes[k] = v.dtype
+                hook.extra[k] = torch.zeros(tok_out.shape[0], dtype=v.dtype, device=dev)
+            hook.extra[k].index_put_((at,), v.to(dev).reshape(-1))
         tok_out.index_put_((at,), tok.to(dev).reshape(-1))
         for f, v in enumerate(vals):
             val_out[f].index_put_((at,), v.to(dev).reshape(-1))
 
     def _continues(self, s: Seat) -> bool:
-        """Whether request ``s.request``'s call continues its last canvas (it has a carry)."""
+        """Whether request ``s.request``'s call continues the canvas of its last call."""
         return self.canvas[s.request] == s.lo // self.b.B
 
-    def _canvas_physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
-                         val_out: Tensor, extra_out: dict) -> None:
-        """One model call of a uniform-state model over ``seats`` (one row each: the canvas
-        ``[lo, hi)`` of its region, which the call reads as its last ``B`` columns after the
-        prompt and the region before it); the step's hook gives the stats, written as
-        :meth:`_physical` writes them, and the carry the runner keeps."""
+    def _canvas_layout(self, seats: list[Seat], index: Tensor, gen: Tensor):
+        """(tokens [N, W], attention [N, W] or None, positions [B]) of a uniform-state call:
+        each row's prompt and region up to its canvas's end (``hi``), right-aligned at column
+        W = P0 + the latest end, so that every row's canvas is the last B columns; the columns
+        a shift opens on the left are padding."""
         b = self.b
         dev, B = b.device, b.B
-        if any(s.rows != 1 for s in seats):
-            raise ValueError("a uniform-state step sends one row per request")
-        requests = [s.request for s in seats]
-        index = upload([[s.r * M + s.first for s in seats], requests,
-                        [s.lo for s in seats]], dev)
-        gen = flat.index_select(0, index[0])
-        full = torch.cat([b.prompt.index_select(0, index[1]), gen], dim=1)       # [N, P0 + L]
-        width = b.P0 + max(s.hi for s in seats)
-        # right-align each row at its canvas's end: column j reads column j - shift of its row
-        src = torch.arange(width, device=dev) - (width - b.P0 - index[2] - B)[:, None]
+        if any(s.rows != 1 or s.hi - s.lo != B for s in seats):
+            raise ValueError("a uniform-state step sends one row per request, on one canvas")
+        his = [s.hi for s in seats]
+        width = b.P0 + max(his)
+        full = torch.cat([b.prompt.index_select(0, index[1]), gen], dim=1)      # [N, P0 + L]
+        shift = upload([width - b.P0 - h for h in his], dev)
+        src = torch.arange(width, device=dev) - shift[:, None]
         real = src >= 0
         tokens = torch.where(real, full.gather(1, src.clamp(min=0)), b.pad_id)
         attention = None
-        if b.attention is not None or len({s.hi for s in seats}) > 1:
+        if b.attention is not None or len(set(his)) > 1:
             att = (b.attention.index_select(0, index[1]) if b.attention is not None
                    else torch.ones_like(full))
             attention = (att.gather(1, src.clamp(min=0)).bool() & real).long()
-        gpos = index[2][:, None] + torch.arange(B, device=dev)                   # [N, B]
-        sc = None
-        if self._continues(seats[0]):
-            sc = self.carry.index_select(0, index[1])
-        logits = self.model.logits(tokens, torch.arange(width - B, width, device=dev),
-                                   attention_mask=attention, self_conditioning=sc)
-        k = upload([self.calls_on_canvas[i] if self._continues(s) else 0
-                    for s, i in zip(seats, requests)], dev)
-        st, carry = self.hook(self.b, logits, gen.gather(1, gpos), k, requests)
-        if self.carry is None:
-            self.carry = torch.empty((b.n, *carry.shape[1:]), dtype=self.carry_dtype, device=dev)
-        self.carry.index_copy_(0, index[1], carry.to(self.carry_dtype))
-        for s, i in zip(seats, requests):
-            self.calls_on_canvas[i] = self.calls_on_canvas[i] + 1 if self._continues(s) else 1
-            self.canvas[i] = s.lo // B
-            self.nfe[i] += 1
-            self.rows[i] += 1
-        at = (index[0][:, None] * b.L + gpos).reshape(-1)
-        tok_out.index_put_((at,), st.tok.reshape(-1))
-        for f, v in enumerate((st.conf, st.pmax, st.pcur, st.ent)):
-            val_out[f].index_put_((at,), v.float().reshape(-1))
-        for name, v in (st.extra or {}).items():
-            if name not in extra_out:
-                extra_out[name] = torch.zeros(tok_out.shape, dtype=v.dtype, device=dev)
-            extra_out[name].index_put_((at,), v.reshape(-1))
+        return tokens, attention, torch.arange(width - B, width, device=dev)
+
+    def _self_conditioning(self, seats: list[Seat], index: Tensor, gpos: Tensor):
+        """The carry of each row's last call on its canvas [N, B, C] (a group's rows all have
+        one or none: :meth:`call`), in the model's input dtype; None on a canvas's first call."""
+        if not self._continues(seats[0]):
+            return None
+        carry, _ = self.carry.view(index[1], gpos)
+        return carry
 
     def _noise(self, seats: list[Seat], P: int, V: int) -> Tensor:
         """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws
@@ -322,11 +329,50 @@ class Runner:
         return torch.repeat_interleave(torch.stack(per), upload(counts, per[0].device),
                                        dim=0, output_size=sum(counts))
 
+    def _hook(self, hook: "_HookCall", seats: list[Seat], index: Tensor, M: int,
+              logits: Tensor, cur: Tensor, gpos: Tensor, inside: Tensor):
+        """The step's call hook on one physical call (rows ``index[0]`` = live row r * M + j,
+        of requests ``index[1]``): its :class:`.hooks.CallView`, its carry kept until
+        :meth:`commit_carry`; returns (the logits for the statistics pass, its extras)."""
+        b = self.b
+        r = index[0] // M
+        rows_open = hook.open.index_select(0, index[0])                       # [N, L]
+        first = first_true(rows_open)
+        if hook.cover is not None:
+            first = torch.where(first < b.L, first, hook.cover.index_select(0, r))
+        carry, carried = self.carry.view(index[1], gpos)
+        view = CallView(logits=logits, tokens=cur, gpos=gpos, inside=inside,
+                        open=rows_open.gather(1, gpos), block=first // b.B, carry=carry,
+                        carried=carried, draws=take_rows(tuple(hook.draws), r),
+                        args=take_rows(dict(hook.args), r))
+        out = self.hook(b, view)
+        if out.carry is not None:
+            self.carry.keep(r, index[0] % M, index[1], gpos, inside, out.carry)
+        return out.logits, out.extra
+
     def commit_caches(self, y: Tensor) -> None:
         """After a round committed states ``y`` [R, L] (live order): requests whose call was
         full keep the committed row's keys/values (one set of tensor operations for all)."""
         if self.cache is not None:
             self.cache.commit(y)
+
+    def commit_carry(self, pick: Tensor, made: Tensor) -> None:
+        """After a round's choice (``pick`` [R], the committed row of each live request,
+        ``made`` [R] its call): the call hook's carry of the committed rows is kept."""
+        if self.carry is not None:
+            self.carry.commit(pick, made)
+
+
+class _HookCall(NamedTuple):
+    """A round's inputs of the call hook, over the flat rows [R * M, ...] of :meth:`Runner.call`
+    (``open`` [R * M, L]) or per request (``cover``, ``draws``, ``args``); ``extra`` collects
+    the hook's per-position values (flat buffers by name)."""
+
+    open: Tensor
+    cover: Tensor | None
+    draws: tuple
+    args: dict
+    extra: dict
 
 
 def _chunks(group: list[Seat], max_rows: int | None):

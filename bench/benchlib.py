@@ -69,6 +69,7 @@ PACKAGE = {
     "Comm": ("pvf_lmeval.models.parallel", "Comm"),
     "Shard": ("pvf_lmeval.models.parallel", "Shard"),
     "MLP": ("pvf_lmeval.models.transformer", "MLP"),
+    "DIFFUSION_GEMMA": ("pvf_lmeval.models.formats.diffusion_gemma", "DIFFUSION_GEMMA"),
     "OnlineVocab": ("pvf_lmeval.planning.online", "OnlineVocab"),
     **{name: ("pvf_lmeval.planning.vocab", name) for name in (
         "artifact_statistics", "capitalised_ids", "load_artifact", "online_artifact",

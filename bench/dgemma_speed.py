@@ -25,11 +25,8 @@ import json
 import time
 
 import torch
-from benchlib import peak_mib, random_split_model, reset_peak, sync
-
-from pvf_lmeval.decoding import decode_batch
-from pvf_lmeval.models.diffusion_lm import DiffusionLM
-from pvf_lmeval.models.formats.diffusion_gemma import DIFFUSION_GEMMA
+from benchlib import (DIFFUSION_GEMMA, DiffusionLM, decode_batch, peak_mib, random_split_model,
+                      reset_peak, sync)
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 #: google/diffusiongemma-26B-A4B-it's config.json (the keys that shape the network)

@@ -233,6 +233,31 @@ def test_statistics_switches_mask_in_the_argmax_and_float64():
     assert torch.equal(conf, torch.exp(lg.max(-1).values - torch.logsumexp(lg, -1)))
 
 
+class MaskFavoured:
+    """Every position's logits: the mask id highest (3.0), token 7 next (2.0), the rest 0."""
+
+    mask_id, eos_ids = MASK, (EOS,)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        out = torch.zeros(tokens.shape[0], positions.shape[-1], MASK + 1)
+        out[..., MASK], out[..., 7] = 3.0, 2.0
+        return out
+
+
+def test_the_runner_applies_the_statistics_switches_a_step_names():
+    from pvf_lmeval.decoding.runner import Runner
+
+    m = MaskFavoured()
+    params = make_params("threshold", gen_length=4, block_length=4, rules="reference")
+    rows = torch.full((1, 1, 4), MASK)
+    for switches, tok, dtype in ((set(), 7, torch.float32),
+                                 ({"argmax_over_mask", "softmax64"}, MASK, torch.float64)):
+        b = Batch(m, [torch.tensor(PROMPT)], params, request_indices=[0], repeat_indices=[0],
+                  switches=switches)
+        st = Runner(m, b).call(rows, torch.ones(1, dtype=torch.long))
+        assert st.tok[0, 0].tolist() == [tok] * 4 and st.conf.dtype == dtype
+
+
 def test_a_loop_switch_the_loop_does_not_know_is_refused():
     class Bad(Step):
         loop_switches = ("stop_after_blocks",)

@@ -225,7 +225,7 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     ones = torch.ones(n, dtype=torch.long, device=dev)
     state = step.start(b)
     st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y, state).unsqueeze(1),
-                     draws=b.draw(step.first_draws(b, state))).pick(
+                     entropy=step.entropy, draws=b.draw(step.first_draws(b, state))).pick(
         torch.zeros_like(ones))
     runner.commit_caches(y)
     runner.commit_carry(torch.zeros_like(ones), ones.bool())

@@ -6,6 +6,7 @@ identity) derives from these classes."""
 
 from __future__ import annotations
 
+from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
@@ -17,6 +18,7 @@ from .threshold import ThresholdDecoder
 DECODERS = {cls.name: cls for cls in (
     StaticDecoder,
     ThresholdDecoder,
+    EntropyBoundDecoder,
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,

@@ -140,6 +140,7 @@ def test_defaults_are_the_released_sampler(native):
      "model (no mask token: its canvas of 8 starts as random tokens): use decoder=renoise "
      "(docs/decoding.md, \"Uniform-state canvases\")"),
     (dict(decoder="pvf"), "decoder=pvf fills masked positions"),
+    (dict(decoder="eb"), "decoder=eb fills masked positions"),
     (dict(decoder="renoise", block_length=16),
      "block_length=16 must equal the model's canvas_length=8 (decoder=renoise denoises one "
      "canvas per block)"),

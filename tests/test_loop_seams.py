@@ -94,6 +94,20 @@ def test_a_remask_after_the_last_fill_keeps_the_request_live():
     assert m.nfe == 3
 
 
+def test_revoking_a_settled_position_is_a_decoder_bug_the_loop_names():
+    # round 0 fills block 0, so block 1 is active; round 1 edits 0, in the settled block 0
+    script = [{j: 10 + j for j in range(4)}, {0: 20, 4: 14}, {j: None for j in range(8)}]
+    with pytest.raises(RuntimeError, match="decoder 'scripted' remasked or edited a settled "
+                                           "position"):
+        _decode(scripted(script, revocable=True), lambda g: {}, early_stop=False)
+    script[1] = {0: MASK, 4: 14}
+    with pytest.raises(RuntimeError, match="remasked or edited a settled position"):
+        _decode(scripted(script, revocable=True), lambda g: {}, early_stop=False)
+    script[1] = {3: 20, 4: 14}          # not revocable: its own business (pvf's reference)
+    r, _ = _decode(scripted(script), lambda g: {}, early_stop=False)
+    assert r.edits == 1
+
+
 # ------------------------------------------------------------ settled early stop
 
 

@@ -306,7 +306,8 @@ class Runner:
 
     def _self_conditioning(self, seats: list[Seat], index: Tensor, gpos: Tensor):
         """The carry of each row's last call on its canvas [N, B, C] (a group's rows all have
-        one or none: :meth:`call`), in the model's input dtype; None on a canvas's first call."""
+        one or none: :meth:`call`), as the hook returned it (the model rounds it to its own
+        dtype); None on a canvas's first call."""
         if not self._continues(seats[0]):
             return None
         carry, _ = self.carry.view(index[1], gpos)

@@ -70,6 +70,7 @@ PACKAGE = {
     "Comm": ("pvf_lmeval.models.parallel", "Comm"),
     "Shard": ("pvf_lmeval.models.parallel", "Shard"),
     "MLP": ("pvf_lmeval.models.transformer", "MLP"),
+    "DIFFUSION_GEMMA": ("pvf_lmeval.models.formats.diffusion_gemma", "DIFFUSION_GEMMA"),
     "OnlineVocab": ("pvf_lmeval.planning.online", "OnlineVocab"),
     **{name: ("pvf_lmeval.planning.vocab", name) for name in (
         "artifact_statistics", "capitalised_ids", "load_artifact", "online_artifact",
@@ -211,7 +212,8 @@ def random_split_model(cfg: TransformerConfig, device, dtype, shard=None, comm=N
     ``device`` in ``dtype``. Every tensor (every expert's, one by one) is drawn from a
     generator seeded by its name, then the rank takes its part: the ranks' parts are slices of
     the whole model's tensors, and a rank never draws another rank's experts. Norms 1, biases
-    0; the last three ids serve as mask, pad and end of text."""
+    0; the last three ids serve as mask, pad and end of text (a uniform-state network, with a
+    ``canvas_length``, has no mask)."""
     import zlib
 
     with torch.device("meta"):
@@ -241,7 +243,8 @@ def random_split_model(cfg: TransformerConfig, device, dtype, shard=None, comm=N
         for buffer in net.buffers():            # the experts' selection bias
             buffer.zero_()
     V = cfg.vocab_size
-    return DiffusionLM(net, mask_id=V - 1, eos_ids=(V - 3,), pad_id=V - 2,
+    mask_id = None if cfg.canvas_length is not None else V - 1
+    return DiffusionLM(net, mask_id=mask_id, eos_ids=(V - 3,), pad_id=V - 2,
                        logit_shift=logit_shift, decodable=V, family=family, name=name,
                        shard=shard, comm=comm)
 

@@ -17,6 +17,9 @@
 #                (bench/parallel.py; no interconnect is measured)
 #   flash-shard  rank 0 of expert parallel 8 of LLaDA2.0-flash (32 of 256 experts, about 31
 #                GB), alone, its collectives local: time per call of one rank's compute
+#   dgemma       DiffusionGemma 26B-A4B as published (about 51 GB in bfloat16), random weights:
+#                time per denoising call and per renoise sampler round, batch 1 and 16
+#                (bench/dgemma_speed.py)
 #
 # Each part runs under its own timeout (they add up to at most 460 s) and keeps what it printed
 # when cut short. A device call brings back at most 8 files, so with $OUT set the raw output is
@@ -37,14 +40,17 @@ if [ "${1:-}" = "--tiny" ]; then
     COMPILE="" THREADS="--threads 1"
     PAR="--reduce 16 --calls 1 --canvas 64 --gen 32 --layers experts all"
     FLASH="--reduce 16 --calls 1 --canvas 64 --gen 32"
+    DG="--reduce 32 --batch-sizes 1 2 --prompt 16 --calls 1 --steps 2"
     T_SYNC=300 T_INV=300 T_LOOP=300 T_ROUND=300 T_SHADOW=300 T_MOE=300 T_PAR=300 T_FLASH=300
+    T_DG=300
 elif [ -n "${1:-}" ]; then
     echo "gpu_session.sh: unknown argument '$1'; allowed: --tiny (or nothing)" >&2; exit 2
 else
     DEV=cuda ITEMS=32 SIZES_INV=1,16 SIZES_LOOP="1 16" SIZES_SHADOW="1 4 16 64" PER_SIZE=8
     TASK=arith_var SHAPE=llada-8b INV="" MOE="" COMPILE="--compile" THREADS=""
     PAR="--reduce 1 --calls 3 --rows 2 --layers experts" FLASH="--calls 3 --rows 2"
-    T_SYNC=30 T_INV=115 T_LOOP=40 T_ROUND=70 T_SHADOW=95 T_MOE=40 T_PAR=45 T_FLASH=25
+    DG="--batch-sizes 1 16"
+    T_SYNC=30 T_INV=95 T_LOOP=40 T_ROUND=60 T_SHADOW=90 T_MOE=30 T_PAR=45 T_FLASH=25 T_DG=45
 fi
 if [ -n "${OUT:-}" ]; then          # a device call: only the log and the pack go to $OUT
     DIR=$OUT WORK=$(mktemp -d)
@@ -86,4 +92,5 @@ part shadow "$T_SHADOW" $PY bench/e2e.py --shadow $SHAPE --fixtures tiny-llada -
 part moe "$T_MOE" $PY bench/moe_speed.py --device $DEV $MOE
 part parallel "$T_PAR" $PY bench/parallel.py --device $DEV $PAR
 part flash-shard "$T_FLASH" $PY bench/parallel.py --flash-shard --device $DEV $FLASH
+part dgemma "$T_DG" $PY bench/dgemma_speed.py --device $DEV $DG
 echo "raw output: $DIR (packed: $DIR/session.tgz)" | tee -a "$LOG"

@@ -119,8 +119,8 @@ def expert_vs_dense(model, rows: int, reps: int, device) -> tuple[float, float]:
     layer = next(b.mlp for b in model.net.blocks if hasattr(b.mlp, "router"))
     m = layer.cfg
     active = m.top_k * m.expert_hidden + m.shared_hidden
-    cfg = dataclasses.replace(model.net.cfg, ffn_hidden=active, moe=None)
-    dense = MLP(cfg).to(device=device, dtype=model.dtype)
+    cfg = model.net.cfg
+    dense = MLP(cfg.d_model, active).to(device=device, dtype=model.dtype)
     x = torch.randn(1, rows, cfg.d_model, device=device, dtype=model.dtype)
 
     def timed(fn):

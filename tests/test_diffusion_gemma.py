@@ -256,13 +256,18 @@ def test_calls_it_cannot_take_are_one_line(folders, call, says):
     assert says in str(ei.value) and "\n" not in str(ei.value)
 
 
-def test_the_decoders_refuse_a_uniform_state_model_in_one_line(folders):
+def test_the_masked_decoders_refuse_a_uniform_state_model_in_one_line(folders):
     m, _ = _pair(folders["released"])
-    for decoder in ("threshold", "pvf"):
-        with pytest.raises(NoMaskToken) as ei:
+    for decoder in ("static", "threshold", "freedave", "pvf", "explore"):
+        with pytest.raises(ValueError) as ei:
             decode(m, [5, 6, 7], decoder, gen_length=C, block_length=C)
         msg = str(ei.value)
-        assert "uniform-state diffusion model" in msg and "no mask token" in msg and "\n" not in msg
+        assert msg.startswith(f"decoder={decoder} fills masked positions; diffusion_gemma is a "
+                              "uniform-state diffusion model (no mask token") and "\n" not in msg
+    with pytest.raises(NoMaskToken) as ei:
+        m.mask_id
+    assert str(ei.value).endswith("decode it with decoder=renoise, the decoders that fill masked "
+                                  "positions do not apply")
 
 
 def test_expert_and_tensor_parallel_on_two_real_processes(folders):

@@ -114,7 +114,7 @@ def test_gpu_session_script_budget_and_arguments():
     gpu = next(line for line in text.splitlines() if line.split()[:1] == ["T_SYNC=30"])
     t = dict(re.findall(r"\b(T_[A-Z]+)=(\d+)", gpu))
     used = set(re.findall(r'^part \S+ "\$(T_[A-Z]+)"', text, re.M))
-    assert used == set(t) and len(used) == 8
+    assert used == set(t) and len(used) == 9
     assert sum(int(v) for v in t.values()) <= 460
     out = subprocess.run(["bash", str(script), "--all"], capture_output=True, text=True)
     assert out.returncode == 2

@@ -19,8 +19,9 @@ positions, which the model applies itself; see :mod:`.blocks`), ``max_length`` (
 ``batch_invariant()``: a context manager inside which the model computes every row the same way
 whatever the batch (``batch_invariant=True``; it raises a one-line ValueError where it cannot).
 
-A uniform-state model (DiffusionGemma) has ``canvas_length`` (config.json's) and no mask token
-(``mask_id`` raises a one-line ValueError, so the decoders here refuse it), and its ``logits``
+A uniform-state model (DiffusionGemma) has ``canvas_length`` (config.json's), ``vocab_size``
+and no mask token (``mask_id`` raises a one-line ValueError; ``decode_batch`` refuses the
+decoders that fill masks on it, and ``renoise`` on a masked model, in one line), and its ``logits``
 take ``self_conditioning``: ``tokens`` = context + canvas, the canvas the last
 ``canvas_length`` columns (named by ``positions``; the context, which may be left-padded, is
 read causally), ``self_conditioning`` [N, canvas_length, V] the previous denoising step's
@@ -34,7 +35,7 @@ from typing import Iterable
 
 import torch
 
-from .blocks import block_size_of, default_block_length, on_model
+from .blocks import block_size_of, check_canvas, default_block_length, on_model
 from .options import DecodeOptions, invariant_mode
 from .loop import DecodeResult, run
 from .params import DecodeParams, params_for_call
@@ -118,6 +119,7 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
         if overrides.get("block_length") is None:
             overrides["block_length"] = default_block_length(model, DecodeParams.block_length)
     params = on_model(params_for_call(decoder, params, preset, **overrides), model)
+    check_canvas(params, model, DECODERS[params.decoder].uniform_state)
     if options is None:
         options = DecodeOptions.of(batch_invariant, compile_step, compile_round)
     mode = invariant_mode(model, options.batch_invariant)

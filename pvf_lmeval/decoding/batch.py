@@ -20,7 +20,7 @@ from torch import Tensor
 from ..tensors.fixed_order import fixed_sum
 from ..tensors.uploads import upload
 from .blocks import block_size_of, reach, region_layout
-from .draws import draw_plan
+from .draws import Draw, draw_one, draw_plan
 from .select import first_true
 
 
@@ -36,12 +36,17 @@ def gumbel_like(shape: tuple[int, ...], generator: torch.Generator, device) -> T
     return -torch.log(-torch.log(u.clamp_(min=torch.finfo(torch.float32).tiny)))
 
 
+def is_uniform_state(model) -> bool:
+    """Whether ``model`` is a uniform-state diffusion model (a ``canvas_length``, no mask)."""
+    return getattr(model, "canvas_length", None) is not None
+
+
 def pad_id_of(model) -> int:
     """The model's pad id (else its first end-of-text id); never the mask id."""
     pad = getattr(model, "pad_id", None)
     if pad is None:
         pad = model.eos_ids[0]
-    if int(pad) == int(model.mask_id):
+    if not is_uniform_state(model) and int(pad) == int(model.mask_id):
         raise ValueError(f"pad id {pad} equals the mask id: batching needs a pad id distinct "
                          "from the mask id")
     return int(pad)
@@ -57,6 +62,12 @@ class Batch:
     prompts. On a block-diffusion model (``block_size``) a region is ``gen_length + B`` wide and
     starts at the model block that holds the prompt's end (``blocks``): request i's first
     ``start[i]`` region positions are its prompt's last tokens, and ``prompt`` the rest.
+
+    A uniform-state model (``uniform``: DiffusionGemma) has no mask token (``mask_id`` None):
+    its region is ``gen_length / canvas_length`` canvases (blocks of ``canvas_length``); a
+    canvas starts as uniform random tokens (:meth:`noise`) and the step says which positions
+    are open (``Step.open``). Filler (the pad id) stands in the canvases not started yet,
+    which no call reads.
     """
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
@@ -77,7 +88,9 @@ class Batch:
                 prompts, self.B, self.L, int(model.mask_id), filler)
             self.L += self.B
         self.nb = self.L // self.B
-        self.mask_id = int(model.mask_id)
+        self.uniform = is_uniform_state(model)
+        self.mask_id = None if self.uniform else int(model.mask_id)
+        self.vocab_size = int(model.vocab_size) if self.uniform else None
         self.eos = upload(sorted({int(e) for e in model.eos_ids}), self.device)
         self.early_stop = params.early_stop
         self.temperature = params.temperature
@@ -89,7 +102,8 @@ class Batch:
         self.P0 = max(int(p.shape[0]) for p in prompts)
         pads = [self.P0 - int(p.shape[0]) for p in prompts]
         self.padded = [k > 0 for k in pads]
-        pad_id = pad_id_of(model) if any(pads) else 0
+        pad_id = pad_id_of(model) if any(pads) or self.uniform else 0
+        self.pad_id = pad_id
         self.prompt = torch.stack([torch.cat([torch.full((k,), pad_id, dtype=torch.long,
                                                          device=self.device), p])
                                    for k, p in zip(pads, prompts)])                  # [n, P0]
@@ -132,11 +146,22 @@ class Batch:
         on its own (the same values at any batch size). The loop makes them before the step."""
         return draw_plan(plan, self.ids, self.generator, self.device)
 
+    def noise(self, requests: list[int]) -> Tensor:
+        """[len(requests), B] uniform random token ids in [0, vocab_size) (a uniform-state
+        canvas's noise), row r from request ``requests[r]``'s generator."""
+        d = Draw("randint", (self.B,), self.vocab_size)
+        return torch.stack([draw_one(d, self.generator(i)) for i in requests]).to(self.device)
+
     # ------------------------------------------------------------ the region
 
     def initial(self) -> Tensor:
         """The requests' initial regions [n, L]: all masks, or (block-diffusion model) the
-        prompt's last tokens, masks, and filler (see ``blocks``)."""
+        prompt's last tokens, masks, and filler (see ``blocks``), or (uniform-state model) the
+        first canvas's noise (:meth:`noise`, one draw per request) and filler."""
+        if self.uniform:
+            y = torch.full((self.n, self.L), self.pad_id, dtype=torch.long, device=self.device)
+            y[:, :self.B] = self.noise(list(range(self.n)))
+            return y
         if self.block_size is None:
             return torch.full((self.n, self.L), self.mask_id, dtype=torch.long,
                               device=self.device)

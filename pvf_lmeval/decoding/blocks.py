@@ -50,10 +50,35 @@ def on_model(params, model):
 
 
 def default_block_length(model, default: int) -> int:
-    """The block length when none is given: a block-diffusion model's block size, else
-    ``default``."""
+    """The block length when none is given: a block-diffusion model's block size, a
+    uniform-state model's canvas, else ``default``."""
     bs = block_size_of(model)
+    if bs is None:
+        bs = getattr(model, "canvas_length", None)
     return default if bs is None else bs
+
+
+def check_canvas(params, model, uniform_decoder: bool) -> None:
+    """One-line errors, before any call, for a decoder on a model whose canvas it does not
+    decode: a masked decoder on a uniform-state model (no mask token), ``renoise`` on a model
+    with a mask token, or a block length other than a uniform-state model's canvas."""
+    canvas = getattr(model, "canvas_length", None)
+    who = getattr(model, "family", "") or getattr(model, "name", "") or "the model"
+    if canvas is None and uniform_decoder:
+        raise ValueError(f"decoder={params.decoder} denoises a uniform-state canvas "
+                         f"(DiffusionGemma); {who} has a mask token: use a decoder that fills "
+                         f"masked positions (threshold, pvf, ...)")
+    if canvas is None:
+        return
+    if not uniform_decoder:
+        raise ValueError(f"decoder={params.decoder} fills masked positions; {who} is a "
+                         f"uniform-state diffusion model (no mask token: its canvas of {canvas} "
+                         f"starts as random tokens): use decoder=renoise (docs/decoding.md, "
+                         f"\"Uniform-state canvases\")")
+    if params.block_length != canvas:
+        raise ValueError(f"block_length={params.block_length} must equal the model's "
+                         f"canvas_length={canvas} (decoder={params.decoder} denoises one "
+                         f"canvas per block)")
 
 
 def region_start(prompt_len: int, block: int) -> int:

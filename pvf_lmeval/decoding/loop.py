@@ -182,7 +182,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         runner.commit_carry(s.pick, s.made)
         # the next round's branches, for every live request (those that finish now are dropped
         # below), so that their layout comes with the stop flags in the round's one read
-        draws = _draws(b, step, s.choice.state)
+        draws = _draws(b, step, s.choice.state, s.st)
         nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, draws,
                              s.stop, s.finished, s.made, s.unmade, s.unsettled)
         host = _count_unmade(runner, live.ids, HostRow.read(table))
@@ -226,13 +226,14 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     n, dev = b.n, b.device
     y = b.initial()
     ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y).unsqueeze(1),
-                     entropy=step.entropy).pick(torch.zeros_like(ones))
+    state = step.start(b)
+    st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y, state).unsqueeze(1),
+                     entropy=step.entropy, draws=b.draw(step.first_draws(b, state))).pick(
+        torch.zeros_like(ones))
     runner.commit_caches(y)
     runner.commit_carry(torch.zeros_like(ones), ones.bool())
-    state = step.start(b)
     none = torch.zeros(n, dtype=torch.bool, device=dev)
-    draws = _draws(b, step, state)
+    draws = _draws(b, step, state, st)
     br, table = rounds.prepare(b, runner, step, y, st, state, draws,
                                torch.full_like(ones, -1), none, none)
     layout = _count_unmade(runner, b.ids, HostRow.read(table))
@@ -268,10 +269,10 @@ def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches, 
     return Live(ids, y, st, routes, tally, state, nbr, draws, host)
 
 
-def _draws(b: Batch, step, state: dict | None) -> tuple:
-    """The draws of the step's plan for the next round (``Step.draw_plan``), made before the
-    step."""
-    return b.draw(step.draw_plan(b, state))
+def _draws(b: Batch, step, state: dict | None, st) -> tuple:
+    """The draws of the step's plan for the next round (``Step.draw_plan``; ``st``: the stats
+    the step's branches get), made before the step."""
+    return b.draw(step.draw_plan(b, state, st))
 
 
 def _sync(device: torch.device) -> None:

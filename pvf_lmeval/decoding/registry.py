@@ -11,6 +11,7 @@ from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .pvf import PVFDecoder
+from .renoise import RenoiseDecoder
 from .static import StaticDecoder
 from .subblock import SubBlockDecoder
 from .threshold import ThresholdDecoder
@@ -26,11 +27,14 @@ DECODERS = {cls.name: cls for cls in (
     SubBlockDecoder,
     HierarchyDecoder,
     CreditDecoder,
+    RenoiseDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)
 #: decoders that read the planning vocabulary
 PLANNING_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.uses_vocab)
 #: decoders that honour ``reveal_next``
 REVEALING_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.reveals)
+#: decoders of a uniform-state canvas (DiffusionGemma); the others fill masked positions
+UNIFORM_STATE_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.uniform_state)
 #: the decoders the others are compared with (the paper's bracketed speed-ups and deltas)
 REFERENCE_DECODERS = tuple(name for name, cls in DECODERS.items() if cls.baseline)

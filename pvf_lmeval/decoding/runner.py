@@ -11,6 +11,14 @@ flags of every request), which the loop reads together with the round's stop fla
 requests at once. Per request: its KV cache (``cache=prefix|dual``: its row of the batch's cache
 tensors, ``cache.BatchKV``) and its accounting (``nfe[i]``: the model calls that carried rows of
 request i; ``rows[i]``: the rows it sent).
+
+A uniform-state model (``Batch.uniform``: DiffusionGemma) reads its canvas as the last
+``canvas_length`` columns of a call: each request's row is its prompt, its committed canvases and
+the canvas being denoised (one decoding block), right-aligned under left padding so that
+requests at different canvases share a call, and the call's ``self_conditioning`` is the carry
+the request's last call on the same canvas left (:mod:`.hooks`; none on a canvas's first call).
+The model takes it for every row of a call or for none, so requests with and without one make
+separate physical calls (each still counts one call).
 """
 
 from __future__ import annotations
@@ -71,6 +79,8 @@ class Runner:
         self.float64 = "softmax64" in b.switches
         #: LLaDA's end-of-text switches: ids never chosen, ids of confidence 0
         self.suppress, self.unconfident = eos_switches(b.p, model.eos_ids)
+        #: uniform-state: the canvas (block) of each request's last call (-1: none yet)
+        self.canvas = [-1] * b.n
 
     def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None,
              open: Tensor | None = None) -> dict:
@@ -132,7 +142,8 @@ class Runner:
             layout = HostRow.read(host_rows(zero, zero, zero, zero, plan))
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
-        ahead = 1 if b.block_size is not None and b.reveal == 0 and cover is None else 2
+        ahead = 1 if (b.block_size is not None and b.reveal == 0 and cover is None) or b.uniform \
+            else 2
         refresh_group, full_group, cached_group = [], [], []
         for r, (i, h) in enumerate(zip(b.ids, layout)):
             if h.rows == 0:
@@ -150,12 +161,16 @@ class Runner:
                 cached_group.append(Seat(r, i, h.rows - 1, lo, min(hi, span[1]), span, 1))
             else:
                 full_group.append(Seat(r, i, h.rows, lo, hi, None, 0))
+        if b.uniform:       # self_conditioning for every row of a call or for none
+            refresh_group = [s for s in full_group if not self._continues(s)]
+            full_group = [s for s in full_group if self._continues(s)]
         if kc is not None and not cached_group and not refresh_group:
             # every calling request refreshes (always so for one request): free the old caches
             # before the full call, so that they do not sit beside its activations and rows
             kc.kv = None
         # flat outputs with one spare slot at the end, where padded query positions write
-        tok = torch.full((R * M * L + 1,), b.mask_id, dtype=torch.long, device=b.device)
+        fill = b.pad_id if b.uniform else b.mask_id
+        tok = torch.full((R * M * L + 1,), fill, dtype=torch.long, device=b.device)
         nf = 4 if entropy else 3
         val = torch.zeros((nf, R * M * L + 1), device=b.device,
                           dtype=torch.float64 if self.float64 else torch.float32)
@@ -166,7 +181,7 @@ class Runner:
             # whose requests make no call still hands the step every field)
             extra = {k: torch.zeros(R * M * L + 1, dtype=dt, device=b.device)
                      for k, dt in self.extra_dtypes.items()}
-            hook = _HookCall(open=(flat == b.mask_id if open is None else open.reshape(R * M, L)),
+            hook = _HookCall(open=(flat == fill if open is None else open.reshape(R * M, L)),
                              cover=cover, draws=draws, args=hook_args or {}, extra=extra)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
@@ -212,8 +227,11 @@ class Runner:
             # positions past a row's range repeat its last one: their outputs go to the spare
             inside = j < lo_len[:, 1:]
             at = torch.where(inside, at + gpos, tok_out.shape[0] - 1)
-        attention = None
-        if b.attention is not None and any(b.padded[s.request] for s in seats):
+        attention, extra_in = None, {}
+        if b.uniform:
+            tokens, attention, positions = self._canvas_layout(seats, index, gen)
+            extra_in["self_conditioning"] = self._self_conditioning(seats, index, gpos)
+        elif b.attention is not None and any(b.padded[s.request] for s in seats):
             attention = b.attention.index_select(0, index[1])
         if b.block_size is not None and self.cache is None:
             # block-causal: positions after the last requested block cannot influence any
@@ -231,8 +249,10 @@ class Runner:
             logits = guided_logits(self.model, tokens, positions, attention, b.P0, b.mask_id,
                                    b.p.cfg_scale)
         else:
-            logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache)
+            logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache,
+                                       **extra_in)
         for s in seats:
+            self.canvas[s.request] = s.lo // b.B
             self.nfe[s.request] += 1
             self.rows[s.request] += s.rows * (2 if guided else 1)
         cur = gen.gather(1, gpos)
@@ -266,6 +286,42 @@ class Runner:
         tok_out.index_put_((at,), tok.to(dev).reshape(-1))
         for f, v in enumerate(vals):
             val_out[f].index_put_((at,), v.to(dev).reshape(-1))
+
+    def _continues(self, s: Seat) -> bool:
+        """Whether request ``s.request``'s call continues the canvas of its last call."""
+        return self.canvas[s.request] == s.lo // self.b.B
+
+    def _canvas_layout(self, seats: list[Seat], index: Tensor, gen: Tensor):
+        """(tokens [N, W], attention [N, W] or None, positions [B]) of a uniform-state call:
+        each row's prompt and region up to its canvas's end (``hi``), right-aligned at column
+        W = P0 + the latest end, so that every row's canvas is the last B columns; the columns
+        a shift opens on the left are padding."""
+        b = self.b
+        dev, B = b.device, b.B
+        if any(s.rows != 1 or s.hi - s.lo != B for s in seats):
+            raise ValueError("a uniform-state step sends one row per request, on one canvas")
+        his = [s.hi for s in seats]
+        width = b.P0 + max(his)
+        full = torch.cat([b.prompt.index_select(0, index[1]), gen], dim=1)      # [N, P0 + L]
+        shift = upload([width - b.P0 - h for h in his], dev)
+        src = torch.arange(width, device=dev) - shift[:, None]
+        real = src >= 0
+        tokens = torch.where(real, full.gather(1, src.clamp(min=0)), b.pad_id)
+        attention = None
+        if b.attention is not None or len(set(his)) > 1:
+            att = (b.attention.index_select(0, index[1]) if b.attention is not None
+                   else torch.ones_like(full))
+            attention = (att.gather(1, src.clamp(min=0)).bool() & real).long()
+        return tokens, attention, torch.arange(width - B, width, device=dev)
+
+    def _self_conditioning(self, seats: list[Seat], index: Tensor, gpos: Tensor):
+        """The carry of each row's last call on its canvas [N, B, C] (a group's rows all have
+        one or none: :meth:`call`), as the hook returned it (the model rounds it to its own
+        dtype); None on a canvas's first call."""
+        if not self._continues(seats[0]):
+            return None
+        carry, _ = self.carry.view(index[1], gpos)
+        return carry
 
     def _noise(self, seats: list[Seat], P: int, V: int) -> Tensor:
         """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws

@@ -182,7 +182,9 @@ class Step:
     - ``loop_switches``: the ``rules=reference`` switches of the loop that apply to it
       (:data:`.rules.LOOP_SWITCHES`); ``switches`` holds those on under its rules;
     - :meth:`draw_plan`: its random draws of a round (``draws = True``: one uniform per
-      generation position);
+      generation position), and :meth:`first_draws`, those of the initial call;
+    - ``uniform_state``: it decodes a uniform-state canvas (a model with ``canvas_length`` and
+      no mask token: docs/decoding.md, "Uniform-state canvases"); the others fill masks;
     - ``call_hook(b, view)``: per-call work on the logits and a carry between calls
       (:mod:`.hooks`), None for none.
 
@@ -209,6 +211,7 @@ class Step:
     caches: tuple = CACHE_MODES
     loop_switches: tuple = ()
     call_hook = None
+    uniform_state = False
 
     @classmethod
     def reads_param(cls, name: str) -> bool:
@@ -252,11 +255,18 @@ class Step:
         first = first_true(open)
         return (first // b.B) * b.B if self.revocable else first
 
-    def draw_plan(self, b, state: dict | None = None) -> tuple[Draw, ...]:
+    def draw_plan(self, b, state: dict | None = None, st: Stats | None = None
+                  ) -> tuple[Draw, ...]:
         """The random draws the loop makes for this round before the step, per request from
         its own generator, in order (:mod:`.draws`); ``branches`` gets one tensor [R, ...] per
-        draw. Default: one uniform per generation position for a step with ``draws``."""
+        draw (``st``: the stats ``branches`` will get, for a plan that depends on them).
+        Default: one uniform per generation position for a step with ``draws``."""
         return (Draw("uniform", (b.L,)),) if self.draws else ()
+
+    def first_draws(self, b, state: dict | None = None) -> tuple[Draw, ...]:
+        """The draws the loop makes before the initial call (its call hook reads them).
+        Default: none."""
+        return ()
 
     def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
                  draws: tuple = ()) -> Branches:

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding.blocks import block_size_of
+from ..decoding.blocks import block_size_of, default_block_length
 from ..decoding.likelihood import LIKELIHOOD_PARAMS, Estimator
 from ..decoding.options import DecodeOptions
 from ..decoding.param_spec import as_bool
@@ -184,11 +184,13 @@ class DecodingSettings:
         return cls(checked.decoder, {k: getattr(checked, k) for k in given}, checked.preset,
                    "preset" in args)
 
-    def params(self, model_block: int | None, preset: Any = "given") -> DecodeParams:
+    def params(self, model_block: int | None, preset: Any = "given",
+               block_default: int | None = None) -> DecodeParams:
         """The parameters on a model with attention blocks of ``model_block`` positions (None:
-        bidirectional): ``block_length`` as given, else the model's block, else the default;
-        under ``preset`` (a task's; ``"given"``: the model arg's)."""
-        default = DecodeParams.block_length if model_block is None else model_block
+        bidirectional): ``block_length`` as given, else the model's block, else
+        ``block_default`` (a uniform-state model's canvas), else the default; under ``preset``
+        (a task's; ``"given"``: the model arg's)."""
+        default = model_block or block_default or DecodeParams.block_length
         given = {"block_length": default, **self.given}
         return make_params(self.decoder, preset=self.preset if preset == "given" else preset,
                            model_block=model_block, **given)
@@ -287,7 +289,8 @@ class RunSettings:
         if self.options.add_bos_token and model.tokenizer.bos_token_id is None:
             raise ValueError(f"add_bos_token=true: the tokenizer of {self.model.pretrained!r} "
                              "has no BOS token; drop add_bos_token")
-        return BoundRun(self, self.decoding.params(block_size_of(model)),
+        block = default_block_length(model, DecodeParams.block_length)
+        return BoundRun(self, self.decoding.params(block_size_of(model), block_default=block),
                         context or model.max_length)
 
 
@@ -303,4 +306,5 @@ class BoundRun:
     def params_under(self, preset: str | None) -> DecodeParams:
         """The run's parameters under a task's ``preset`` (None or "none": no preset)."""
         return self.settings.decoding.params(self.params.model_block,
-                                             None if preset in ("", "none") else preset)
+                                             None if preset in ("", "none") else preset,
+                                             block_default=self.params.block_length)

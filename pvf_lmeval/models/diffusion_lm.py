@@ -96,8 +96,8 @@ class DiffusionLM:
         if self._mask_id is None:
             raise NoMaskToken(
                 f"{self.name or self.family}: a uniform-state diffusion model (no mask token: its "
-                f"canvas of {self.canvas_length} starts as random tokens); the decoders here "
-                f"fill masked positions, and its own sampler is not implemented yet")
+                f"canvas of {self.canvas_length} starts as random tokens); decode it with "
+                f"decoder=renoise, the decoders that fill masked positions do not apply")
         return self._mask_id
 
     @property

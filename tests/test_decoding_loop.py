@@ -65,7 +65,8 @@ def test_stats_keys_and_values():
     assert tuple(st) == STAT_KEYS
     assert set(st) == {"nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf",
                        "wall_s", "tps", "tokens_base", "tokens_plan", "tokens_ar",
-                       "tokens_forced", "tokens_explore"}
+                       "tokens_forced", "tokens_explore", "tokens_edit", "edits", "remasks"}
+    assert st["edits"] == st["remasks"] == st["tokens_edit"] == 0
     assert st["nfe"] == 2 and st["gen_tokens"] == 8 and st["tpf"] == 4.0
     assert st["wall_s"] > 0 and math.isclose(st["tps"], 8 / st["wall_s"])
     assert st["tokens_base"] + st["tokens_forced"] == st["committed"] == 8

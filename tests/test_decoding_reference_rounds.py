@@ -100,6 +100,9 @@ def test_ar_after_a_failed_plan_commits_h_in_the_block_and_rewrites_the_base_set
     assert r.tokens == [10, 13, 31, 12, 14, 15, 16, 17]
     assert r.routes == ["base", "base", "ar", "base", "base", "base", "base", "base"]
     assert (r.nfe, r.branch_rows) == (4, 6)
+    # the rewrite of 1 (11 -> 13) is an edit of a decided token; pvf is not revocable, so the
+    # position keeps its route
+    assert (r.edits, r.remasks, r.tokens_edit) == (1, 0, 0)
 
 
 def _outside_table(g):

@@ -23,7 +23,8 @@ B1 = _record(gen_length=32)     # a request that made no call and took no time
 # the means of A1 and A2, tpf = 30 tokens / 16 calls, tps = 30 tokens / 0.75 s
 WANT_A = {"requests": 2, "nfe": 8.0, "branch_rows": 10.0, "gen_length": 64.0, "gen_tokens": 15.0,
           "committed": 16.0, "wall_s": 0.375, "tokens_base": 8.0, "tokens_plan": 4.0,
-          "tokens_ar": 1.0, "tokens_forced": 1.5, "tokens_explore": 0.5,
+          "tokens_ar": 1.0, "tokens_forced": 1.5, "tokens_explore": 0.5, "tokens_edit": 0.0,
+          "edits": 0.0, "remasks": 0.0,
           "tpf": 1.875, "tps": 40.0, "nfe_total": 16, "truncated_prompts": 3, "from_cache": 1}
 WANT_B = {"requests": 1, **dict.fromkeys(MEAN_KEYS, 0.0), "gen_length": 32.0,
           "tpf": 0.0, "tps": 0.0, "nfe_total": 0, "truncated_prompts": 0, "from_cache": 0}

@@ -19,7 +19,8 @@ COSTS = [("nfe", "mean", False), ("tpf", "ratio_of_sums", True),
          ("committed", "mean", True), ("gen_length", "mean", True), ("wall_s", "mean", False),
          ("tps", "ratio_of_sums", True), ("tokens_base", "mean", True),
          ("tokens_plan", "mean", True), ("tokens_ar", "mean", True),
-         ("tokens_forced", "mean", True), ("tokens_explore", "mean", True)]
+         ("tokens_forced", "mean", True), ("tokens_explore", "mean", True),
+         ("tokens_edit", "mean", True), ("edits", "mean", False), ("remasks", "mean", False)]
 MEAN = "mean"
 ACCURACY = {
     "arith/arith.yaml": ["exact_match"],

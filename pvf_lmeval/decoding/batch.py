@@ -20,6 +20,7 @@ from torch import Tensor
 from ..tensors.fixed_order import fixed_sum
 from ..tensors.uploads import upload
 from .blocks import block_size_of, reach, region_layout
+from .draws import draw_plan
 from .select import first_true
 
 
@@ -60,7 +61,7 @@ class Batch:
 
     def __init__(self, model, prompts: list[Tensor], params, *, vocab=None,
                  request_indices: list[int], repeat_indices: list[int], reveal: int = 0,
-                 invariant: bool = False):
+                 invariant: bool = False, switches=frozenset()):
         self.p = params
         self.n = len(prompts)
         self.device = prompts[0].device
@@ -97,8 +98,10 @@ class Batch:
         if any(pads):
             pad_t = upload(pads, self.device)
             self.attention = (torch.arange(T, device=self.device) >= pad_t[:, None]).long()
-        self._seeds = [mix_seed(params.seed, r, k) for r, k in zip(request_indices,
-                                                                   repeat_indices)]
+        #: the loop switches on for the decoder (``Step.switches``)
+        self.switches = frozenset(switches)
+        self._seeds = [params.seed if "torch_seed" in self.switches else mix_seed(params.seed, r, k)
+                       for r, k in zip(request_indices, repeat_indices)]
         self._gens: list[torch.Generator | None] = [None] * self.n
         #: the live requests' numbers, ``ids`` on the host and ``req`` [R] on the device (see
         #: :meth:`live`): every request at first
@@ -111,7 +114,8 @@ class Batch:
     # ------------------------------------------------------------ per-request randomness
 
     def generator(self, i: int) -> torch.Generator:
-        """Request i's generator, seeded from (seed, request index, repeat index)."""
+        """Request i's generator, seeded from (seed, request index, repeat index); with the
+        ``torch_seed`` switch on, from ``seed`` itself (``rules=reference``)."""
         g = self._gens[i]
         if g is None:
             try:
@@ -122,15 +126,11 @@ class Batch:
             self._gens[i] = g
         return g
 
-    def rand(self) -> Tensor:
-        """[R, L] uniform [0, 1) draws of the live requests, row r from the r-th one's
-        generator: each request's generator draws on its own (the same values at any batch
-        size). The loop makes them before a step that needs them (``Step.draws``)."""
-        out = []
-        for i in self.ids:
-            g = self.generator(i)
-            out.append(torch.rand(self.L, generator=g, device=g.device))
-        return torch.stack(out).to(self.device)
+    def draw(self, plan: tuple) -> tuple[Tensor, ...]:
+        """The draws of ``plan`` (``Step.draw_plan``) for the live requests, one tensor
+        [R, ...] per draw, row r from the r-th one's generator: each request's generator draws
+        on its own (the same values at any batch size). The loop makes them before the step."""
+        return draw_plan(plan, self.ids, self.generator, self.device)
 
     # ------------------------------------------------------------ the region
 
@@ -162,13 +162,14 @@ class Batch:
 
     # ------------------------------------------------------------ rules on states [..., L]
 
-    def working_set(self, zg: Tensor, reveal: int = 0) -> Tensor:
-        """W [..., L]: masked positions of the active block of state(s) ``zg`` [..., L].
+    def working_set(self, zg: Tensor, reveal: int = 0, open: Tensor | None = None) -> Tensor:
+        """W [..., L]: open positions (``open``; None: the masks) of the active block of
+        state(s) ``zg`` [..., L].
 
-        With ``reveal`` N_s > 0 and at most N_s masks left in the active block, the masked
-        positions of the next block join (the last block has no next block).
+        With ``reveal`` N_s > 0 and at most N_s open positions left in the active block, the
+        open positions of the next block join (the last block has no next block).
         """
-        masked = zg == self.mask_id
+        masked = zg == self.mask_id if open is None else open
         a = first_true(masked).unsqueeze(-1) // self.B   # nb when there is no mask
         act = masked & (self.blk == a)
         if reveal <= 0:
@@ -176,12 +177,13 @@ class Batch:
         more = act.sum(dim=-1, keepdim=True) <= reveal
         return act | (masked & (self.blk == a + 1) & more)
 
-    def block_masks(self, zg: Tensor) -> Tensor | int:
+    def block_masks(self, zg: Tensor, open: Tensor | None = None) -> Tensor | int:
         """Masks the active block of each live state ``zg`` [R, L] held when it became active:
-        ``B``, less the prompt's tokens in a block-diffusion region's first block ([R, 1])."""
+        ``B``, less the prompt's tokens in a block-diffusion region's first block ([R, 1])
+        (``open``: the states' open positions, None: their masks)."""
         if self._start_live is None:
             return self.B
-        a = first_true(zg == self.mask_id) // self.B
+        a = first_true(zg == self.mask_id if open is None else open) // self.B
         return self.B - (self._start_live - a * self.B).clamp(0, self.B).unsqueeze(-1)
 
     def reach(self, own: Tensor) -> Tensor | None:
@@ -189,10 +191,19 @@ class Batch:
         block-diffusion model (its block and later ones); None on a bidirectional one (all)."""
         return None if self.block_size is None else reach(own, self.B)
 
-    def stop_index(self, zg: Tensor) -> Tensor:
+    def stop_index(self, zg: Tensor, open: Tensor | None = None,
+                   settled: Tensor | None = None) -> Tensor:
         """[...] long: early-stop position e of state(s) ``zg`` [..., L], or -1 (none / early stop
-        off). e = first end-of-text position with every earlier position unmasked."""
-        eos = torch.isin(zg, self.eos) & (self.idx < first_true(zg == self.mask_id).unsqueeze(-1))
+        off). e = first end-of-text position among the settled positions: those before
+        ``settled`` [...] (``Step.settled``; None: the first open position, ``open`` or the
+        masks). With the ``stop_after_block`` switch, the end-of-text must lie in a settled
+        block (the request stops after that block: :meth:`fill_from`)."""
+        if settled is None:
+            settled = first_true(zg == self.mask_id if open is None else open)
+        upto = settled.unsqueeze(-1)
+        if "stop_after_block" in self.switches:
+            upto = (upto // self.B) * self.B
+        eos = torch.isin(zg, self.eos) & (self.idx < upto)
         if self._start_live is not None:      # the prompt's tokens in the region never stop it
             eos &= self.idx >= self._start_live.view(-1, *([1] * (zg.dim() - 1)))
         e = first_true(eos)
@@ -200,9 +211,25 @@ class Batch:
             return torch.full_like(e, -1)
         return torch.where(e < self.L, e, torch.full_like(e, -1))
 
-    def finished(self, zg: Tensor) -> Tensor:
-        """[...] bool: state(s) ``zg`` [..., L] have no mask left or meet the early-stop rule."""
-        return ~(zg == self.mask_id).any(-1) | (self.stop_index(zg) >= 0)
+    def fill_from(self, e: Tensor) -> Tensor:
+        """[R] long: the early stop at ``e`` [R] fills the positions after this one: e itself,
+        or, with the ``stop_after_block`` switch, the last position of e's block (the tokens
+        after end-of-text inside it stay as decoded)."""
+        if "stop_after_block" in self.switches:
+            return torch.where(e >= 0, (e // self.B + 1) * self.B - 1, e)
+        return e
+
+    def finished(self, zg: Tensor, open: Tensor | None = None, hold: Tensor | None = None,
+                 settled: Tensor | None = None) -> Tensor:
+        """[...] bool: state(s) ``zg`` [..., L] have no open position left (``open``; None: no
+        mask) and hold no block (``hold`` [...]), or meet the early-stop rule (``settled`` as
+        for :meth:`stop_index`)."""
+        if open is None:
+            open = zg == self.mask_id
+        done = ~open.any(-1)
+        if hold is not None:
+            done &= ~hold
+        return done | (self.stop_index(zg, open, settled) >= 0)
 
     def in_vocab(self, tok: Tensor) -> Tensor:
         """Bool mask: ``tok`` is in the planning vocabulary (all False without one)."""

@@ -43,10 +43,10 @@ def _options_key(options: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in options.items()))
 
 
-def compiled_stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int,
+def compiled_stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int | None,
                                temperature: float = 0.0, noise: Tensor | None = None, *,
                                options: dict | None = None, top_k: int | None = None,
-                               top_p: float | None = None):
+                               top_p: float | None = None, float64: bool = False):
     """:func:`.stats.stats_from_logits` as one compiled program (``options``: extra
     ``torch.compile`` options, e.g. ``backend``; shapes always dynamic); same arguments and
     results."""
@@ -56,7 +56,7 @@ def compiled_stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int,
     if fn is None:
         opts = {k: v for k, v in options.items() if k != "dynamic"}
         fn = _programs[key] = compiled(stats_from_logits, dict(opts, dynamic=True))
-    return fn(logits, cur, mask_id, temperature, noise, top_k=top_k, top_p=top_p)
+    return fn(logits, cur, mask_id, temperature, noise, top_k=top_k, top_p=top_p, float64=float64)
 
 
 def round_programs(options: dict | None, config: tuple = ()):

@@ -71,7 +71,7 @@ class ExploreDecoder(Step):
         if p.pick == "planning":
             plan = elig & b.in_vocab(st.tok)
             pool = torch.where(plan.any(-1, keepdim=True), plan, elig)
-        keys = torch.where(pool, draws, torch.full_like(st.conf, -1.0))
+        keys = torch.where(pool, draws[0], torch.full_like(st.conf, -1.0))
         extra = (b.idx == keys.argmax(-1, keepdim=True)) & pool
         if late:
             forced = static_select(st.conf, W, 1) & ~(sel | extra).any(-1, keepdim=True)

@@ -17,8 +17,8 @@ call layout together with the round's stop positions and flags (one :class:`.hos
 per request); the branches of requests that finished are then dropped. Outside the rounds: the
 initial call's layout, round 0's, and at the end the finished requests' outputs, one read each.
 After every commit the early-stop rule is applied: e = first end-of-text position with every
-earlier position unmasked; every later position gets the token at e (overwriting) and route
-None.
+earlier position settled (decided, and for a revocable decoder in a block before its active
+one); every later position gets the token at e (overwriting) and route None.
 """
 
 from __future__ import annotations
@@ -34,15 +34,16 @@ from . import rounds
 from .batch import Batch
 from .cache import cache_exact
 from .compiled import round_programs
-from .rounds import Settled
+from .rounds import TALLY, Settled
 from .host_row import HostRow
 from .runner import Runner
 from .stats import Stats
-from .step import AR, BASE, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches, take_rows
+from .step import AR, BASE, EDIT, EXPLORE, FORCED, NONE, PLAN, ROUTE_NAMES, Branches, take_rows
 
 #: exactly the keys of docs/decoding.md "Statistics", in order.
 STAT_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "tpf", "wall_s",
-             "tps", "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
+             "tps", "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore",
+             "tokens_edit", "edits", "remasks")
 #: the rates of the statistics, as (numerator, denominator): tokens per forward (model call),
 #: tokens per second; over several requests, a ratio of sums
 RATES = {"tpf": ("gen_tokens", "nfe"), "tps": ("gen_tokens", "wall_s")}
@@ -60,8 +61,8 @@ class DecodeResult:
 
     tokens:      the ``gen_length`` generated ids (early-stop fill included).
     nfe:         model calls, the initial one included; branch_rows: sum of their batch rows.
-    routes:      per generated position 'base'|'plan'|'ar'|'forced'|'explore', or None for
-                 positions filled by early stop.
+    routes:      per generated position 'base'|'plan'|'ar'|'forced'|'explore'|'edit', or None
+                 for positions filled by early stop (or remasked and never decided again).
     committed:   tokens the decoder committed itself (positions with a route).
     gen_tokens:  tokens before the first end-of-text id (the LM may lower it for ``until``;
                  use ``dataclasses.replace``).
@@ -84,6 +85,11 @@ class DecodeResult:
     tokens_ar: int = 0
     tokens_forced: int = 0
     tokens_explore: int = 0
+    tokens_edit: int = 0
+    #: rewrites of a decided token / decided positions made open again (revocable decoders;
+    #: every one counted, also of one position twice)
+    edits: int = 0
+    remasks: int = 0
     decoder: str = ""
     steps: list[dict] | None = field(default=None, repr=False)
     #: planning candidates verified / passing the impact-set check (pvf); not in ``stats()``
@@ -113,9 +119,10 @@ class Live:
     """The decoding state of the live requests, one row each, in ``ids`` order.
 
     ids: the requests' numbers; y [R, L]: committed states; st: their stats; routes [R, L] int8
-    and tally [R, 2] (plan_tried, plan_passed): what their result records so far; state: the
-    step's per-request state (``Step.start``); br: the branches prepared for the next call and
-    layout: their call layout as the host read it."""
+    and tally [R, 4] (:data:`.rounds.TALLY`): what their result records so far; state: the
+    step's per-request state (``Step.start``); br: the branches prepared for the next call,
+    draws: the draws they were built with (the call hook reads them) and layout: their call
+    layout as the host read it."""
 
     ids: list[int]
     y: Tensor
@@ -124,6 +131,7 @@ class Live:
     tally: Tensor
     state: dict | None
     br: Branches
+    draws: tuple
     layout: list[HostRow]
 
 
@@ -153,8 +161,8 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
               request_indices=list(request_indices) if request_indices is not None else
               list(range(n)),
               repeat_indices=list(repeat_indices) if repeat_indices is not None else [0] * n,
-              reveal=step.reveal, invariant=invariant)
-    runner = Runner(model, b, compile_step=compile_step)
+              reveal=step.reveal, invariant=invariant, switches=step.switches)
+    runner = Runner(model, b, compile_step=compile_step, hook=step.call_hook)
     settle, prepare = round_programs(compile_round, _config(b, step))
     records = [[] for _ in range(n)] if trace else None
     finals: list[tuple[list[int], Tensor]] = []     # finished requests, outputs on the device
@@ -165,23 +173,26 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     while live is not None:
         br = live.br
         out = runner.call(br.rows, br.n, layout=live.layout, entropy=br.entropy,
-                          cover=br.cover, max_rows=step.max_rows)
-        s = settle(b, step, live.y, live.st, br, out, live.routes, live.tally)
+                          cover=br.cover, max_rows=step.max_rows, open=br.open,
+                          draws=live.draws, hook_args=br.hook)
+        s = settle(b, step, live.y, live.st, live.state, br, out, live.routes, live.tally)
         if s.choice.record is not None:     # a step's side effects are the loop's
             step.record(b, s.choice.record)
         runner.commit_caches(s.y)
+        runner.commit_carry(s.pick, s.made)
         # the next round's branches, for every live request (those that finish now are dropped
         # below), so that their layout comes with the stop flags in the round's one read
-        nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, _draws(b, step),
-                             s.stop, s.finished, s.made)
-        host = HostRow.read(table)
+        draws = _draws(b, step, s.choice.state)
+        nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, draws,
+                             s.stop, s.finished, s.made, s.unmade)
+        host = _count_unmade(runner, live.ids, HostRow.read(table))
         if records is not None:
             _trace(records, step, live.ids, t, runner, s, br, host)
         t += 1
         for h in host:
             if not h.finished and not h.made_call:
                 raise RuntimeError(f"decoder {step.name!r} made no call on an unfinished state")
-        live = retire(b, runner, live.ids, s, nbr, host, finals)
+        live = retire(b, runner, live.ids, s, nbr, draws, host, finals)
     done_at = _outputs(finals, n, b.L)                          # the finished requests: one read
     _sync(b.device)
     share = (time.perf_counter() - t0) / n
@@ -189,7 +200,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
     results = []
     L = params.gen_length
     for i in range(n):
-        tokens, route_codes, (tried, passed) = done_at[i]
+        tokens, route_codes, (tried, passed, edits, remasks) = done_at[i]
         tokens, route_codes = b.answer(i, tokens), b.answer(i, route_codes)
         counts = [route_codes.count(c) for c in range(len(ROUTE_NAMES))]
         gen_tokens = next((k for k, tk in enumerate(tokens) if tk in eos), L)
@@ -198,7 +209,8 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             routes=[ROUTE_NAMES[c] for c in route_codes], committed=L - counts[NONE],
             gen_tokens=gen_tokens, gen_length=L, wall_s=share, early_stop=b.early_stop,
             tokens_base=counts[BASE], tokens_plan=counts[PLAN], tokens_ar=counts[AR],
-            tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE], decoder=step.name,
+            tokens_forced=counts[FORCED], tokens_explore=counts[EXPLORE],
+            tokens_edit=counts[EDIT], edits=edits, remasks=remasks, decoder=step.name,
             steps=records[i] if records is not None else None, plan_tried=tried,
             plan_passed=passed, block_size=b.block_size,
             cache_exact=cache_exact(params.cache, b.block_size)))
@@ -211,26 +223,31 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     n, dev = b.n, b.device
     y = b.initial()
     ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = runner.call(y.unsqueeze(1), ones).pick(torch.zeros_like(ones))
+    st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y).unsqueeze(1)).pick(
+        torch.zeros_like(ones))
     runner.commit_caches(y)
+    runner.commit_carry(torch.zeros_like(ones), ones.bool())
     state = step.start(b)
     none = torch.zeros(n, dtype=torch.bool, device=dev)
-    br, table = rounds.prepare(b, runner, step, y, st, state, _draws(b, step),
-                                   torch.full_like(ones, -1), none, none)
+    draws = _draws(b, step, state)
+    br, table = rounds.prepare(b, runner, step, y, st, state, draws,
+                               torch.full_like(ones, -1), none, none)
     layout = _count_unmade(runner, b.ids, HostRow.read(table))
     return Live(b.ids, y, st, torch.zeros((n, b.L), dtype=torch.int8, device=dev),
-                torch.zeros((n, 2), dtype=torch.long, device=dev), state, br, layout)
+                torch.zeros((n, len(TALLY)), dtype=torch.long, device=dev), state, br, draws,
+                layout)
 
 
-def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches,
+def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches, draws: tuple,
            host: list[HostRow], finals: list) -> Live | None:
-    """The live requests after a round (``s``, the next branches ``nbr``, the round's
-    ``host`` rows): the finished ones get the early-stop fill and leave, their outputs (tokens,
-    route codes, tally) appended to ``finals`` on the device; None when none is left."""
+    """The live requests after a round (``s``, the next branches ``nbr`` and the draws they
+    were built with, the round's ``host`` rows): the finished ones get the early-stop fill and
+    leave, their outputs (tokens, route codes, tally) appended to ``finals`` on the device;
+    None when none is left."""
     y, routes, tally, st, state = s.y, s.routes, s.tally, s.st, s.choice.state
     if any(h.finished for h in host):
         e = s.stop
-        fill = (b.idx > e[:, None]) & (e[:, None] >= 0)
+        fill = (b.idx > b.fill_from(e)[:, None]) & (e[:, None] >= 0)
         y = torch.where(fill, y.gather(1, e.clamp(min=0)[:, None]), y)
         routes = torch.where(fill, torch.zeros_like(routes), routes)
         end = [r for r, h in enumerate(host) if h.finished]
@@ -243,14 +260,15 @@ def retire(b: Batch, runner: Runner, ids: list[int], s: Settled, nbr: Branches,
         kt = upload(keep, b.device)
         y, routes, tally, st = (y.index_select(0, kt), routes.index_select(0, kt),
                                 tally.index_select(0, kt), st.select(kt))
-        state, nbr = take_rows(state, kt), nbr.select(kt)
+        state, nbr, draws = take_rows(state, kt), nbr.select(kt), take_rows(draws, kt)
         b.live(ids)
-    return Live(ids, y, st, routes, tally, state, nbr, _count_unmade(runner, ids, host))
+    return Live(ids, y, st, routes, tally, state, nbr, draws, host)
 
 
-def _draws(b: Batch, step) -> Tensor | None:
-    """The uniform draws a step with ``draws`` needs this round, made before the step."""
-    return b.rand() if step.draws else None
+def _draws(b: Batch, step, state: dict | None) -> tuple:
+    """The draws of the step's plan for the next round (``Step.draw_plan``), made before the
+    step."""
+    return b.draw(step.draw_plan(b, state))
 
 
 def _sync(device: torch.device) -> None:
@@ -267,8 +285,8 @@ def _config(b, step) -> tuple:
 
 
 def _count_unmade(runner: Runner, ids: list[int], host: list[HostRow]) -> list[HostRow]:
-    """Adds each live request's unmade calls (``HostRow.unmade``) to its NFE; returns ``host``,
-    the next call's layout."""
+    """Adds each live request's unmade calls (``HostRow.unmade``: this round's, and the next
+    round's of those that stay live) to its NFE; returns ``host``."""
     for i, h in zip(ids, host):
         runner.nfe[i] += h.unmade
     return host
@@ -276,7 +294,7 @@ def _count_unmade(runner: Runner, ids: list[int], host: list[HostRow]) -> list[H
 
 def _outputs(finals: list[tuple[list[int], Tensor]], n: int, L: int) -> list[tuple]:
     """(tokens, route codes, tally) of every request, from ``finals``: (requests, their rows
-    [k, 2L + 2] of tokens, route codes and tally on the device) as they finished; one read."""
+    [k, 2L + 4] of tokens, route codes and tally on the device) as they finished; one read."""
     rows = torch.cat([t for _, t in finals]).tolist()
     out: list[tuple | None] = [None] * n
     for i, h in zip((i for ids, _ in finals for i in ids), rows):

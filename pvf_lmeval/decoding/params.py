@@ -227,6 +227,9 @@ def validate_params(p) -> Any:
             _fail(_only_for_readers(spec, p))
     for rule in DECODERS[p.decoder].checks:
         _fail(rule.check(p))
+    allowed = DECODERS[p.decoder].caches
+    if p.cache not in allowed:
+        _fail(f"cache={p.cache}: decoder={p.decoder} allows cache={'|'.join(allowed)}")
     return p
 
 

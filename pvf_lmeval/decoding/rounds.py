@@ -23,7 +23,11 @@ from torch import Tensor
 
 from .host_row import host_rows
 from .stats import Stats
-from .step import NONE, Branches, Choice
+from .step import EDIT, NONE, Branches, Choice
+
+
+#: the columns of a request's tally (``Live.tally``, ``Settled.tally``), in order
+TALLY = ("plan_tried", "plan_passed", "edits", "remasks")
 
 
 @dataclass
@@ -33,8 +37,10 @@ class Settled:
     y:        [R, L] the committed states; st: their stats.
     labels:   [R, L] int8 route codes of this round's commits.
     made:     [R] bool: the request made a call this round.
-    routes:   [R, L] int8 route codes so far; tally: [R, 2] long (plan_tried, plan_passed) so far.
+    pick:     [R] long: the row each request committed (0 where it made no call).
+    routes:   [R, L] int8 route codes so far; tally: [R, 4] long (:data:`TALLY`) so far.
     stop:     [R] long early-stop position (-1: none); finished: [R] bool.
+    unmade:   [R] long: calls of this round counted without being made (``Choice.unmade``).
     choice:   the step's :class:`.step.Choice` (its ``state`` for the next round, what the loop
               records, its ``memo`` for the trace).
     """
@@ -43,43 +49,70 @@ class Settled:
     st: Stats
     labels: Tensor
     made: Tensor
+    pick: Tensor
     routes: Tensor
     tally: Tensor
     stop: Tensor
     finished: Tensor
+    unmade: Tensor
     choice: Choice
 
 
-def settle(b, step, y: Tensor, st: Stats, br: Branches, out: Stats, routes: Tensor,
-           tally: Tensor) -> Settled:
+def settle(b, step, y: Tensor, st: Stats, state: dict | None, br: Branches, out: Stats,
+           routes: Tensor, tally: Tensor) -> Settled:
     """The round's commit after its call ``out`` (stats [R, M, L] of the rows ``br`` sent), for
-    the live requests with committed states ``y`` [R, L], their stats ``st`` and their route
-    codes and tallies so far."""
+    the live requests with committed states ``y`` [R, L], their stats ``st``, the step's
+    ``state`` and their route codes and tallies so far.
+
+    Revocable commits are counted here, once for every decoder, from the state before and after
+    the round (docs/decoding.md, "Revocable commits"): a decided position that is open again is
+    a *remask* (its route is cleared), a decided position that holds another token an *edit*
+    (route ``edit`` for a revocable step; ``rules=reference``'s pvf rewrites its base set after
+    a failed plan: counted, the route kept). A request is finished when its early-stop rule fires (settled positions
+    only, ``Step.settled``), or when nothing is open and it holds no block (``Choice.hold``)."""
     ch = step.choose(b, y, st, br, out)
     made = br.n > 0
     pick = torch.where(made, ch.pick, torch.zeros_like(ch.pick))
-    y = br.rows[torch.arange(pick.shape[0], device=pick.device), pick]
+    y_new = br.rows[torch.arange(pick.shape[0], device=pick.device), pick]
     if ch.remask is not None:           # rules=reference only
-        y = torch.where(ch.remask & made[:, None], torch.full_like(y, b.mask_id), y)
+        y_new = torch.where(ch.remask & made[:, None], torch.full_like(y_new, b.mask_id), y_new)
     if ch.extra is not None:
-        y = torch.where(ch.extra & made[:, None], st.tok, y)
+        y_new = torch.where(ch.extra & made[:, None], st.tok, y_new)
     labels = torch.where(made[:, None], ch.labels, br.labels)
     st = out.pick(pick)
+    was, now = step.open(b, y, state), step.open(b, y_new, ch.state)
+    remask = ~was & now
+    edit = ~was & ~now & (y != y_new)
     routes = torch.where(labels != NONE, labels, routes)
-    if ch.tally:
-        tally = tally + torch.stack([ch.tally["plan_tried"], ch.tally["plan_passed"]], -1)
-    stop = b.stop_index(y)
-    finished = (stop >= 0) | ~(y == b.mask_id).any(-1)
-    return Settled(y, st, labels, made, routes, tally, stop, finished, ch)
+    routes = torch.where(remask, torch.zeros_like(routes), routes)
+    if step.revocable:      # pvf's rules=reference rewrite of its base set keeps its route
+        routes = torch.where(edit, torch.full_like(routes, EDIT), routes)
+    zero = torch.zeros_like(pick)
+    counts = [ch.tally.get("plan_tried", zero), ch.tally.get("plan_passed", zero),
+              edit.sum(-1), remask.sum(-1)]
+    tally = tally + torch.stack(counts, -1)
+    stop = b.stop_index(y_new, now, step.settled(b, now, ch.state))
+    done = ~now.any(-1)
+    if ch.hold is not None:
+        done &= ~ch.hold
+    finished = (stop >= 0) | done
+    unmade = zero if ch.unmade is None else ch.unmade
+    return Settled(y_new, st, labels, made, pick, routes, tally, stop, finished, unmade, ch)
 
 
-def prepare(b, runner, step, y: Tensor, st: Stats, state: dict | None, draws: Tensor | None,
-            stop: Tensor, finished: Tensor, made: Tensor) -> tuple[Branches, Tensor]:
+def prepare(b, runner, step, y: Tensor, st: Stats, state: dict | None, draws: tuple,
+            stop: Tensor, finished: Tensor, made: Tensor,
+            unmade: Tensor | None = None) -> tuple[Branches, Tensor]:
     """The next round's branches of every live request (states ``y`` [R, L], stats ``st``, the
     step's ``state`` and ``draws``; the loop drops the branches of requests that finished), and
     the round's :class:`.host_row.HostRow` table [R, C] on the device: this round's ``stop``,
-    ``finished`` and ``made`` call, the calls the next round counts without making them
-    (``Branches.unmade``), and the next call's layout (``Runner.plan``)."""
+    ``finished`` and ``made`` call, the calls counted without being made (this round's
+    ``unmade`` [R], every request's, and the next round's ``Branches.unmade``, the requests'
+    that stay live), and the next call's layout (``Runner.plan``)."""
     br = step.branches(b, y, st, state, draws)
-    unmade = torch.zeros_like(br.n) if br.unmade is None else br.unmade
-    return br, host_rows(stop, finished, made, unmade, runner.plan(br.rows, br.n, cover=br.cover))
+    later = torch.zeros_like(br.n) if br.unmade is None else br.unmade
+    count = torch.where(finished, torch.zeros_like(later), later)
+    if unmade is not None:
+        count = count + unmade
+    return br, host_rows(stop, finished, made, count,
+                         runner.plan(br.rows, br.n, cover=br.cover, open=br.open))

@@ -39,6 +39,29 @@ Switches (numbers as in the documentation's table):
    its fallback, also when the fallback then finds nothing to fill and makes no call (after a
    failed plan whose base row leaves no AR position; or in-band positions without a planning
    token and no AR position). Outputs are unchanged; NFE counts that call too.
+
+Switches of the newer decoders' references (SGLang, WINO, dInfer, Fast-dLLM v2, transformers'
+DiffusionGemma). Those the loop applies (10, 11, 12, 15) apply only to the decoders that name
+them in ``Step.loop_switches``; the others are read by the step code that needs them:
+
+10. ``stop_after_block`` (loop): a request stops once a block it can no longer change (a
+    *settled* block) holds end-of-text, and the positions after that block are filled; the
+    tokens after end-of-text inside the block stay as decoded (SGLang, dInfer, Fast-dLLM v2 and
+    DiffusionGemma finish a request after the block, or canvas, that holds it).
+11. ``argmax_over_mask`` (loop, the statistics pass): the mask id competes in the argmax like
+    any token (the references that do not suppress its logit); a position whose argmax is the
+    mask id stays masked when "committed".
+12. ``softmax64`` (loop, the statistics pass): probabilities (``conf``, ``pmax``, ``pcur``,
+    ``pback``) from a float64 softmax of the logits (WINO).
+13. ``strict_threshold`` (step): a confidence threshold commits ``p > threshold`` instead of
+    ``p >= threshold``.
+14. ``unmade_extra_calls`` (step, NFE only): the model calls the reference makes whose outputs
+    are never used (SGLang's call on a completed block, dInfer's unrolled calls after a block
+    completes, Fast-dLLM v2's prefill), counted without being made (``Branches.unmade``,
+    ``Choice.unmade``).
+15. ``torch_seed`` (loop): request i draws from a generator seeded with ``seed`` itself (on the
+    CPU at batch 1, torch's default generator after ``torch.manual_seed(seed)``), not from the
+    per-request mix of seed, request and repeat index (so batch 1 = batch n no longer holds).
 """
 
 from __future__ import annotations
@@ -62,13 +85,21 @@ class Rules:
     fresh_call_after_failed_fill: bool = False
     self_check_max_prob: bool = False
     count_unmade_calls: bool = False
-
-
-PAPER = Rules()
-REFERENCE = Rules("reference", *([True] * 9))
+    stop_after_block: bool = False
+    argmax_over_mask: bool = False
+    softmax64: bool = False
+    strict_threshold: bool = False
+    unmade_extra_calls: bool = False
+    torch_seed: bool = False
 
 
 SWITCHES = tuple(f for f in Rules.__dataclass_fields__ if f != "name")
+#: the switches the loop applies (the others are read by step code): a decoder names those that
+#: apply to it in ``Step.loop_switches``
+LOOP_SWITCHES = ("stop_after_block", "argmax_over_mask", "softmax64", "torch_seed")
+
+PAPER = Rules()
+REFERENCE = Rules("reference", **{s: True for s in SWITCHES})
 
 
 def rules_for(name: str) -> Rules:

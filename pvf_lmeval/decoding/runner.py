@@ -24,9 +24,11 @@ from ..tensors.uploads import upload
 from .batch import Batch, gumbel_like
 from .cache import BatchKV
 from .compiled import compiled_stats_from_logits
+from .hooks import CallView, Carry
 from .host_row import HostRow, host_rows
 from .select import first_true
 from .stats import Stats, entropy_from_logits, stats_from_logits
+from .step import take_rows
 
 
 class Seat(NamedTuple):
@@ -44,9 +46,12 @@ class Seat(NamedTuple):
 class Runner:
     """Lays out and makes the model calls of the requests of ``b`` (see the module docstring).
 
-    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager)."""
+    ``compile_step``: ``torch.compile`` options of the statistics pass (None: eager). ``hook``:
+    the step's call hook (``Step.call_hook``, :mod:`.hooks`), run on every physical call
+    between the model and the statistics pass; its carry is kept here (:class:`.hooks.Carry`),
+    one per request, as the KV caches are."""
 
-    def __init__(self, model, b: Batch, *, compile_step: dict | None = None):
+    def __init__(self, model, b: Batch, *, compile_step: dict | None = None, hook=None):
         self.model = model
         self.b = b
         # the batch's caches, created here, so nothing leaks between batches
@@ -58,19 +63,26 @@ class Runner:
         self.nfe = [0] * b.n
         self.rows = [0] * b.n
         self.compile_step = compile_step
+        self.hook = hook
+        self.carry = Carry(b.n, b.L, b.device) if hook is not None else None
+        self.extra_dtypes: dict = {}        # the hook's extras by name (their dtypes)
+        # rules=reference switches of the statistics pass (``Step.loop_switches``)
+        self.stats_mask = None if "argmax_over_mask" in b.switches else b.mask_id
+        self.float64 = "softmax64" in b.switches
 
-    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None) -> dict:
+    def plan(self, rows: Tensor, n: Tensor, *, cover: Tensor | None = None,
+             open: Tensor | None = None) -> dict:
         """:class:`HostRow`'s layout columns by name ([R] long each, on the device): what
         :meth:`call` must know on the host to lay out the physical calls of the first ``n[r]``
         rows of ``rows`` [R, M, L] for each live request (``b.req``): its row count, the first
-        and last active block of its rows that hold a mask (-1: none), and, with a KV cache, its
-        cache flags (:meth:`.BatchKV.flags`). ``cover`` as for :meth:`call`. Reading them is
-        the caller's: the loop reads them with the round's stop flags, in the round's one
-        read."""
+        and last active block of its rows that hold an open position (``open`` [R, M, L], None:
+        a mask; -1: none), and, with a KV cache, its cache flags (:meth:`.BatchKV.flags`).
+        ``cover`` as for :meth:`call`. Reading them is the caller's: the loop reads them with
+        the round's stop flags, in the round's one read."""
         b = self.b
         M = rows.shape[1]
         B, nb = b.B, b.nb
-        a = first_true(rows == b.mask_id) // B                             # [R, M]; nb: no mask
+        a = first_true(rows == b.mask_id if open is None else open) // B   # [R, M]; nb: none
         valid = torch.arange(M, device=rows.device) < n[:, None]
         lo_b = torch.where(valid, a, torch.full_like(a, nb)).min(-1).values
         hi_b = torch.where(valid & (a < nb), a, torch.full_like(a, -1)).max(-1).values
@@ -85,7 +97,8 @@ class Runner:
 
     def call(self, rows: Tensor, n: Tensor, *, layout: list[HostRow] | None = None,
              entropy: bool = False, max_rows: int | None = None,
-             cover: Tensor | None = None) -> Stats:
+             cover: Tensor | None = None, open: Tensor | None = None, draws: tuple = (),
+             hook_args: dict | None = None) -> Stats:
         """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each live
         request ``b.ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
 
@@ -99,7 +112,10 @@ class Runner:
         ``max_rows`` caps the rows of one physical call (more calls, each counted).
         ``cover`` [R] (optional): a generation position per request from which on the call
         must cover stats too (``rules=reference`` reads positions its rows already filled, and
-        its second call after a failed plan may send rows with no mask left).
+        its second call after a failed plan may send rows with no mask left; a held block).
+        ``open`` [R, M, L]: the rows' open positions (``Branches.open``; None: their masks).
+        ``draws`` (the round's, each [R, ...]) and ``hook_args`` (``Branches.hook``) reach the
+        call hook, per row.
         """
         b = self.b
         R, M, L = rows.shape
@@ -110,7 +126,7 @@ class Runner:
                              "KV cache: a request's rows must share one call")
         if layout is None:
             zero = torch.zeros_like(n)
-            plan = self.plan(rows, n, cover=cover)
+            plan = self.plan(rows, n, cover=cover, open=open)
             layout = HostRow.read(host_rows(zero, zero, zero, zero, plan))
         # stats cover the active block and the next one, which a revealing step's next working
         # set may hold; a block-diffusion model's next block is never read otherwise
@@ -139,19 +155,32 @@ class Runner:
         # flat outputs with one spare slot at the end, where padded query positions write
         tok = torch.full((R * M * L + 1,), b.mask_id, dtype=torch.long, device=b.device)
         nf = 4 if entropy else 3
-        val = torch.zeros((nf, R * M * L + 1), dtype=torch.float32, device=b.device)
+        val = torch.zeros((nf, R * M * L + 1), device=b.device,
+                          dtype=torch.float64 if self.float64 else torch.float32)
         flat = rows.reshape(R * M, L)
+        hook = None
+        if self.hook is not None:
+            # the extras the hook returned before, zeros until a call writes them (a round
+            # whose requests make no call still hands the step every field)
+            extra = {k: torch.zeros(R * M * L + 1, dtype=dt, device=b.device)
+                     for k, dt in self.extra_dtypes.items()}
+            hook = _HookCall(open=(flat == b.mask_id if open is None else open.reshape(R * M, L)),
+                             cover=cover, draws=draws, args=hook_args or {}, extra=extra)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
-                self._physical(chunk, flat, M, tok, val, entropy, refresh)
+                self._physical(chunk, flat, M, tok, val, entropy, refresh, hook)
         tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
-        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None)
+        extra = None
+        if hook is not None and hook.extra:
+            extra = {k: v[:-1].view(R, M, L) for k, v in hook.extra.items()}
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None, extra=extra)
 
     def _physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
-                  val_out: Tensor, entropy: bool, refresh: bool = False) -> None:
+                  val_out: Tensor, entropy: bool, refresh: bool = False,
+                  hook: "_HookCall | None" = None) -> None:
         """One model call over ``seats``; writes each row's stats into ``tok_out``
         [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat [R*M, L] plus a spare slot) at its
-        layout row."""
+        layout row (``hook``: the round's call hook inputs, whose extras land likewise)."""
         b = self.b
         dev = b.device
         layout, owner, lens = [], [], []
@@ -170,6 +199,7 @@ class Runner:
             positions = torch.arange(b.P0 + lo, b.P0 + hi, device=dev)
             gpos = positions.expand(N, P) - b.P0
             at = at + gpos
+            inside = torch.ones((N, P), dtype=torch.bool, device=dev)
         else:
             lo_len = upload([[s.lo, s.hi - s.lo] for s in seats for _ in range(s.rows)],
                             dev)                                                # [N, 2]
@@ -178,7 +208,8 @@ class Runner:
             gpos = lo_len[:, :1] + step                                          # [N, P]
             positions = gpos + b.P0
             # positions past a row's range repeat its last one: their outputs go to the spare
-            at = torch.where(j < lo_len[:, 1:], at + gpos, tok_out.shape[0] - 1)
+            inside = j < lo_len[:, 1:]
+            at = torch.where(inside, at + gpos, tok_out.shape[0] - 1)
         attention = None
         if b.attention is not None and any(b.padded[s.request] for s in seats):
             attention = b.attention.index_select(0, index[1])
@@ -197,22 +228,31 @@ class Runner:
         for s in seats:
             self.nfe[s.request] += 1
             self.rows[s.request] += s.rows
-        ent = entropy_from_logits(logits, b.mask_id, fixed=b.invariant) if entropy else None
+        cur = gen.gather(1, gpos)
+        extra = None
+        if hook is not None:
+            logits, extra = self._hook(hook, seats, index, M, logits, cur, gpos, inside)
+        mask_id = self.stats_mask
+        ent = entropy_from_logits(logits, mask_id, fixed=b.invariant) if entropy else None
         noise = None
         if b.temperature > 0:
             noise = self._noise(seats, P, logits.shape[-1]).to(logits.device)
-        cur = gen.gather(1, gpos)
         if self.compile_step is None or b.invariant:   # the fixed-order sums run eager
-            tok, conf, pmax, pcur = stats_from_logits(logits, cur, b.mask_id, b.temperature,
+            tok, conf, pmax, pcur = stats_from_logits(logits, cur, mask_id, b.temperature,
                                                       noise, fixed=b.invariant, top_k=b.top_k,
-                                                      top_p=b.top_p)
+                                                      top_p=b.top_p, float64=self.float64)
         else:
             tok, conf, pmax, pcur = compiled_stats_from_logits(
-                logits, cur, b.mask_id, b.temperature, noise, options=self.compile_step,
-                top_k=b.top_k, top_p=b.top_p)
+                logits, cur, mask_id, b.temperature, noise, options=self.compile_step,
+                top_k=b.top_k, top_p=b.top_p, float64=self.float64)
         vals = [conf, pmax, pcur] + ([ent] if entropy else [])
         # each row's stats land at (its layout row, its positions) of the flat outputs
         at = at.reshape(-1)
+        for k, v in (extra or {}).items():
+            if k not in hook.extra:
+                self.extra_dtypes[k] = v.dtype
+                hook.extra[k] = torch.zeros(tok_out.shape[0], dtype=v.dtype, device=dev)
+            hook.extra[k].index_put_((at,), v.to(dev).reshape(-1))
         tok_out.index_put_((at,), tok.to(dev).reshape(-1))
         for f, v in enumerate(vals):
             val_out[f].index_put_((at,), v.to(dev).reshape(-1))
@@ -234,11 +274,50 @@ class Runner:
         return torch.repeat_interleave(torch.stack(per), upload(counts, per[0].device),
                                        dim=0, output_size=sum(counts))
 
+    def _hook(self, hook: "_HookCall", seats: list[Seat], index: Tensor, M: int,
+              logits: Tensor, cur: Tensor, gpos: Tensor, inside: Tensor):
+        """The step's call hook on one physical call (rows ``index[0]`` = live row r * M + j,
+        of requests ``index[1]``): its :class:`.hooks.CallView`, its carry kept until
+        :meth:`commit_carry`; returns (the logits for the statistics pass, its extras)."""
+        b = self.b
+        r = index[0] // M
+        rows_open = hook.open.index_select(0, index[0])                       # [N, L]
+        first = first_true(rows_open)
+        if hook.cover is not None:
+            first = torch.where(first < b.L, first, hook.cover.index_select(0, r))
+        carry, carried = self.carry.view(index[1], gpos)
+        view = CallView(logits=logits, tokens=cur, gpos=gpos, inside=inside,
+                        open=rows_open.gather(1, gpos), block=first // b.B, carry=carry,
+                        carried=carried, draws=take_rows(tuple(hook.draws), r),
+                        args=take_rows(dict(hook.args), r))
+        out = self.hook(b, view)
+        if out.carry is not None:
+            self.carry.keep(r, index[0] % M, index[1], gpos, inside, out.carry)
+        return out.logits, out.extra
+
     def commit_caches(self, y: Tensor) -> None:
         """After a round committed states ``y`` [R, L] (live order): requests whose call was
         full keep the committed row's keys/values (one set of tensor operations for all)."""
         if self.cache is not None:
             self.cache.commit(y)
+
+    def commit_carry(self, pick: Tensor, made: Tensor) -> None:
+        """After a round's choice (``pick`` [R], the committed row of each live request,
+        ``made`` [R] its call): the call hook's carry of the committed rows is kept."""
+        if self.carry is not None:
+            self.carry.commit(pick, made)
+
+
+class _HookCall(NamedTuple):
+    """A round's inputs of the call hook, over the flat rows [R * M, ...] of :meth:`Runner.call`
+    (``open`` [R * M, L]) or per request (``cover``, ``draws``, ``args``); ``extra`` collects
+    the hook's per-position values (flat buffers by name)."""
+
+    open: Tensor
+    cover: Tensor | None
+    draws: tuple
+    args: dict
+    extra: dict
 
 
 def _chunks(group: list[Seat], max_rows: int | None):

@@ -28,8 +28,18 @@ class Stats:
     pcur: [..., L] float  probability of the token the state already holds at that position
                           (0 where it holds the mask); used by ``plan_self_check``.
     ent:  [..., L] float  entropy (nats) of the softmax over the raw logits (mask excluded); 0
-                          outside. Only computed when the step asked for it (verification with
-                          entropies: online vocabulary, calibration), else None.
+                          outside. Only computed when the step asked for it (``Branches.entropy``:
+                          verification with entropies, the entropy bound), else None.
+    pback: [..., L] float probability, under the call's *shadow* row of that position, of the
+                          token the state holds there (WINO's verification; 0 where the state
+                          holds the mask or no shadow row covered it). Only computed when the
+                          step asked for a shadow (``Branches.shadow``), else None.
+    extra: {name: [..., L]} per-position values the step's call hook computed
+                          (``Step.call_hook``: :class:`.hooks.HookOut`'s ``extra``; 0 outside the
+                          call), else None.
+
+    Probabilities are float32, float64 under ``rules=reference`` switch ``softmax64`` (for the
+    decoders that apply it).
 
     A call covers, per request, the generation positions from the earliest active block of its
     rows to the end of the block after the latest one (active + next block of every row); on a
@@ -41,23 +51,28 @@ class Stats:
     pmax: Tensor
     pcur: Tensor
     ent: Tensor | None = None
+    pback: Tensor | None = None
+    extra: dict | None = None
+
+    def _map(self, fn) -> "Stats":
+        """Stats with ``fn`` applied to every tensor (``extra``'s included)."""
+        return Stats(*(None if t is None else fn(t)
+                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent, self.pback)),
+                     extra=None if self.extra is None else {k: fn(v) for k, v in self.extra.items()})
 
     def pick(self, index: Tensor) -> "Stats":
         """Stats [R, L] of row ``index[r]`` of each request from stats [R, M, L] (new tensors,
         not views: a compiled round's inputs are then alike in every round)."""
         r = torch.arange(index.shape[0], device=index.device)
-        return Stats(*(None if t is None else t[r, index]
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t[r, index])
 
     def row(self, j: int) -> "Stats":
         """Stats [R, L] of row ``j`` of every request from stats [R, M, L] (views)."""
-        return Stats(*(None if t is None else t[:, j]
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t[:, j])
 
     def select(self, keep: Tensor) -> "Stats":
         """The requests ``keep`` (index tensor along dim 0)."""
-        return Stats(*(None if t is None else t.index_select(0, keep)
-                       for t in (self.tok, self.conf, self.pmax, self.pcur, self.ent)))
+        return self._map(lambda t: t.index_select(0, keep))
 
 
 def sampling_scores(lg: Tensor, temperature: float, top_k: int | None = None,
@@ -84,13 +99,15 @@ def sampling_scores(lg: Tensor, temperature: float, top_k: int | None = None,
     return z
 
 
-def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: float = 0.0,
+def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int | None, temperature: float = 0.0,
                       noise: Tensor | None = None, *, fixed: bool = False,
-                      top_k: int | None = None, top_p: float | None = None
-                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      top_k: int | None = None, top_p: float | None = None,
+                      float64: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(tok, conf, pmax, pcur), each [N, P], from logits [N, P, V] and the rows' tokens [N, P].
 
-    The mask token's logit is set to -inf first. ``noise`` [P, V] or [N, P, V] (Gumbel) is added
+    The mask token's logit is set to -inf first (``mask_id`` None: no token is suppressed, the
+    mask id may be the argmax: ``rules=reference`` switch ``argmax_over_mask``, and uniform-state
+    models, which have no mask). ``noise`` [P, V] or [N, P, V] (Gumbel) is added
     to ``logits / temperature``, filtered by ``top_k`` / ``top_p`` (:func:`sampling_scores`), for
     the choice of ``tok`` only; it is shared by every row of a request so that branches of one
     call compare like with like. At temperature 0 ``tok`` is the argmax, which every filter
@@ -101,9 +118,12 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
     is made only for other dtypes). The normaliser is torch.logsumexp's own arithmetic
     (max-shifted sum of exponentials, bit for bit), reusing the maximum the top-1 needs anyway;
     ``fixed``: the sum of exponentials in :func:`fixed_sum`'s order (batch-invariant decoding).
+    ``float64``: the softmax in float64 (``rules=reference`` switch ``softmax64``), the
+    probabilities returned in float64.
     """
-    lg = logits.float()
-    lg[..., mask_id] = float("-inf")
+    lg = logits.double() if float64 else logits.float()
+    if mask_id is not None:
+        lg[..., mask_id] = float("-inf")
     mx, tok = lg.max(dim=-1)
     if temperature > 0:
         tok = (sampling_scores(lg, temperature, top_k, top_p, fixed=fixed) + noise).argmax(dim=-1)
@@ -119,15 +139,17 @@ def stats_from_logits(logits: Tensor, cur: Tensor, mask_id: int, temperature: fl
 
 
 
-def entropy_from_logits(logits: Tensor, mask_id: int, *, fixed: bool = False) -> Tensor:
-    """Entropy [N, P] (nats) of softmax(logits) [N, P, V] with the mask token excluded.
+def entropy_from_logits(logits: Tensor, mask_id: int | None, *, fixed: bool = False) -> Tensor:
+    """Entropy [N, P] (nats) of softmax(logits) [N, P, V] with the mask token excluded (``mask_id``
+    None: no token excluded).
 
     Ids whose logit is -inf (the mask, undecodable ids) contribute 0. Only the calibration and
     the online vocabulary ask for it, so the default decoding path never pays for it.
     ``fixed``: every sum over the vocabulary in :func:`fixed_sum`'s order (batch-invariant).
     """
     lg = logits.float()
-    lg[..., mask_id] = float("-inf")
+    if mask_id is not None:
+        lg[..., mask_id] = float("-inf")
     if fixed:
         logp = log_softmax_fixed(lg)
     else:

@@ -11,13 +11,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .draws import Draw
 from .param_spec import reads_of
-from .rules import rules_for
+from .rules import LOOP_SWITCHES, rules_for
+from .select import first_true
 from .stats import Stats
 
-#: route codes (int8 in tensors); index into ROUTE_NAMES for the public label
-NONE, BASE, PLAN, AR, FORCED, EXPLORE = 0, 1, 2, 3, 4, 5
-ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore")
+#: route codes (int8 in tensors); index into ROUTE_NAMES for the public label. ``edit``: the
+#: position's token was rewritten after its commit (a revocable step's edit; docs/decoding.md)
+NONE, BASE, PLAN, AR, FORCED, EXPLORE, EDIT = 0, 1, 2, 3, 4, 5, 6
+ROUTE_NAMES = (None, "base", "plan", "ar", "forced", "explore", "edit")
+#: every KV cache mode (``Step.caches``' default; the parameter's choices, params.CACHES)
+CACHE_MODES = ("none", "prefix", "dual", "dual_base")
 
 
 @dataclass
@@ -35,7 +40,12 @@ class Branches:
     memo:    whatever the step's ``choose`` needs from this round: tensors with the requests
              along dim 0, tuples of them, or plain values (see :meth:`select`).
     unmade:  optional [R] long: calls the request counts on its NFE without making them
-             (``rules=reference``, switch 9); the loop adds them when it reads the round.
+             (``rules=reference``, switch 9), if it stays live; the loop adds them when it
+             reads the round (calls a request counts also when it finishes: ``Choice.unmade``).
+    open:    optional [R, M, L] bool: the rows' open positions (:meth:`Step.open`); None: the
+             rows' masks. The call's layout (active blocks) reads it.
+    hook:    optional values for the step's call hook (``Step.call_hook``), each [R, ...]:
+             the hook sees each row's request's (``CallView.args``).
     """
 
     rows: Tensor
@@ -45,13 +55,13 @@ class Branches:
     memo: dict = field(default_factory=dict)
     cover: Tensor | None = None
     unmade: Tensor | None = None
+    open: Tensor | None = None
+    hook: dict | None = None
 
     def select(self, keep: Tensor) -> "Branches":
         """The branches of the requests ``keep`` (index tensor along dim 0 of every tensor,
-        ``memo``'s included)."""
-        return Branches(*(take_rows(v, keep) for v in (self.rows, self.n, self.labels)),
-                        entropy=self.entropy, memo=take_rows(self.memo, keep),
-                        cover=take_rows(self.cover, keep), unmade=take_rows(self.unmade, keep))
+        ``memo``'s and ``hook``'s included)."""
+        return take_rows(self, keep)
 
 
 def take_rows(v, keep: Tensor):
@@ -104,6 +114,13 @@ class Choice:
             steps without one.
     record: what the loop hands to :meth:`Step.record` after the round (outside a compiled
             round's programs): the round's :class:`Outcomes`, or None for nothing to record.
+    hold:   optional [R] bool: the request keeps working on its current block although nothing
+            in it is open (a *held* block: a phase after the block's last commit); it is not
+            finished while held. The step keeps the held block in its state and reports its
+            start as the settled frontier (:meth:`Step.settled`).
+    unmade: optional [R] long: calls of this round the request counts on its NFE without
+            making them, finished or not (``rules=reference`` switch ``unmade_extra_calls``: a
+            reference's call whose outputs are never used, as on a block it just completed).
     """
 
     pick: Tensor
@@ -114,6 +131,8 @@ class Choice:
     memo: dict = field(default_factory=dict)
     state: dict | None = None
     record: Outcomes | None = None
+    hold: Tensor | None = None
+    unmade: Tensor | None = None
 
 
 class Step:
@@ -137,9 +156,10 @@ class Step:
 
     - ``branches(b, y, st, state, draws)`` gets the committed states ``y`` [R, L] of the live
       requests (their numbers: ``b.req`` on the device), their stats [R, L], the step's
-      per-request ``state`` (rows of the live requests) and, for a step with ``draws``, the
-      round's uniform draws [R, L] (one per generation position, from each request's own
-      generator, made by the loop before the step);
+      per-request ``state`` (rows of the live requests) and the round's draws (one tensor
+      [R, ...] per :class:`.draws.Draw` of :meth:`draw_plan`, from each request's own
+      generator, made by the loop before the step; a step with ``draws``: ``draws[0]`` [R, L]
+      uniforms);
     - ``choose(b, y, st, br, out)`` gets the stats [R, M, L] of the rows sent and returns a
       :class:`Choice`: the committed row, the step's next ``state``, and what to ``record``;
     - the loop keeps ``state`` between rounds (:meth:`start` gives its first value: a dict of
@@ -149,6 +169,20 @@ class Step:
 
     ``info(r, made_call, br, choice)`` is the trace record of live request r (trace mode only;
     it may read tensors).
+
+    The loop's seams (docs/design.md, "Seams of the loop"), each a no-op by default:
+
+    - :meth:`open`: which positions a state still has to decide (default: its masks);
+    - ``revocable``: a round may remask or edit committed positions of the working blocks
+      (counted by the loop: ``edits``, ``remasks``); early stop then only reads *settled*
+      positions (:meth:`settled`);
+    - ``caches``: the KV cache modes it allows (others refused in one line before any call);
+    - ``loop_switches``: the ``rules=reference`` switches of the loop that apply to it
+      (:data:`.rules.LOOP_SWITCHES`); ``switches`` holds those on under its rules;
+    - :meth:`draw_plan`: its random draws of a round (``draws = True``: one uniform per
+      generation position);
+    - ``call_hook(b, view)``: per-call work on the logits and a carry between calls
+      (:mod:`.hooks`), None for none.
 
     The loop builds a round's branches at the end of the round before, for every request live
     then, so that one host read carries their call layout with that round's stop flags; the
@@ -168,6 +202,10 @@ class Step:
     draws = False
     baseline = False
     max_rows: int | None = None
+    revocable = False
+    caches: tuple = CACHE_MODES
+    loop_switches: tuple = ()
+    call_hook = None
 
     @classmethod
     def reads_param(cls, name: str) -> bool:
@@ -187,13 +225,38 @@ class Step:
         self.reveal = params.reveal_next if self.reveals else 0
         self.rows = self.rows_per_call(params)
         self.rules = rules_for(params.rules)
+        unknown = set(self.loop_switches) - set(LOOP_SWITCHES)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.loop_switches names {sorted(unknown)}: "
+                            f"the loop's switches are {', '.join(LOOP_SWITCHES)}")
+        #: the loop switches on for this step (its ``loop_switches`` its rules turn on)
+        self.switches = frozenset(s for s in self.loop_switches if getattr(self.rules, s))
 
     def start(self, b) -> dict | None:
         """The step's per-request state before the first round (tensors [n, ...]), or None."""
         return None
 
+    def open(self, b, rows: Tensor, state: dict | None = None) -> Tensor:
+        """[..., L] bool: the positions state(s) ``rows`` [..., L] still have to decide (the
+        request's ``state`` rows, when the answer depends on it). Default: the masks."""
+        return rows == b.mask_id
+
+    def settled(self, b, open: Tensor, state: dict | None = None) -> Tensor:
+        """[R] long: every position before it is settled (no later round changes it), for
+        states whose open positions are ``open`` [R, L]. Early stop reads settled positions
+        only. Default: the first open position; a revocable step: the start of the block of
+        its first open position (a step that holds a block returns the held block's start)."""
+        first = first_true(open)
+        return (first // b.B) * b.B if self.revocable else first
+
+    def draw_plan(self, b, state: dict | None = None) -> tuple[Draw, ...]:
+        """The random draws the loop makes for this round before the step, per request from
+        its own generator, in order (:mod:`.draws`); ``branches`` gets one tensor [R, ...] per
+        draw. Default: one uniform per generation position for a step with ``draws``."""
+        return (Draw("uniform", (b.L,)),) if self.draws else ()
+
     def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
-                 draws: Tensor | None = None) -> Branches:
+                 draws: tuple = ()) -> Branches:
         raise NotImplementedError
 
     def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
@@ -209,9 +272,13 @@ class Step:
         return {"route": "base"}
 
 
-def single_row(b, zb: Tensor, labels: Tensor) -> Branches:
-    """Branches of a step that commits ``zb`` [R, L] with a single-row call (none once finished)."""
-    return Branches(zb.unsqueeze(1), (~b.finished(zb)).long(), labels)
+def single_row(b, zb: Tensor, labels: Tensor, open: Tensor | None = None,
+               hold: Tensor | None = None, settled: Tensor | None = None) -> Branches:
+    """Branches of a step that commits ``zb`` [R, L] with a single-row call (none once finished:
+    :meth:`.batch.Batch.finished` with ``open`` [R, L] (None: its masks), ``hold`` [R] and
+    ``settled`` [R], as the loop's settle will judge it)."""
+    return Branches(zb.unsqueeze(1), (~b.finished(zb, open, hold, settled)).long(), labels,
+                    open=None if open is None else open.unsqueeze(1))
 
 
 def base_labels(sel: Tensor, forced: Tensor) -> Tensor:

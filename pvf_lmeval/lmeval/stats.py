@@ -8,7 +8,8 @@ from ..decoding.loop import RATES, rate
 
 #: statistics that are summed and reported as a mean per request
 MEAN_KEYS = ("nfe", "branch_rows", "gen_length", "gen_tokens", "committed", "wall_s",
-             "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore")
+             "tokens_base", "tokens_plan", "tokens_ar", "tokens_forced", "tokens_explore",
+             "tokens_edit", "edits", "remasks")
 
 #: per-task counters reported as totals, not means: prompts cut to fit the context, and requests
 #: answered from lm-eval's ``--use_cache`` (their statistics are those of the run that made them)

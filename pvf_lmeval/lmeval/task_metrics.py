@@ -68,7 +68,8 @@ def ratio_of_sums(items) -> float:
 COSTS = (("nfe", False), ("tpf", True), ("branch_rows", False), ("gen_tokens", True),
          ("committed", True), ("gen_length", True), ("wall_s", False), ("tps", True),
          ("tokens_base", True), ("tokens_plan", True), ("tokens_ar", True),
-         ("tokens_forced", True), ("tokens_explore", True))
+         ("tokens_forced", True), ("tokens_explore", True), ("tokens_edit", True),
+         ("edits", False), ("remasks", False))
 
 
 def metric_list(*accuracy) -> list[dict]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
+from .joint import JointDecoder
 from .pvf import PVFDecoder
 from .static import StaticDecoder
 from .threshold import ThresholdDecoder
+from .wino import WinoDecoder
 
 #: decoder name -> step class (constructed once per batch from DecodeParams), in table order
 DECODERS = {cls.name: cls for cls in (
@@ -19,6 +21,8 @@ DECODERS = {cls.name: cls for cls in (
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,
+    WinoDecoder,
+    JointDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)
 #: decoders that read the planning vocabulary

@@ -17,11 +17,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .select import rank_desc
+from .param_spec import Param
+from .select import first_true, rank_desc
+from .shared_params import THRESHOLD
+from .stats import Stats
+from .step import Branches, Choice, Step, base_labels, single_row
 
 #: the reference's caps of a round's drafts: ``min(max(floor(0.7 m), 5), 20)`` of m masks
 DRAFT_SHARE, DRAFT_MIN, DRAFT_MAX = 0.7, 5, 20
-#: the previous round's drafts at a block's start (bounds the first round's re-masks)
+#: the reference's "previous round's drafts" before the first round (a block's first round has
+#: nothing to verify, so it never bounds anything: the previous round's count carries over)
 FIRST_LAST_ACCEPT = 30
 
 
@@ -57,3 +62,58 @@ def wino_remasks(pback: Tensor, verifiable: Tensor, back_threshold: float, draft
     many = low.sum(-1, keepdim=True) >= last_accept
     least = verifiable & (rank_desc(-pback, verifiable) < last_accept - 1)
     return torch.where(many, least, low) & (drafted > 1)
+
+
+BACK_THRESHOLD = Param("back_threshold", float, None, "WINO: a drafted token whose shadow "
+                       "probability is below it is masked again", bounds="[0, 1]",
+                       none_means="0.9", exclusive=True)
+
+
+class WinoDecoder(Step):
+    name = "wino"
+    summary = ("WINO: drafts above threshold, re-masks drafts a shadow copy of the block finds "
+               "below back_threshold")
+    reads = (THRESHOLD, BACK_THRESHOLD)
+    defaults = {"threshold": 0.6}
+    revocable = True
+    caches = ("none",)
+    loop_switches = ("argmax_over_mask", "softmax64")
+
+    @classmethod
+    def refuse(cls, model) -> str | None:
+        if getattr(model, "logit_shift", 0):
+            return (f"decoder=wino: {getattr(model, 'family', 'the model')} shifts its logits "
+                    "(position j is read from the row at j - 1), so no shadow row predicts a "
+                    "position without seeing its token; use a model without the shift (LLaDA, "
+                    "LLaDA-MoE, LLaDA 2.x, SDAR)")
+        return None
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.back = 0.9 if params.back_threshold is None else params.back_threshold
+
+    def start(self, b) -> dict:
+        n = b.n
+        return {"last": torch.full((n,), FIRST_LAST_ACCEPT, dtype=torch.long, device=b.device),
+                "fixed": b.initial() != b.mask_id}
+
+    def branches(self, b, y: Tensor, st: Stats, state: dict, draws=()) -> Branches:
+        masked = y == b.mask_id
+        a = first_true(masked) // b.B                                      # active block [R]
+        block = b.blk == a[:, None]
+        W = masked & block
+        # the call's shadow was this block's; a block's first round has nothing to verify
+        verifiable = block & ~masked & ~state["fixed"]
+        pback = st.pback if st.pback is not None else torch.ones_like(st.conf)
+        drafts, forced = wino_drafts(st.conf, W, self.p.threshold)
+        n = drafts.sum(-1, keepdim=True)
+        remask = wino_remasks(pback, verifiable, self.back, n, state["last"][:, None])
+        z = torch.where(remask, b.mask_id, torch.where(drafts, st.tok, y))
+        zmask = z == b.mask_id
+        br = single_row(b, z, base_labels(drafts, forced), settled=self.settled(b, zmask))
+        br.shadow = (first_true(zmask) // b.B).clamp(max=b.nb - 1) * b.B
+        br.memo = {"state": {"last": n.squeeze(-1), "fixed": state["fixed"]}}
+        return br
+
+    def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
+        return Choice(torch.zeros_like(br.n), br.labels, state=br.memo["state"])

@@ -19,6 +19,7 @@ neighbours from the canvas and has ``own`` = V.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -32,11 +33,12 @@ V, MASK, EOS = 12, 11, 10
 class TableModel:
     """The reference runs' table model (module docstring); ``block_size``: block-causal
     attention over absolute blocks of that many positions (None: bidirectional). Counts its
-    calls in ``calls`` (rows per call)."""
+    calls in ``calls`` (rows per call); past ``max_calls`` calls it raises, so that a decoder
+    that stops making progress fails a test instead of hanging it."""
 
     tokenizer = None
 
-    def __init__(self, seed: int, *, block_size: int | None = None):
+    def __init__(self, seed: int, *, block_size: int | None = None, max_calls: int = 200):
         g = torch.Generator().manual_seed(seed)
         self.T0 = torch.randn(256, V, generator=g)
         self.T_self, self.T_left, self.T_right, self.T_first = (
@@ -44,9 +46,18 @@ class TableModel:
         self.mask_id, self.eos_ids, self.pad_id = MASK, (EOS,), EOS
         self.block_size = block_size
         self.calls: list[int] = []
+        self.max_calls = max_calls
+
+    def batch_invariant(self):
+        """Every row's logits are gathers and sums of its own table rows: the same whatever
+        the batch, with nothing to switch."""
+        return contextlib.nullcontext()
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None, shadow=None):
         assert cache is None
+        if len(self.calls) >= self.max_calls:
+            raise RuntimeError(f"table model called max_calls={self.max_calls} times: "
+                               "decoding does not finish")
         N, T = tokens.shape
         pad = (torch.zeros(N, dtype=torch.long) if attention_mask is None
                else (attention_mask == 0).sum(-1))

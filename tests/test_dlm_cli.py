@@ -62,13 +62,13 @@ def test_args_plain_lines():
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
-    assert "  static, threshold, freedave, pvf, explore  " in row
-    assert len(lines) == 1 + 56
+    assert "  static, threshold, freedave, pvf, explore, wino, joint  " in row
+    assert len(lines) == 1 + 61
 
 
 def test_decoders_and_their_parameters():
     rows = {line.split()[0]: line for line in dlm("decoders").splitlines()[1:]}
-    assert list(rows) == ["static", "threshold", "freedave", "pvf", "explore"]
+    assert list(rows) == ["static", "threshold", "freedave", "pvf", "explore", "wino", "joint"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
         "static": "steps",
@@ -77,6 +77,8 @@ def test_decoders_and_their_parameters():
                     "base_rule=threshold)",
         "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",
         "explore": "threshold, pick, band, reveal_next, vocab",
+        "wino": "threshold, back_threshold",
+        "joint": "threshold, edit_threshold, editing, post_edit_steps, penalty",
     }
 
 

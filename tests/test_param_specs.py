@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registry_lists_derive_from_the_step_classes():
-    assert DECODER_NAMES == ("static", "threshold", "freedave", "pvf", "explore")
+    assert DECODER_NAMES == ("static", "threshold", "freedave", "pvf", "explore", "wino", "joint")
     assert all(cls.name == name for name, cls in DECODERS.items())
     assert PLANNING_DECODERS == ("pvf", "explore")
     assert REVEALING_DECODERS == ("pvf", "explore")        # they read reveal_next
@@ -38,7 +38,8 @@ def test_the_fields_are_the_declared_parameters_each_once():
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
         "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
         "steps", "threshold", "factor", "draft_steps", "base_rule", "plan_lo", "plan_hi",
-        "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band")
+        "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band",
+        "back_threshold", "edit_threshold", "editing", "post_edit_steps", "penalty")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES
 
 
@@ -67,6 +68,8 @@ def test_report_lists_derive_from_the_declarations():
         "pvf": ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
                 "plan_self_check"),
         "explore": ("threshold", "pick", "band", "reveal_next"),
+        "wino": ("threshold", "back_threshold"),
+        "joint": ("threshold", "edit_threshold", "editing", "post_edit_steps", "penalty"),
     }
     # freedave reads threshold and factor under base_rule=threshold only
     params = {"gen_length": 32, "threshold": 0.9, "factor": None, "draft_steps": 4,
@@ -152,11 +155,10 @@ def test_a_new_decoder_is_its_step_module_and_one_registry_line(tmp_path):
     (pkg / "decoding" / "topk.py").write_text(NEW_STEP)
     registry = pkg / "decoding" / "registry.py"
     text = registry.read_text()
-    assert text.count("    ExploreDecoder,\n") == 1
+    assert text.count("\n)}") == 1
     text = text.replace("from .threshold import ThresholdDecoder\n",
                         "from .threshold import ThresholdDecoder\nfrom .topk import TopKDecoder\n")
-    registry.write_text(text.replace("    ExploreDecoder,\n", "    ExploreDecoder,\n"
-                                     "    TopKDecoder,\n"))
+    registry.write_text(text.replace("\n)}", "\n    TopKDecoder,\n)}"))
     proc = subprocess.run([sys.executable, "-c", CHECK_NEW], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env={**_env(), "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -45,15 +45,15 @@ def joint_transfers(tok: Tensor, conf: Tensor, y: Tensor, block: Tensor, fixed: 
     return passed | forced, t2t, forced
 
 
-EDIT_THRESHOLD = Param("edit_threshold", float, None, "joint: a decided token whose argmax "
+EDIT_THRESHOLD = Param("edit_threshold", float, None, "a decided token whose argmax "
                        "differs is rewritten when the argmax's probability is above it",
                        bounds="[0, 1]", none_means="0", exclusive=True)
-EDITING = Param("editing", bool, None, "joint: token-to-token edits (false: mask-to-token only)",
+EDITING = Param("editing", bool, None, "token-to-token edits (false: mask-to-token only)",
                 none_means="true", exclusive=True)
-POST_EDIT_STEPS = Param("post_edit_steps", int, None, "joint: editing rounds after a block's "
+POST_EDIT_STEPS = Param("post_edit_steps", int, None, "editing rounds after a block's "
                         "last mask", bounds=">= 0", cap=POSITIONS, none_means="16",
                         exclusive=True)
-PENALTY = Param("penalty", float, None, "joint: subtracted from the logit of the token at the "
+PENALTY = Param("penalty", float, None, "subtracted from the logit of the token at the "
                 "previous position of the block", bounds=">= 0", finite=True, none_means="0",
                 exclusive=True)
 

@@ -64,7 +64,7 @@ def wino_remasks(pback: Tensor, verifiable: Tensor, back_threshold: float, draft
     return torch.where(many, least, low) & (drafted > 1)
 
 
-BACK_THRESHOLD = Param("back_threshold", float, None, "WINO: a drafted token whose shadow "
+BACK_THRESHOLD = Param("back_threshold", float, None, "a drafted token whose shadow "
                        "probability is below it is masked again", bounds="[0, 1]",
                        none_means="0.9", exclusive=True)
 

@@ -67,7 +67,9 @@ class JointDecoder(Step):
     presets = {"llada21-quality": {"threshold": 0.7, "edit_threshold": 0.5},
                "llada21-speed": {"threshold": 0.5, "editing": False}}
     revocable = True
-    caches = ("none", "prefix", "dual")
+    #: cached calls treat a held block without masks as finished and read its keys and values
+    #: from before its edits
+    caches = ("none",)
     loop_switches = ("argmax_over_mask", "stop_after_block")
 
     def __init__(self, params):

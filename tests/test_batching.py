@@ -14,7 +14,7 @@ from pvf_lmeval.decoding.batch import pad_id_of
 from pvf_lmeval.models import load_model
 from pvf_lmeval.planning.online import OnlineVocab
 
-DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual")
 
 

@@ -206,7 +206,7 @@ DECODERS = [("threshold", {}), ("static", {}), ("freedave", {}),
             ("pvf", {"reveal_next": 2, "plan_vocab": list(range(10, 50, 3))}),
             ("pvf", {"rules": "reference", "plan_vocab": list(range(10, 50, 3))}),
             ("explore", {"reveal_next": 1}), ("threshold", {"temperature": 0.7}),
-            ("static", {"steps": 4})]
+            ("static", {"steps": 4}), ("eb", {}), ("eb", {"rules": "reference"})]
 
 
 def _same(a, b):

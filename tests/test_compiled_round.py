@@ -28,7 +28,7 @@ from helpers.prerequisites import compile_tier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual", "dual_base")
 VOCAB = list(range(0, 600, 3))
 #: the round compiled, captured op by op (see the module docstring)

@@ -16,7 +16,7 @@ from pvf_lmeval.models.diffusion_lm import COMPILE_TRUE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
 CACHES = ("none", "prefix", "dual", "dual_base")
 
 

@@ -13,7 +13,7 @@ from pvf_lmeval.decoding.select import rank_desc
 from pvf_lmeval.decoding.stats import stats_from_logits
 from pvf_lmeval.decoding.step import Branches
 
-DECODERS = ("static", "threshold", "freedave", "pvf", "explore")
+DECODERS = ("static", "threshold", "eb", "freedave", "pvf", "explore")
 
 # ------------------------------------------------------------ early stop
 
@@ -190,7 +190,7 @@ def test_call_accounting(dec, seed):
         assert s["nfe"] - prev == (1 if s["made_call"] else 0)
         prev = s["nfe"]
     assert r.nfe == 1 + sum(s["made_call"] for s in r.steps)
-    if dec in ("static", "threshold", "explore"):  # single-row: the final commit needs no call
+    if dec in ("static", "threshold", "eb", "explore"):  # single-row: the final commit needs no call
         assert not r.steps[-1]["made_call"]
     assert r.committed == sum(r.routes.count(x) for x in
                               ("base", "plan", "ar", "forced", "explore"))

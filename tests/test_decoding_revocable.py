@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.reference_tables import TableModel, table_prompts
+from helpers.reference_tables import ReferenceTable, table_prompts
 
 from pvf_lmeval.decoding import decode_batch, make_params
 from pvf_lmeval.decoding.hooks import CallView
@@ -66,8 +66,8 @@ def test_wino_refuses_a_logit_shifted_model_before_any_call():
 def test_the_speed_preset_never_edits_and_the_default_does():
     prompts = table_prompts()
     kw = dict(gen_length=32, block_length=16, early_stop=False)
-    speed = decode_batch(TableModel(0), prompts, "joint", preset="llada21-speed", **kw)
-    full = decode_batch(TableModel(0), prompts, "joint", **kw)
+    speed = decode_batch(ReferenceTable(0), prompts, "joint", preset="llada21-speed", **kw)
+    full = decode_batch(ReferenceTable(0), prompts, "joint", **kw)
     assert [r.edits for r in speed] == [0] * 8
     assert all(r.edits > 0 for r in full)
     # no editing: a block costs its mask rounds and one call that finds nothing to do; the

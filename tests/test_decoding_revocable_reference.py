@@ -1,8 +1,9 @@
 """``decoder=wino`` and ``decoder=joint`` with ``rules=reference`` against their published code's
-outputs (tests/data/decoders50: WINO-DLLM's ``decoding_wino``, SGLang 0.5.23's
+outputs (tests/data/reference_decoders: WINO-DLLM's ``decoding_wino``, SGLang 0.5.23's
 ``JointThreshold``): every case's tokens, model calls (NFE), re-masks and edits, on the seeded
-table models (bidirectional, batches of 8) and on the bundled tiny-llada and tiny-dream (the
-first 10 held-out ``arith`` prompts, gen_length 96, blocks of 32)."""
+table models (bidirectional, batches of 8; and block-causal in SGLang's own geometry, which is
+our block-diffusion one) and on the bundled tiny-llada and tiny-dream (the first 10 held-out
+``arith`` prompts, gen_length 96, blocks of 32)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.reference_tables import TableModel, reference_cases, table_prompts
+from helpers.reference_tables import ReferenceTable, reference_cases, table_prompts
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.models import load_model
@@ -33,9 +34,22 @@ def _check(results, name):
 @pytest.mark.parametrize("run", list(RUNS))
 def test_table_models_decode_as_the_reference(run, seed):
     decoder, kw = RUNS[run]
-    results = decode_batch(TableModel(seed), table_prompts(), decoder, gen_length=32,
+    results = decode_batch(ReferenceTable(seed), table_prompts(), decoder, gen_length=32,
                            block_length=16, rules="reference", early_stop=False, **kw)
     _check(results, f"{run}.table{seed}")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_block_causal_table_decodes_as_sglang(seed):
+    """SGLang's own geometry: blocks at absolute multiples of 16, the first holding the prompt's
+    5 tokens; the region runs to the end of the third block, so our ``edits`` also count the
+    rewrites of the 11 positions after the answer, which the reference's counts leave out."""
+    results = decode_batch(ReferenceTable(seed, 16), table_prompts(), "joint", gen_length=32,
+                           block_length=16, rules="reference", early_stop=False)
+    cases = reference_cases(f"joint-aligned.table{seed}")
+    assert [(r.tokens, r.nfe, r.remasks) for r in results] == \
+        [(c.tokens, c.nfe, c.remasks) for c in cases]
+    assert all(r.edits >= c.edits for r, c in zip(results, cases))
 
 
 @pytest.fixture(scope="module")

@@ -62,17 +62,19 @@ def test_args_plain_lines():
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
-    assert "  static, threshold, freedave, pvf, explore, wino, joint  " in row
-    assert len(lines) == 1 + 61
+    assert "  static, threshold, eb, freedave, pvf, explore, wino, joint  " in row
+    assert len(lines) == 1 + 62
 
 
 def test_decoders_and_their_parameters():
     rows = {line.split()[0]: line for line in dlm("decoders").splitlines()[1:]}
-    assert list(rows) == ["static", "threshold", "freedave", "pvf", "explore", "wino", "joint"]
+    assert list(rows) == ["static", "threshold", "eb", "freedave", "pvf", "explore", "wino",
+                          "joint"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
         "static": "steps",
         "threshold": "threshold, factor",
+        "eb": "gamma",
         "freedave": "draft_steps, base_rule, threshold (with base_rule=threshold), factor (with "
                     "base_rule=threshold)",
         "pvf": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, plan_self_check, vocab",

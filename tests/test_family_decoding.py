@@ -38,6 +38,7 @@ DECODERS = {
     "pvf": {"threshold": 0.3, "plan_lo": 0.05, "plan_hi": 0.3, "reveal_next": 2,
             "plan_vocab": list(range(0, 3000, 7))},
     "explore": {"threshold": 0.3, "reveal_next": 2, "plan_vocab": list(range(0, 3000, 7))},
+    "eb": {"gamma": 0.5},
 }
 
 

@@ -56,7 +56,7 @@ ALLOWED = ("pretrained, revision, tokenizer, dtype, device, batch_size, batch_in
            "trace, trace_append, mc_num, mc_batch, "
            "tensor_parallel_size, parallel_layers, data_parallel_size, decoder, preset, "
            "gen_length, block_length, temperature, top_k, top_p, seed, early_stop, cache, rules, "
-           "steps, threshold, factor, draft_steps, base_rule, plan_lo, plan_hi, "
+           "steps, threshold, factor, gamma, draft_steps, base_rule, plan_lo, plan_hi, "
            "ar_lo, width, reveal_next, routes, plan_self_check, pick, band, vocab, vocab_force, "
            "rho_ver, gamma_vig, online_level, online_explore, online_explore_max, online_seed, "
            "online_save, online_frozen, online_merge")
@@ -71,7 +71,7 @@ CLI_CASES = [
      f"pvf-dlm: unknown model arg 'decodr'; did you mean 'decoder'? allowed: {ALLOWED} "
      "(pvf-dlm args explains each)", []),
     ("value", f"pretrained={MISSING},decoder=bogus",
-     "pvf-dlm: decoder='bogus' is not one of static, threshold, freedave, pvf, explore", []),
+     "pvf-dlm: decoder='bogus' is not one of static, threshold, eb, freedave, pvf, explore", []),
     ("combination", f"pretrained={MISSING},decoder=pvf,plan_hi=0.95",
      "pvf-dlm: plan_hi=0.95 must not exceed threshold=0.9", []),
     # HFLM: max_batch_size bounds batch_size=auto only; lm-eval passes it with any --batch_size

@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registry_lists_derive_from_the_step_classes():
-    assert DECODER_NAMES == ("static", "threshold", "freedave", "pvf", "explore", "wino", "joint")
+    assert DECODER_NAMES == ("static", "threshold", "eb", "freedave", "pvf", "explore", "wino",
+                           "joint")
     assert all(cls.name == name for name, cls in DECODERS.items())
     assert PLANNING_DECODERS == ("pvf", "explore")
     assert REVEALING_DECODERS == ("pvf", "explore")        # they read reveal_next
@@ -37,7 +38,7 @@ def test_the_fields_are_the_declared_parameters_each_once():
     assert PARAM_NAMES == (
         "decoder", "preset", "gen_length", "block_length", "temperature", "top_k", "top_p",
         "seed", "early_stop", "cache", "rules", "plan_vocab", "model_block",     # the loop's
-        "steps", "threshold", "factor", "draft_steps", "base_rule", "plan_lo", "plan_hi",
+        "steps", "threshold", "factor", "gamma", "draft_steps", "base_rule", "plan_lo", "plan_hi",
         "ar_lo", "width", "reveal_next", "routes", "plan_self_check", "pick", "band",
         "back_threshold", "edit_threshold", "editing", "post_edit_steps", "penalty")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES
@@ -64,6 +65,7 @@ def test_report_lists_derive_from_the_declarations():
     assert identity.DECODER_PARAMS == {
         "static": ("steps",),
         "threshold": ("threshold", "factor"),
+        "eb": ("gamma",),
         "freedave": ("draft_steps", "base_rule", "threshold", "factor"),
         "pvf": ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
                 "plan_self_check"),

@@ -223,8 +223,8 @@ def _start(b: Batch, runner: Runner, step) -> Live:
     n, dev = b.n, b.device
     y = b.initial()
     ones = torch.ones(n, dtype=torch.long, device=dev)
-    st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y).unsqueeze(1)).pick(
-        torch.zeros_like(ones))
+    st = runner.call(y.unsqueeze(1), ones, open=step.open(b, y).unsqueeze(1),
+                     entropy=step.entropy).pick(torch.zeros_like(ones))
     runner.commit_caches(y)
     runner.commit_carry(torch.zeros_like(ones), ones.bool())
     state = step.start(b)

@@ -6,6 +6,7 @@ identity) derives from these classes."""
 
 from __future__ import annotations
 
+from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .joint import JointDecoder
@@ -18,6 +19,7 @@ from .wino import WinoDecoder
 DECODERS = {cls.name: cls for cls in (
     StaticDecoder,
     ThresholdDecoder,
+    EntropyBoundDecoder,
     FreeDaveDecoder,
     PVFDecoder,
     ExploreDecoder,

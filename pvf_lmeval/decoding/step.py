@@ -175,6 +175,8 @@ class Step:
 
     The loop's seams (docs/design.md, "Seams of the loop"), each a no-op by default:
 
+    - ``entropy``: every call computes entropies (``Stats.ent``), the initial one included (a
+      round's calls: ``Branches.entropy``);
     - :meth:`open`: which positions a state still has to decide (default: its masks);
     - ``revocable``: a round may remask or edit committed positions of the working blocks
       (counted by the loop: ``edits``, ``remasks``); early stop then only reads *settled*
@@ -205,6 +207,7 @@ class Step:
     draws = False
     baseline = False
     max_rows: int | None = None
+    entropy = False
     revocable = False
     caches: tuple = CACHE_MODES
     #: the decoder's own defaults of parameters it shares with others (``{"threshold": 0.6}``):

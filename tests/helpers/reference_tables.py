@@ -1,20 +1,18 @@
-"""The seeded table model of the reference runs (tests/data/decoders50/README.md) in the decoding
-model protocol, and the reference result files read as records.
+"""The table models the reference decoders' outputs in ``tests/data/reference_decoders/`` were
+computed on (``table0``, ``table1``, ``table2``), rebuilt from their published description
+(tests/data/reference_decoders/README.md) as models of the decoding protocol, and the
+per-case result files there read as records.
 
-``TableModel(seed)``: vocabulary 12 (ids 0..11), mask 11, end-of-text 10. Five float32 tables
-drawn in this order with ``torch.randn`` from ``torch.Generator().manual_seed(seed)``: ``T0``
-[256, V], ``T_self``, ``T_left``, ``T_right``, ``T_first`` [V + 1, V] (index V: a mask, or
-nothing seen). The logits of a row at position ``pos`` (prompt position 0 is the first real
-token) are::
-
-    2 * (T0[pos] + 0.6 T_self[own] + T_left[seen(pos - 1)] + T_right[seen(pos + 1)]
-         + 0.5 T_first[seen(0)])        with the mask id's column -4 before the factor 2
-
-``own`` the row's token (V for the mask); ``seen(p)`` the token at position p if the row sees
-a key there that is not the mask, else V. A canvas row sees every canvas column (a
-block-diffusion table, ``block_size``: the columns of its block and earlier ones); a WINO
-shadow row sees the canvas but its own column, plus the shadow's masks, so it reads its
-neighbours from the canvas and has ``own`` = V.
+A row's logits depend on its absolute position, its own token and the tokens at the positions
+before and after it and at position 0 *as the row sees them*: a masked token, a position outside
+the tokens given, or one the row cannot attend to (block-causal attention, ``block_size``) is
+seen as nothing (index V). Tables are drawn, in this order, with float32 ``torch.randn`` from
+``torch.Generator().manual_seed(seed)``: T0 [256, V], T_self, T_left, T_right, T_first
+[V + 1, V]; ``logits = sharp * (T0[pos] + 0.6 T_self[own] + T_left[left] + T_right[right]
++ 0.5 T_first[first])`` with the mask id's entry set to -4 before the scaling (the float32
+operations in that order). Positions count from a row's first real token (left padding,
+``attention_mask``, is skipped). A WINO shadow row (``shadow``) sees the canvas but the column it
+shadows, plus the shadow's masks: its own token is nothing and its neighbours are the canvas's.
 """
 
 from __future__ import annotations
@@ -26,26 +24,28 @@ from typing import NamedTuple
 
 import torch
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "decoders50"
-V, MASK, EOS = 12, 11, 10
+V, MASK, EOS, MAX_POS, SHARP = 12, 11, 10, 256, 2.0
+DATA = Path(__file__).resolve().parent.parent / "data" / "reference_decoders"
 
 
-class TableModel:
-    """The reference runs' table model (module docstring); ``block_size``: block-causal
-    attention over absolute blocks of that many positions (None: bidirectional). Counts its
-    calls in ``calls`` (rows per call); past ``max_calls`` calls it raises, so that a decoder
-    that stops making progress fails a test instead of hanging it."""
+class ReferenceTable:
+    """``table<seed>`` of the reference harnesses; ``block_size``: block-causal attention over
+    absolute blocks of that size (the harness's aligned geometry), None: bidirectional. Counts
+    its calls; past ``max_calls`` it raises, so that a decoder that stops making progress fails
+    a test instead of hanging it."""
 
+    mask_id = MASK
+    eos_ids = (EOS,)
+    pad_id = EOS
     tokenizer = None
 
-    def __init__(self, seed: int, *, block_size: int | None = None, max_calls: int = 200):
+    def __init__(self, seed: int, block_size: int | None = None, *, max_calls: int = 500):
         g = torch.Generator().manual_seed(seed)
-        self.T0 = torch.randn(256, V, generator=g)
+        self.T0 = torch.randn(MAX_POS, V, generator=g)
         self.T_self, self.T_left, self.T_right, self.T_first = (
             torch.randn(V + 1, V, generator=g) for _ in range(4))
-        self.mask_id, self.eos_ids, self.pad_id = MASK, (EOS,), EOS
         self.block_size = block_size
-        self.calls: list[int] = []
+        self.calls = 0
         self.max_calls = max_calls
 
     def batch_invariant(self):
@@ -55,43 +55,38 @@ class TableModel:
 
     def logits(self, tokens, positions, *, attention_mask=None, cache=None, shadow=None):
         assert cache is None
-        if len(self.calls) >= self.max_calls:
+        if self.calls >= self.max_calls:
             raise RuntimeError(f"table model called max_calls={self.max_calls} times: "
                                "decoding does not finish")
+        self.calls += 1
         N, T = tokens.shape
         pad = (torch.zeros(N, dtype=torch.long) if attention_mask is None
                else (attention_mask == 0).sum(-1))
-        cols = positions.expand(N, -1) if positions.dim() == 1 else positions      # [N, P]
-        padded = torch.cat([tokens, torch.full((N, 1), MASK)], 1)    # column T: nothing there
-        out = self._rows(padded, pad, cols, own_masked=False)
+        cols = positions.expand(N, -1) if positions.dim() == 1 else positions       # [N, P]
+        seen = torch.where(tokens == MASK, V, tokens)
+        padded = torch.cat([seen, torch.full((N, 1), V)], 1)                       # T: nothing
+        out = self._rows(padded, pad, cols, own_hidden=False)
         if shadow is not None:
             sh = shadow.start[:, None] + torch.arange(shadow.length)                # [N, S]
-            out = torch.cat([out, self._rows(padded, pad, sh, own_masked=True)], 1)
-        self.calls.append(N)
+            out = torch.cat([out, self._rows(padded, pad, sh, own_hidden=True)], 1)
         return out
 
-    def _rows(self, padded, pad, cols, *, own_masked):
+    def _rows(self, padded, pad, cols, *, own_hidden):
         """Logits [N, P, V] of the rows at canvas columns ``cols`` [N, P]."""
         T = padded.shape[1] - 1
         pos = cols - pad[:, None]
 
-        def seen(c, visible):
-            ok = visible & (c >= pad[:, None]) & (c < T)
-            t = padded.gather(1, torch.where(ok, c, T))
-            return torch.where(t == MASK, V, t)
+        def at(c):
+            ok = (c >= pad[:, None]) & (c < T)
+            if self.block_size is not None:
+                ok &= (c - pad[:, None]) // self.block_size <= pos // self.block_size
+            return padded.gather(1, torch.where(ok, c, T))
 
-        right_visible = torch.ones_like(cols, dtype=torch.bool)
-        if self.block_size is not None:
-            right_visible = (pos + 1) // self.block_size <= pos // self.block_size
-        always = torch.ones_like(right_visible)
-        own = torch.full_like(cols, V) if own_masked else seen(cols, always)
-        left = seen(cols - 1, always)
-        right = seen(cols + 1, right_visible)
-        first = seen(pad[:, None].expand_as(cols), always)
-        row = (self.T0[pos] + 0.6 * self.T_self[own] + self.T_left[left] + self.T_right[right]
-               + 0.5 * self.T_first[first])
+        own = torch.full_like(cols, V) if own_hidden else at(cols)
+        row = (self.T0[pos] + 0.6 * self.T_self[own] + self.T_left[at(cols - 1)]
+               + self.T_right[at(cols + 1)] + 0.5 * self.T_first[at(pad[:, None].expand_as(cols))])
         row[..., MASK] = -4.0
-        return 2.0 * row
+        return SHARP * row
 
 
 def table_prompts(n: int = 8) -> list[list[int]]:
@@ -101,7 +96,7 @@ def table_prompts(n: int = 8) -> list[list[int]]:
 
 
 class Case(NamedTuple):
-    """One line of a reference result file."""
+    """One line of a per-case result file (``<run>.<model>.txt``)."""
 
     case: int
     nfe: int
@@ -112,7 +107,7 @@ class Case(NamedTuple):
 
 
 def reference_cases(name: str) -> list[Case]:
-    """The cases of ``tests/data/decoders50/<name>.txt``."""
+    """The cases of ``tests/data/reference_decoders/<name>.txt``."""
     out = []
     for line in (DATA / f"{name}.txt").read_text().splitlines():
         head, toks = line.split(" tokens=")

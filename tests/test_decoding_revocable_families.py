@@ -8,14 +8,15 @@ threshold on the three other Qwen-headed families (a 152k-id LM head per call) i
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
-import torch
 from helpers.prerequisites import family_tier
 from helpers.moe_folders import make_llada2_folder, make_lladamoe_folder
-from helpers.qwen_folders import make_fast_dllm_folder, make_rnd1_folder, make_sdar_folder
+from helpers.qwen_folders import (load_peaked, make_fast_dllm_folder, make_rnd1_folder,
+                                  make_sdar_folder)
 
 from pvf_lmeval.decoding import decode, decode_batch
 from pvf_lmeval.models import load_model
@@ -51,22 +52,13 @@ def prompts_for(name, m):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    loaded = {}
-
+    """The families' models, each loaded once, when a test first asks."""
+    @functools.cache
     def get(name):
-        if name not in loaded:
-            make = FAMILIES[name][0]
-            if isinstance(make, str):
-                m = load_model(make)
-            else:
-                m = load_model(str(make(tmp_path_factory.mktemp(name) / "f", seed=3)),
-                               device="cpu", dtype="float32")
-                with torch.no_grad():          # peaked distributions: several commits a call
-                    for pname, p in m.net.named_parameters():
-                        if p.dim() > 1 and "router" not in pname and "gate" not in pname:
-                            p.mul_(3.0)
-            loaded[name] = m
-        return loaded[name]
+        make = FAMILIES[name][0]
+        if isinstance(make, str):
+            return load_model(make)
+        return load_peaked(make(tmp_path_factory.mktemp(name) / "f", seed=3))
     return get
 
 

@@ -29,6 +29,7 @@ import benchlib
 #: math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
 CONFIGS = [
     ("threshold", "threshold", {}),
+    ("eb", "eb", {}),
     ("pvf", "pvf", {"preset": "arith"}),
     ("pvf routes=plan", "pvf", {"preset": "arith", "routes": "plan"}),
     ("pvf routes=ar", "pvf", {"preset": "arith", "routes": "ar"}),

@@ -36,7 +36,8 @@ FAST[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoding_loop.py tests/test_decoding_params.py tests/test_decoding_rules.py
   tests/test_decoding_reference_rounds.py tests/test_decoding_batch_tables.py
   tests/test_param_specs.py tests/test_verification.py tests/test_kv_cache_state.py
-  tests/test_block_diffusion.py tests/test_decoding_api.py tests/test_sampling_filters.py"
+  tests/test_block_diffusion.py tests/test_decoding_api.py tests/test_sampling_filters.py
+  tests/test_decoding_eb.py tests/test_loop_seams.py"
 # the whole selection: the fast tests and those that decode with a fixture model. Not the
 # torch.compile tests: every mutated function runs through a trampoline that records its hit
 # in Python, where dynamo breaks the graph and recompiles past its limit (the round's

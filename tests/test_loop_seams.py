@@ -94,6 +94,20 @@ def test_a_remask_after_the_last_fill_keeps_the_request_live():
     assert m.nfe == 3
 
 
+def test_revoking_a_settled_position_is_a_decoder_bug_the_loop_names():
+    # round 0 fills block 0, so block 1 is active; round 1 edits 0, in the settled block 0
+    script = [{j: 10 + j for j in range(4)}, {0: 20, 4: 14}, {j: None for j in range(8)}]
+    with pytest.raises(RuntimeError, match="decoder 'scripted' remasked or edited a settled "
+                                           "position"):
+        _decode(scripted(script, revocable=True), lambda g: {}, early_stop=False)
+    script[1] = {0: MASK, 4: 14}
+    with pytest.raises(RuntimeError, match="remasked or edited a settled position"):
+        _decode(scripted(script, revocable=True), lambda g: {}, early_stop=False)
+    script[1] = {3: 20, 4: 14}          # not revocable: its own business (pvf's reference)
+    r, _ = _decode(scripted(script), lambda g: {}, early_stop=False)
+    assert r.edits == 1
+
+
 # ------------------------------------------------------------ settled early stop
 
 
@@ -231,6 +245,31 @@ def test_statistics_switches_mask_in_the_argmax_and_float64():
     assert tok.tolist() == [[2, 0]] and conf.dtype == torch.float64
     lg = logits.double()
     assert torch.equal(conf, torch.exp(lg.max(-1).values - torch.logsumexp(lg, -1)))
+
+
+class MaskFavoured:
+    """Every position's logits: the mask id highest (3.0), token 7 next (2.0), the rest 0."""
+
+    mask_id, eos_ids = MASK, (EOS,)
+
+    def logits(self, tokens, positions, *, attention_mask=None, cache=None):
+        out = torch.zeros(tokens.shape[0], positions.shape[-1], MASK + 1)
+        out[..., MASK], out[..., 7] = 3.0, 2.0
+        return out
+
+
+def test_the_runner_applies_the_statistics_switches_a_step_names():
+    from pvf_lmeval.decoding.runner import Runner
+
+    m = MaskFavoured()
+    params = make_params("threshold", gen_length=4, block_length=4, rules="reference")
+    rows = torch.full((1, 1, 4), MASK)
+    for switches, tok, dtype in ((set(), 7, torch.float32),
+                                 ({"argmax_over_mask", "softmax64"}, MASK, torch.float64)):
+        b = Batch(m, [torch.tensor(PROMPT)], params, request_indices=[0], repeat_indices=[0],
+                  switches=switches)
+        st = Runner(m, b).call(rows, torch.ones(1, dtype=torch.long))
+        assert st.tok[0, 0].tolist() == [tok] * 4 and st.conf.dtype == dtype
 
 
 def test_a_loop_switch_the_loop_does_not_know_is_refused():

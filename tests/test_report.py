@@ -128,6 +128,9 @@ def test_rows_columns_errors_and_ratios(runs):
         assert e.tpf == pytest.approx(m[d]["tpf,none"])
         assert e.tps == pytest.approx(m[d]["tps,none"])
         assert e.n == LIMIT and e.acc_metric == "exact_match,none"
+        # revocable-commit statistics: read as costs, never offered as an accuracy metric
+        assert (e.edits, e.remasks) == (m[d]["edits,none"], m[d]["remasks,none"]) == (0.0, 0.0)
+        assert not any(x.startswith(("edits,", "remasks,", "tokens_edit,")) for x in e.metrics)
     assert m["static"]["nfe,none"] == 64.0           # static: one token per call
     assert m["threshold"]["nfe,none"] < 64.0
     ct, cs = thr.cells[col.key], static.cells[col.key]
@@ -151,6 +154,7 @@ def test_rows_columns_errors_and_ratios(runs):
     assert float(table_csv[1]["arith:nfe_speedup_static"]) == pytest.approx(ct["nfe_speedup_static"], rel=1e-5)
     assert float(table_csv[1]["arith:acc_se"]) == pytest.approx(se, rel=1e-5)
     assert table_csv[0]["arith:nfe_speedup_static"] == "" and table_csv[0]["thr"] == ""
+    assert float(table_csv[1]["arith:edits"]) == float(table_csv[1]["arith:remasks"]) == 0.0
     text = report.render.render(table, "text")
     assert "arith" in text.splitlines()[0] and "NFE×s" in text.splitlines()[1]
 

@@ -8,14 +8,16 @@ calls it on every physical call, between the model and the statistics pass, with
 :class:`HookOut`: the logits the statistics pass reads, a *carry* for the next call, and named
 per-position values for ``Stats.extra``. Examples: dInfer's credit (a matrix [V] per position,
 decayed and accumulated call after call, added to the logits), DiffusionGemma's
-self-conditioning (the previous denoising step's processed logits, an input of the next call:
-``Step.carry_input``), a sample drawn with the round's exponentials.
+self-conditioning (the previous denoising step's processed logits; passing them to the next
+call as a model input is that decoder's addition to the protocol), a sample drawn with the
+round's exponentials.
 
 The carry is the runner's, as the KV caches are (:class:`Carry`): one value per request and
 generation position, written by a call's rows and kept for the row the request commits
 (``Runner.commit_carry`` after the round's choice), read by the request's next call at the
 positions it covers. Where no committed call wrote a position yet, the view holds zeros and
-``carried`` is False there; a new block's or canvas's positions therefore start empty.
+``carried`` is False there. A carry that must restart (at a block change) is the hook's to
+reset: ``CallView.block`` says which block each row works on.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ class HostRow(NamedTuple):
     finished: int               # 1: the request is finished
     made_call: int              # 1: it made a call this round
     unmade: int                 # calls it counts without making them (rules=reference)
+    unsettled: int              # 1: the round revoked a settled position (a decoder's bug)
     #: the next call's layout (``Runner.plan``)
     rows: int                   # rows the request sends (0: none)
     lo_block: int               # first and last active block of those rows (-1: none)
@@ -36,8 +37,10 @@ class HostRow(NamedTuple):
 
 
 def host_rows(stop: Tensor, finished: Tensor, made_call: Tensor, unmade: Tensor,
-              plan: dict) -> Tensor:
+              plan: dict, unsettled: Tensor | None = None) -> Tensor:
     """[R, C] long on the device: the :class:`HostRow` columns of the live requests (``plan``:
-    ``Runner.plan``'s columns by name)."""
-    cols = HostRow(stop, finished.long(), made_call.long(), unmade, **plan)
+    ``Runner.plan``'s columns by name; ``unsettled`` None: zeros)."""
+    if unsettled is None:
+        unsettled = torch.zeros_like(unmade)
+    cols = HostRow(stop, finished.long(), made_call.long(), unmade, unsettled.long(), **plan)
     return torch.stack([c for c in cols if c is not None], dim=-1)

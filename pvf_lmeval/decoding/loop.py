@@ -184,7 +184,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         # below), so that their layout comes with the stop flags in the round's one read
         draws = _draws(b, step, s.choice.state)
         nbr, table = prepare(b, runner, step, s.y, s.st, s.choice.state, draws,
-                             s.stop, s.finished, s.made, s.unmade)
+                             s.stop, s.finished, s.made, s.unmade, s.unsettled)
         host = _count_unmade(runner, live.ids, HostRow.read(table))
         if records is not None:
             _trace(records, step, live.ids, t, runner, s, br, host)
@@ -192,6 +192,9 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         for h in host:
             if not h.finished and not h.made_call:
                 raise RuntimeError(f"decoder {step.name!r} made no call on an unfinished state")
+            if h.unsettled:
+                raise RuntimeError(f"decoder {step.name!r} remasked or edited a settled position "
+                                   "(revocable commits stay inside the working blocks)")
         live = retire(b, runner, live.ids, s, nbr, draws, host, finals)
     done_at = _outputs(finals, n, b.L)                          # the finished requests: one read
     _sync(b.device)

@@ -41,6 +41,8 @@ class Settled:
     routes:   [R, L] int8 route codes so far; tally: [R, 4] long (:data:`TALLY`) so far.
     stop:     [R] long early-stop position (-1: none); finished: [R] bool.
     unmade:   [R] long: calls of this round counted without being made (``Choice.unmade``).
+    unsettled: [R] bool: the round remasked or edited a position that was settled before it
+              (outside the working blocks of a revocable step: the loop raises).
     choice:   the step's :class:`.step.Choice` (its ``state`` for the next round, what the loop
               records, its ``memo`` for the trace).
     """
@@ -55,6 +57,7 @@ class Settled:
     stop: Tensor
     finished: Tensor
     unmade: Tensor
+    unsettled: Tensor
     choice: Choice
 
 
@@ -88,6 +91,10 @@ def settle(b, step, y: Tensor, st: Stats, state: dict | None, br: Branches, out:
     if step.revocable:      # pvf's rules=reference rewrite of its base set keeps its route
         routes = torch.where(edit, torch.full_like(routes, EDIT), routes)
     zero = torch.zeros_like(pick)
+    # revocations only where nothing was settled (a revocable step's working blocks); pvf's
+    # rules=reference rewrite of its base set is in its active block, before its first mask
+    frontier = step.settled(b, was, state) if step.revocable else zero
+    unsettled = ((remask | edit) & (b.idx < frontier[:, None])).any(-1)
     counts = [ch.tally.get("plan_tried", zero), ch.tally.get("plan_passed", zero),
               edit.sum(-1), remask.sum(-1)]
     tally = tally + torch.stack(counts, -1)
@@ -97,22 +104,24 @@ def settle(b, step, y: Tensor, st: Stats, state: dict | None, br: Branches, out:
         done &= ~ch.hold
     finished = (stop >= 0) | done
     unmade = zero if ch.unmade is None else ch.unmade
-    return Settled(y_new, st, labels, made, pick, routes, tally, stop, finished, unmade, ch)
+    return Settled(y_new, st, labels, made, pick, routes, tally, stop, finished, unmade,
+                   unsettled, ch)
 
 
 def prepare(b, runner, step, y: Tensor, st: Stats, state: dict | None, draws: tuple,
-            stop: Tensor, finished: Tensor, made: Tensor,
-            unmade: Tensor | None = None) -> tuple[Branches, Tensor]:
+            stop: Tensor, finished: Tensor, made: Tensor, unmade: Tensor | None = None,
+            unsettled: Tensor | None = None) -> tuple[Branches, Tensor]:
     """The next round's branches of every live request (states ``y`` [R, L], stats ``st``, the
     step's ``state`` and ``draws``; the loop drops the branches of requests that finished), and
     the round's :class:`.host_row.HostRow` table [R, C] on the device: this round's ``stop``,
     ``finished`` and ``made`` call, the calls counted without being made (this round's
     ``unmade`` [R], every request's, and the next round's ``Branches.unmade``, the requests'
-    that stay live), and the next call's layout (``Runner.plan``)."""
+    that stay live), whether it revoked a settled position (``unsettled``), and the next call's
+    layout (``Runner.plan``)."""
     br = step.branches(b, y, st, state, draws)
     later = torch.zeros_like(br.n) if br.unmade is None else br.unmade
     count = torch.where(finished, torch.zeros_like(later), later)
     if unmade is not None:
         count = count + unmade
     return br, host_rows(stop, finished, made, count,
-                         runner.plan(br.rows, br.n, cover=br.cover, open=br.open))
+                         runner.plan(br.rows, br.n, cover=br.cover, open=br.open), unsettled)

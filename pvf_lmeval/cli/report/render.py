@@ -23,7 +23,7 @@ COLUMNS = [
 #: every value of a column group in CSV (raw numbers, standard errors separate)
 CSV_KEYS = ["n", "acc", "acc_se", "acc_metric", "acc_delta_static", "acc_delta_se", "nfe",
             "branch_rows", "nfe_speedup_static", "nfe_speedup_threshold", "tpf", "tps",
-            "tps_speedup_static", "tps_speedup_threshold"]
+            "tps_speedup_static", "tps_speedup_threshold", "edits", "remasks"]
 LEAD = ["model", "decoder", "thr", "settings"]
 LEGEND = ("n: items; acc: accuracy (%) ± one standard error; Δs: change from the static run "
           "(points) ± the standard error of the difference; NFE: model calls per request; "
@@ -39,7 +39,8 @@ def values(table: Table, row, col) -> dict:
     out = dict.fromkeys(CSV_KEYS)
     if e is not None:
         out.update(n=e.n, acc=e.acc, acc_se=e.acc_se, acc_metric=e.acc_metric, nfe=e.nfe,
-                   branch_rows=e.branch_rows, tpf=e.tpf, tps=e.tps)
+                   branch_rows=e.branch_rows, tpf=e.tpf, tps=e.tps, edits=e.edits,
+                   remasks=e.remasks)
     out.update(row.cells.get(col.key) or {})
     return out
 

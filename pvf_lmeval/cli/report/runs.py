@@ -37,7 +37,7 @@ FILTER_ORDER = ["none", "strict-match", "custom-extract", "create_test", "flexib
 #: accuracy metrics scored 0 or 1 per item: their standard error follows from the mean and n
 BINARY_METRICS = {"exact_match", "pass@1", "pass_at_1", "acc", "acc_norm", "math_verify"}
 #: per-request statistics summed over requests (means are sums / requests, rates ratios of sums)
-SUMMED = ("nfe", "branch_rows", "gen_tokens", "wall_s", "gen_length")
+SUMMED = ("nfe", "branch_rows", "gen_tokens", "wall_s", "gen_length", "edits", "remasks")
 #: decoding statistics the pvf task YAMLs report as metrics (besides ``tokens_<route>``): costs,
 #: never an accuracy
 STAT_METRICS = frozenset(SUMMED + ("tpf", "tps", "committed"))
@@ -61,8 +61,9 @@ class UsageError(ReportError):
 class Entry:
     """One task of one run: what was run (``identity``) and what it measured.
 
-    ``acc`` and ``acc_se`` are in percent; ``nfe``, ``branch_rows`` means per request; ``tpf``,
-    ``tps`` ratios of sums (tokens per forward / per second)."""
+    ``acc`` and ``acc_se`` are in percent; ``nfe``, ``branch_rows``, ``edits``, ``remasks``
+    means per request (the last two: None for runs that predate them); ``tpf``, ``tps`` ratios
+    of sums (tokens per forward / per second)."""
 
     path: Path
     date: float
@@ -75,6 +76,8 @@ class Entry:
     branch_rows: float | None = None
     tpf: float | None = None
     tps: float | None = None
+    edits: float | None = None
+    remasks: float | None = None
     cost_source: str | None = None     # metrics | totals | samples
     #: the run's batch size (lm-eval's --batch_size), identity or not: a speed ratio between
     #: runs of different batch sizes says so
@@ -215,7 +218,7 @@ def _cost_from_metrics(entries: dict, strict: bool) -> dict | None:
     if not entries.get("nfe"):
         return None
     return {k: _pick(entries, k, strict)[0]
-            for k in ("nfe", "branch_rows", "tpf", "tps", "gen_length")}
+            for k in ("nfe", "branch_rows", "tpf", "tps", "gen_length", "edits", "remasks")}
 
 
 def _cost_from_sums(sums: dict) -> dict:
@@ -229,7 +232,7 @@ def _cost_from_sums(sums: dict) -> dict:
     rates = {k: rate(sums[num], sums[den]) if sums[num] is not None and sums[den] else None
              for k, (num, den) in RATES.items()}
     return {"nfe": mean("nfe"), "branch_rows": mean("branch_rows"), **rates,
-            "gen_length": mean("gen_length")}
+            "gen_length": mean("gen_length"), "edits": mean("edits"), "remasks": mean("remasks")}
 
 
 def _add(sums: dict, row: dict, weight: float) -> None:
@@ -356,7 +359,8 @@ def _load_entries(path: Path, metric_choice: dict | None = None) -> list[Entry]:
                   acc=None if acc is None else 100.0 * acc,
                   acc_se=None if se is None or acc is None else 100.0 * se,
                   nfe=cost.get("nfe"), branch_rows=cost.get("branch_rows"), tpf=cost.get("tpf"),
-                  tps=cost.get("tps"), cost_source=source if cost else None,
+                  tps=cost.get("tps"), edits=cost.get("edits"), remasks=cost.get("remasks"),
+                  cost_source=source if cost else None,
                   batch_size=_batch_size(r), metrics=_metric_names(entries))
         out.append(e)
     return out

@@ -38,6 +38,10 @@ CONFIGS = [
     ("explore pick=random", "explore", {"preset": "arith", "pick": "random"}),
     ("static", "static", {}),
     ("freedave", "freedave", {}),
+    ("wino", "wino", {}),
+    ("joint", "joint", {}),
+    ("joint preset=llada21-quality", "joint", {"preset": "llada21-quality"}),
+    ("joint preset=llada21-speed", "joint", {"preset": "llada21-speed"}),
 ]
 #: rows run only when --only names them: pvf with the published code's impact rule (switch 4
 #: of rules=reference: the impact set covers W_t as it was before the base commit and an empty

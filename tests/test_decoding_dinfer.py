@@ -1,6 +1,6 @@
 """hierarchy and credit (dInfer): the per-round rules on hand-built confidences (every bound as
 the reference: strict for hierarchy, inclusive for credit's near-best bar), the unrolled
-windows, and ``rules=reference`` against dInfer's own outputs (tests/data/reference50)."""
+windows, and ``rules=reference`` against dInfer's own outputs (tests/data/reference_decoders)."""
 
 import pytest
 import torch

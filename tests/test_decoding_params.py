@@ -8,7 +8,7 @@ from pvf_lmeval.decoding import (DECODERS, PARAM_NAMES, DecodeParams, make_param
 
 @pytest.mark.parametrize("kw, needle", [
     (dict(decoder="foo"), "decoder='foo' is not one of static, threshold, eb, freedave, pvf, explore, "
-     "subblock, hierarchy, credit, renoise"),
+     "subblock, hierarchy, credit, wino, joint, renoise"),
     (dict(gen_length=100, block_length=32), "gen_length=100 must be a multiple of block_length=32"),
     (dict(gen_length=0), "gen_length=0"),
     (dict(block_length=0), "block_length=0"),
@@ -52,7 +52,7 @@ from pvf_lmeval.decoding import (DECODERS, PARAM_NAMES, DecodeParams, make_param
     # the value is shown up to 60 characters
     (dict(plan_vocab=list(range(30)) + [-1]),
      "plan_vocab=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1 must be"),
-    (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math"),
+    (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math, llada21-quality, llada21-speed"),
     (dict(foo=1), "unknown decoding argument 'foo'; allowed: " + ", ".join(PARAM_NAMES)),
 ])
 def test_bad_arguments(kw, needle):
@@ -68,7 +68,7 @@ def test_bad_arguments(kw, needle):
 @pytest.mark.parametrize("fields, message", [
     (dict(width=0), "width=0 must be >= 1"),
     (dict(decoder="foo"), "decoder='foo' is not one of static, threshold, eb, freedave, pvf, explore, "
-     "subblock, hierarchy, credit, renoise"),
+     "subblock, hierarchy, credit, wino, joint, renoise"),
     (dict(gen_length=0), "gen_length=0 must be >= 1"),
     (dict(block_length=0), "block_length=0 must be >= 1"),
     (dict(decoder="static", steps=0), "steps=0 must be a multiple of the number of blocks (4) "
@@ -90,7 +90,7 @@ def test_bad_arguments(kw, needle):
     (dict(pick="best"), "pick='best' must be one of random, planning"),
     (dict(cache="all"), "cache='all' must be one of none, prefix, dual, dual_base"),
     (dict(band=(0.6, 0.2)), "band=0.6:0.2 must be lo:hi with 0 <= lo <= hi <= 1"),
-    (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math"),
+    (dict(preset="squad"), "preset='squad' is not one of gsm8k, arith, mmlu_pro, humaneval, math, llada21-quality, llada21-speed"),
 ])
 def test_validate_params_direct(fields, message):
     """Parameters built without ``make_params`` (a dataclass) get the same one-line errors."""
@@ -232,5 +232,5 @@ def test_override():
 
 def test_names():
     assert tuple(DECODERS) == ("static", "threshold", "eb", "freedave", "pvf", "explore",
-                               "subblock", "hierarchy", "credit", "renoise")
+                               "subblock", "hierarchy", "credit", "wino", "joint", "renoise")
     assert "plan_vocab" in PARAM_NAMES and "band" in PARAM_NAMES

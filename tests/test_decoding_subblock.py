@@ -1,6 +1,6 @@
 """subblock (Fast-dLLM v2's sub-block decoding): the candidates of a round, the threshold rule in
 a sub-block (inclusive, strict under ``rules=reference``), a block's first token by argmax, and
-``rules=reference`` against Fast-dLLM v2's own outputs (tests/data/reference50)."""
+``rules=reference`` against Fast-dLLM v2's own outputs (tests/data/reference_decoders)."""
 
 import pytest
 import torch

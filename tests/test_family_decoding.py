@@ -12,12 +12,11 @@ decoder matrix is the ``PVF_FAMILY_TESTS=1`` tier (each call computes a 152k-id 
 from __future__ import annotations
 
 import pytest
-import torch
 from helpers.prerequisites import family_tier
-from helpers.qwen_folders import make_fast_dllm_folder, make_rnd1_folder, make_sdar_folder
+from helpers.qwen_folders import (load_peaked, make_fast_dllm_folder, make_rnd1_folder,
+                                  make_sdar_folder)
 
 from pvf_lmeval.decoding import decode, decode_batch
-from pvf_lmeval.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,12 +53,7 @@ def models(tmp_path_factory):
     def get(name):
         if name not in loaded:
             make = FAMILIES[name][0]
-            m = load_model(str(make(tmp_path_factory.mktemp(name) / "f", seed=3)),
-                           device="cpu", dtype="float32")
-            with torch.no_grad():
-                for pname, p in m.net.named_parameters():
-                    if p.dim() > 1 and "router" not in pname and "gate_proj" not in pname:
-                        p.mul_(3.0)
+            m = load_peaked(make(tmp_path_factory.mktemp(name) / "f", seed=3))
             loaded[name] = m
         return loaded[name]
     return get

@@ -59,7 +59,8 @@ ALLOWED = ("pretrained, revision, tokenizer, dtype, device, batch_size, batch_in
            "cfg_scale, steps, logits_eos_inf, confidence_eos_eot_inf, threshold, factor, gamma, "
            "draft_steps, base_rule, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, "
            "plan_self_check, pick, band, sub_block, low_threshold, credit_alpha, boost_gamma, "
-           "decay, max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold, "
+           "decay, back_threshold, edit_threshold, editing, post_edit_steps, penalty, "
+           "max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold, "
            "confidence_threshold, vocab, vocab_force, rho_ver, gamma_vig, online_level, online_explore, "
            "online_explore_max, online_seed, online_save, online_frozen, online_merge")
 #: through the CLI (each costs an interpreter start and lm-eval's task index, 10-90 s): the

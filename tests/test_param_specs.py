@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_registry_lists_derive_from_the_step_classes():
     assert DECODER_NAMES == ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
-                             "hierarchy", "credit", "renoise")
+                             "hierarchy", "credit", "wino", "joint", "renoise")
     assert all(cls.name == name for name, cls in DECODERS.items())
     assert PLANNING_DECODERS == ("pvf", "explore")
     assert REVEALING_DECODERS == ("pvf", "explore")        # they read reveal_next
@@ -42,7 +42,8 @@ def test_the_fields_are_the_declared_parameters_each_once():
         "steps", "logits_eos_inf", "confidence_eos_eot_inf", "threshold", "factor", "gamma",
         "draft_steps", "base_rule", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next", "routes",
         "plan_self_check", "pick", "band", "sub_block", "low_threshold", "credit_alpha",
-        "boost_gamma", "decay", "max_denoising_steps", "entropy_bound", "t_min",
+        "boost_gamma", "decay", "back_threshold", "edit_threshold", "editing",
+        "post_edit_steps", "penalty", "max_denoising_steps", "entropy_bound", "t_min",
         "t_max", "stability_threshold", "confidence_threshold")
     assert tuple(f.name for f in dataclasses.fields(DecodeParams)) == PARAM_NAMES
 
@@ -77,6 +78,8 @@ def test_report_lists_derive_from_the_declarations():
         "subblock": ("threshold", "sub_block"),
         "hierarchy": ("threshold", "low_threshold"),
         "credit": ("threshold", "credit_alpha", "boost_gamma", "decay"),
+        "wino": ("threshold", "back_threshold"),
+        "joint": ("threshold", "edit_threshold", "editing", "post_edit_steps", "penalty"),
         "renoise": ("max_denoising_steps", "entropy_bound", "t_min", "t_max",
                     "stability_threshold", "confidence_threshold"),
     }

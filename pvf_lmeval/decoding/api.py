@@ -130,6 +130,9 @@ def decode_batch(model, prompts, decoder: str | None = None, *, params: DecodePa
     prompts = [torch.as_tensor(p, dtype=torch.long).to(dev).reshape(-1) for p in prompts]
     check_context(model, prompts, params.gen_length)
     vocab = planning_vocab(params, online, dev, getattr(model, "tokenizer", None))
+    refused = DECODERS[params.decoder].refuse(model)
+    if refused:
+        raise ValueError(refused)
     step = DECODERS[params.decoder](params)
     with mode:
         return run(model, prompts, params, step, request_indices=request_indices,

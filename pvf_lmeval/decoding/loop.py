@@ -174,7 +174,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
         br = live.br
         out = runner.call(br.rows, br.n, layout=live.layout, entropy=br.entropy,
                           cover=br.cover, max_rows=step.max_rows, open=br.open,
-                          draws=live.draws, hook_args=br.hook)
+                          draws=live.draws, hook_args=br.hook, shadow=br.shadow)
         s = settle(b, step, live.y, live.st, live.state, br, out, live.routes, live.tally)
         if s.choice.record is not None:     # a step's side effects are the loop's
             step.record(b, s.choice.record)

@@ -46,12 +46,18 @@ PAPER_BUDGET = (512, 64)
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
+#: a decoder's named parameter sets (``Step.presets``): preset name -> decoder
+DECODER_PRESETS = {name: dec for dec, cls in DECODERS.items() for name in cls.presets}
+
+
 def task_family(preset: str | None) -> str | None:
-    """Task family of a preset (``math-word|knowledge|code|math``); ``None`` for no preset."""
-    if preset is None or preset == "":
+    """Task family of a preset (``math-word|knowledge|code|math``); ``None`` for no preset or a
+    decoder's preset (:data:`DECODER_PRESETS`)."""
+    if preset is None or preset == "" or preset in DECODER_PRESETS:
         return None
     if preset not in PRESETS:
-        raise ValueError(f"preset={preset!r} is not one of {', '.join(PRESETS)}")
+        raise ValueError(f"preset={preset!r} is not one of "
+                         f"{', '.join((*PRESETS, *DECODER_PRESETS))}")
     return PRESETS[preset]
 
 
@@ -127,8 +133,9 @@ CFG_SCALE = Param("cfg_scale", float, None, "classifier-free guidance as LLaDA's
 LOOP_PARAMS = (
     Param("decoder", str, "threshold", "the decoding algorithm (pvf-dlm decoders)",
           choices=DECODER_NAMES, choice_phrase="is not one of"),
-    Param("preset", str, None, "the paper's PVF defaults of a task family; the pvf tasks name "
-          "theirs", parse=_preset, check=task_family, allowed=", ".join(PRESETS) + ", none"),
+    Param("preset", str, None, "the paper's PVF defaults of a task family (the pvf tasks name "
+          "theirs), or a decoder's named parameters", parse=_preset, check=task_family,
+          allowed=", ".join((*PRESETS, *DECODER_PRESETS)) + ", none"),
     Param("gen_length", int, 256, "generation positions L", bounds=">= 1", cap=POSITIONS),
     Param("block_length", int, 32, "block size B", bounds=">= 1", cap=POSITIONS),
     Param("temperature", float, 0.0, "> 0: Gumbel-max sampling, seeded", bounds=">= 0",
@@ -300,6 +307,11 @@ def make_params(decoder: str | None = "threshold", *, preset: str | None = None,
         coerce("preset", preset)
     dec = coerce("decoder", "threshold" if decoder is None else decoder)
     d = preset_defaults(preset, kw.get("threshold"))
+    if preset in DECODER_PRESETS:
+        if DECODER_PRESETS[preset] != dec:
+            raise ValueError(f"preset={preset} applies only to decoder={DECODER_PRESETS[preset]}")
+        d.update(DECODERS[dec].presets[preset])
+    d.update({k: v for k, v in DECODERS[dec].defaults.items() if k not in d})
     for name, value in d.items():
         kw.setdefault(name, value)
     return DecodeParams(decoder=dec, preset=preset, **kw)

@@ -10,11 +10,13 @@ from .dinfer import CreditDecoder, HierarchyDecoder
 from .eb import EntropyBoundDecoder
 from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
+from .joint import JointDecoder
 from .pvf import PVFDecoder
 from .renoise import RenoiseDecoder
 from .static import StaticDecoder
 from .subblock import SubBlockDecoder
 from .threshold import ThresholdDecoder
+from .wino import WinoDecoder
 
 #: decoder name -> step class (constructed once per batch from DecodeParams), in table order
 DECODERS = {cls.name: cls for cls in (
@@ -27,6 +29,8 @@ DECODERS = {cls.name: cls for cls in (
     SubBlockDecoder,
     HierarchyDecoder,
     CreditDecoder,
+    WinoDecoder,
+    JointDecoder,
     RenoiseDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)

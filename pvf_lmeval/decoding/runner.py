@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ..tensors.shadow import Shadow
 from ..tensors.uploads import upload
 from .batch import Batch, gumbel_like
 from .cache import BatchKV
@@ -110,7 +111,7 @@ class Runner:
     def call(self, rows: Tensor, n: Tensor, *, layout: list[HostRow] | None = None,
              entropy: bool = False, max_rows: int | None = None,
              cover: Tensor | None = None, open: Tensor | None = None, draws: tuple = (),
-             hook_args: dict | None = None) -> Stats:
+             hook_args: dict | None = None, shadow: Tensor | None = None) -> Stats:
         """Run the first ``n[r]`` rows of ``rows`` [R, M, L] (generation regions) for each live
         request ``b.ids[r]``; returns their stats [R, M, L] (rows not sent: mask / 0).
 
@@ -127,7 +128,9 @@ class Runner:
         its second call after a failed plan may send rows with no mask left; a held block).
         ``open`` [R, M, L]: the rows' open positions (``Branches.open``; None: their masks).
         ``draws`` (the round's, each [R, ...]) and ``hook_args`` (``Branches.hook``) reach the
-        call hook, per row.
+        call hook, per row. ``shadow`` [R] (``Branches.shadow``): each request's calls also
+        evaluate a shadow copy of the block starting at that generation position, whose
+        probabilities of the rows' tokens there are ``Stats.pback``.
         """
         b = self.b
         R, M, L = rows.shape
@@ -175,6 +178,9 @@ class Runner:
         val = torch.zeros((nf, R * M * L + 1), device=b.device,
                           dtype=torch.float64 if self.float64 else torch.float32)
         flat = rows.reshape(R * M, L)
+        back = None
+        if shadow is not None:
+            back = (shadow, torch.zeros(R * M * L + 1, dtype=val.dtype, device=b.device))
         hook = None
         if self.hook is not None:
             # the extras the hook returned before, zeros until a call writes them (a round
@@ -185,19 +191,23 @@ class Runner:
                              cover=cover, draws=draws, args=hook_args or {}, extra=extra)
         for group, refresh in ((refresh_group, True), (full_group, False), (cached_group, False)):
             for chunk in _chunks(group, max_rows):
-                self._physical(chunk, flat, M, tok, val, entropy, refresh, hook)
+                self._physical(chunk, flat, M, tok, val, entropy, refresh, hook, back)
         tok, val = tok[:-1].view(R, M, L), val[:, :-1].view(nf, R, M, L)
         extra = None
         if hook is not None and hook.extra:
             extra = {k: v[:-1].view(R, M, L) for k, v in hook.extra.items()}
-        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None, extra=extra)
+        pback = None if back is None else back[1][:-1].view(R, M, L)
+        return Stats(tok, val[0], val[1], val[2], val[3] if entropy else None, pback=pback,
+                     extra=extra)
 
     def _physical(self, seats: list[Seat], flat: Tensor, M: int, tok_out: Tensor,
                   val_out: Tensor, entropy: bool, refresh: bool = False,
-                  hook: "_HookCall | None" = None) -> None:
+                  hook: "_HookCall | None" = None,
+                  back: tuple[Tensor, Tensor] | None = None) -> None:
         """One model call over ``seats``; writes each row's stats into ``tok_out``
         [R*M*L + 1] / ``val_out`` [k, R*M*L + 1] (flat [R*M, L] plus a spare slot) at its
-        layout row (``hook``: the round's call hook inputs, whose extras land likewise)."""
+        layout row (``hook``: the round's call hook inputs, whose extras land likewise;
+        ``back``: the requests' shadow starts [R] and the flat ``pback`` output)."""
         b = self.b
         dev = b.device
         layout, owner, lens = [], [], []
@@ -244,6 +254,9 @@ class Runner:
             spans = None if seats[0].span is None else [s.span for s in seats]
             cache = self.cache.call([s.request for s in seats], [s.rows for s in seats], spans,
                                     gen=gen, row_r=index[0] // M, refresh=refresh)
+        if back is not None:        # the shadowed block's generation positions, per row [N, B]
+            cols = back[0].index_select(0, index[0] // M)[:, None] + torch.arange(b.B, device=dev)
+            extra_in["shadow"] = Shadow(b.P0 + cols[:, 0], b.B)
         guided = bool(b.p.cfg_scale)
         if guided:
             logits = guided_logits(self.model, tokens, positions, attention, b.P0, b.mask_id,
@@ -251,6 +264,8 @@ class Runner:
         else:
             logits = self.model.logits(tokens, positions, attention_mask=attention, cache=cache,
                                        **extra_in)
+        if back is not None:
+            logits = self._shadow_rows(logits, P, gen, cols, index[0], back[1])
         for s in seats:
             self.canvas[s.request] = s.lo // b.B
             self.nfe[s.request] += 1
@@ -322,6 +337,19 @@ class Runner:
             return None
         carry, _ = self.carry.view(index[1], gpos)
         return carry
+
+    def _shadow_rows(self, logits: Tensor, P: int, gen: Tensor, cols: Tensor, rows: Tensor,
+                     out: Tensor) -> Tensor:
+        """The canvas logits [N, P, V] of a call with a shadow; the shadow rows' probabilities
+        of the tokens the rows hold at the shadowed positions ``cols`` [N, B] (0 where they
+        hold the mask) go into ``out`` (flat pback [R*M*L + 1]) at layout rows ``rows`` [N]."""
+        b = self.b
+        cur = gen.gather(1, cols)
+        pcur = stats_from_logits(logits[:, P:], cur, self.stats_mask, fixed=b.invariant,
+                                 float64=self.float64)[3]
+        pback = torch.where(cur == b.mask_id, torch.zeros_like(pcur), pcur)
+        out.index_put_(((rows[:, None] * b.L + cols).reshape(-1),), pback.reshape(-1))
+        return logits[:, :P]
 
     def _noise(self, seats: list[Seat], P: int, V: int) -> Tensor:
         """Gumbel noise per row [N, P, V] (or [P, V] for one request): each request draws

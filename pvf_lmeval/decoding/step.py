@@ -46,6 +46,8 @@ class Branches:
              rows' masks. The call's layout (active blocks) reads it.
     hook:    optional values for the step's call hook (``Step.call_hook``), each [R, ...]:
              the hook sees each row's request's (``CallView.args``).
+    shadow:  optional [R] long: the call also evaluates a shadow copy of the block starting at
+             this generation position (``tensors/shadow.py``; ``Stats.pback``), per request.
     """
 
     rows: Tensor
@@ -57,6 +59,7 @@ class Branches:
     unmade: Tensor | None = None
     open: Tensor | None = None
     hook: dict | None = None
+    shadow: Tensor | None = None
 
     def select(self, keep: Tensor) -> "Branches":
         """The branches of the requests ``keep`` (index tensor along dim 0 of every tensor,
@@ -209,9 +212,20 @@ class Step:
     entropy = False
     revocable = False
     caches: tuple = CACHE_MODES
+    #: the decoder's own defaults of parameters it shares with others (``{"threshold": 0.6}``):
+    #: they replace the declared default when the caller gives no value (``make_params``)
+    defaults: dict = {}
+    #: named parameter sets of the decoder (``preset=NAME``: {name: {parameter: value}})
+    presets: dict = {}
     loop_switches: tuple = ()
     call_hook = None
     uniform_state = False
+
+    @classmethod
+    def refuse(cls, model) -> str | None:
+        """Why the decoder cannot decode ``model`` (a one-line error, checked before any
+        call), or None."""
+        return None
 
     @classmethod
     def reads_param(cls, name: str) -> bool:

@@ -108,7 +108,10 @@ def decoding_arg(spec: Param) -> ArgSpec:
     words = ADAPTER_WORDS.get(spec.name, {})
     meaning = words.get("meaning", spec.meaning)
     rules = LOOP_CHECKS + tuple(r for cls in DECODERS.values() for r in cls.checks)
-    return ArgSpec(spec.name, words.get("default", spec.default_text()),
+    own = [f"{d} {cls.defaults[spec.name]:g}" for d, cls in DECODERS.items()
+           if spec.name in cls.defaults]                 # a decoder's own default (Step.defaults)
+    default = words.get("default", spec.default_text()) + (f" ({', '.join(own)})" if own else "")
+    return ArgSpec(spec.name, default,
                    spec.allowed_text(rules), f"{who}: {meaning}" if who else meaning)
 
 

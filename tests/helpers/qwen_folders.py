@@ -237,3 +237,17 @@ def make_fast_dllm_folder(folder: Path, seed: int = 0, **shape) -> Path:
     assert ids["|<MASK>|"] == 151665
     write_trap_modules(folder, ["configuration.py", "modeling.py"])
     return folder
+
+
+def load_peaked(folder: Path, factor: float = 3.0):
+    """The model of a test folder (CPU, float32) with its matrices scaled by ``factor``
+    (routers and gates kept), so that its distributions are peaked: threshold decoders commit
+    several tokens a call, PVF plans and falls back."""
+    from pvf_lmeval.models import load_model
+
+    m = load_model(str(folder), device="cpu", dtype="float32")
+    with torch.no_grad():
+        for name, p in m.net.named_parameters():
+            if p.dim() > 1 and "router" not in name and "gate_proj" not in name:
+                p.mul_(factor)
+    return m

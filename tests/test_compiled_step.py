@@ -69,12 +69,12 @@ def test_the_loop_hands_the_compiled_pass_its_options_canvas_and_noise(monkeypat
     real = compiled.compiled_stats_from_logits
 
     def spy(logits, cur, mask_id, temperature=0.0, noise=None, *, options=None, top_k=None,
-            top_p=None, float64=False):
+            top_p=None, float64=False, suppress=(), unconfident=()):
         seen.append((options, cur.shape == logits.shape[:-1], mask_id, temperature,
                      None if noise is None else noise.shape[-2:] == logits.shape[-2:],
                      top_k, top_p))
         return real(logits, cur, mask_id, temperature, noise, options=options, top_k=top_k,
-                    top_p=top_p, float64=float64)
+                    top_p=top_p, float64=float64, suppress=suppress, unconfident=unconfident)
     monkeypatch.setattr("pvf_lmeval.decoding.runner.compiled_stats_from_logits", spy)
     kw = dict(gen_length=16, block_length=8, temperature=0.7, seed=5, top_k=7, top_p=0.9)
     want = decode(RandomModel(3), PROMPT, "threshold", **kw)

@@ -30,6 +30,9 @@ import benchlib
 CONFIGS = [
     ("threshold", "threshold", {}),
     ("eb", "eb", {}),
+    ("subblock", "subblock", {}),
+    ("hierarchy", "hierarchy", {}),
+    ("credit", "credit", {}),
     ("pvf", "pvf", {"preset": "arith"}),
     ("pvf routes=plan", "pvf", {"preset": "arith", "routes": "plan"}),
     ("pvf routes=ar", "pvf", {"preset": "arith", "routes": "ar"}),

@@ -252,3 +252,36 @@ def test_network_logits_alone_equal_its_row_in_a_padded_batch(threads):
     with ops.use(ops.TORCH):
         ref = m.logits(mine, torch.arange(3, 6))
     assert torch.allclose(alone, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ("silu", "gelu_tanh"))
+@pytest.mark.parametrize("width", (16, 48, 64, 200))
+def test_activation_rows_do_not_depend_on_the_row_count(threads, name, width):
+    """torch's CPU activation kernels take a tensor's last partial vector step through scalar
+    code that rounds differently; under the batch-invariant ops a row's activation is the same
+    bits whatever the rows around it, also at widths that are no multiple of that step."""
+    x = _rand(37, width, seed=width)
+    act = ops.ACTIVATIONS[name]
+    with ops.use(cpu.CPU_INVARIANT):
+        together = ops.activation(x, name)
+        for r in range(x.shape[0]):
+            assert torch.equal(ops.activation(x[r:r + 1], name), together[r:r + 1]), (name, r)
+    assert torch.allclose(together, act(x), rtol=1e-6, atol=1e-7)
+
+
+def test_diffusion_gemma_logits_alone_equal_its_row_in_a_batch(tmp_path):
+    """DiffusionGemma's tiny folder (GeGLU at widths 48 and 16, no multiple of the vector step)
+    through DiffusionLM.batch_invariant(): a request's logits alone equal its row's in batches
+    of 2 and 3, bit for bit."""
+    from helpers.gemma_folders import make_gemma_folder
+
+    from pvf_lmeval.models import load_model
+
+    m = load_model(str(make_gemma_folder(tmp_path / "dg", seed=1, canvas_length=8)),
+                   device="cpu", dtype="float32")
+    tokens = torch.randint(2, 400, (3, 13), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(5, 13)
+    with torch.no_grad(), m.batch_invariant():
+        alone = m.logits(tokens[:1], positions)
+        for n in (2, 3):
+            assert torch.equal(m.logits(tokens[:n], positions)[:1], alone), n

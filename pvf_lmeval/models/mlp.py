@@ -6,14 +6,11 @@ with ``act="gelu_tanh"`` (Gemma's ``gelu_pytorch_tanh``: GELU's tanh approximati
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import nn
 
 from . import ops
+from .ops import ACTIVATIONS  # noqa: F401  the names the configs' ``activation`` accepts
 from .parallel import row_parallel
-
-#: gate activations by the name ``TransformerConfig.activation`` and ``MoEConfig.activation`` use
-ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class MLP(nn.Module):
@@ -26,10 +23,13 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d_model, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, d_model, bias=False)
         self.comm = comm
-        self.act = ACTIVATIONS[act]
+        if act not in ACTIVATIONS:
+            raise ValueError(f"act={act!r} must be one of {', '.join(ACTIVATIONS)}")
+        self.act = act
 
     def forward(self, x):
-        h = self.act(ops.linear(x, self.gate_proj.weight)) * ops.linear(x, self.up_proj.weight)
+        h = (ops.activation(ops.linear(x, self.gate_proj.weight), self.act)
+             * ops.linear(x, self.up_proj.weight))
         if self.comm is None:
             return ops.linear(h, self.down_proj.weight)
         return row_parallel(h, self.down_proj.weight, None, self.comm)

@@ -33,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import ops
@@ -125,16 +124,19 @@ def route(logits: torch.Tensor, cfg: MoEConfig, expert_bias: torch.Tensor | None
 
 
 def gated(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor | None, down: torch.Tensor,
-          sizes: list[int], act=F.silu) -> torch.Tensor:
-    """Expert gated MLP (``act`` SwiGLU's silu or GeGLU's) over rows ``x`` [M, d] grouped by
-    expert (``sizes[e]`` consecutive rows per expert); ``gate``/``up`` [E, F, d], or with ``up``
-    None ``gate`` the stacked gate and up rows [E, 2F, d]; ``down`` [E, d, F].
+          sizes: list[int], act: str = "silu") -> torch.Tensor:
+    """Expert gated MLP (``act``: SwiGLU's silu or GeGLU's gelu_tanh, by ``ops.ACTIVATIONS``
+    name) over rows ``x`` [M, d] grouped by expert (``sizes[e]`` consecutive rows per expert);
+    ``gate``/``up`` [E, F, d], or with ``up`` None ``gate`` the stacked gate and up rows
+    [E, 2F, d]; ``down`` [E, d, F].
 
     On the CPU the activation runs expert by expert: a CPU elementwise kernel computes the
     elements of each thread's last partial vector stride in scalar code, which may round
     differently, so an element's value could depend on how many rows of other experts come
     before it. Per expert, a row's activation depends on its own expert's rows only, as under
-    expert parallel, where a rank holds some of the experts (bit for bit one process's). A CUDA
+    expert parallel, where a rank holds some of the experts (bit for bit one process's); under
+    the CPU's batch-invariant ops (``batch_invariant=true``) each row is also padded to whole
+    vector steps (``ops.activation``), so no row's elements reach the scalar loop. A CUDA
     elementwise kernel computes every element alike, so there it is one operation."""
     if up is None:
         g, u = ops.grouped_linear(x, gate, sizes).chunk(2, dim=-1)
@@ -142,9 +144,10 @@ def gated(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor | None, down: to
         g, u = ops.grouped_linear(x, gate, sizes), ops.grouped_linear(x, up, sizes)
     nonempty = [n for n in sizes if n]
     if x.device.type != "cpu" or len(nonempty) < 2:
-        h = act(g) * u
+        h = ops.activation(g, act) * u
     else:
-        h = torch.cat([act(a) * b for a, b in zip(g.split(nonempty), u.split(nonempty))])
+        h = torch.cat([ops.activation(a, act) * b
+                       for a, b in zip(g.split(nonempty), u.split(nonempty))])
     return ops.grouped_linear(h, down, sizes)
 
 
@@ -181,7 +184,7 @@ class RoutedExperts(nn.Module):
             self.gate_proj = nn.Parameter(torch.empty(e, f, d_model))
             self.up_proj = nn.Parameter(torch.empty(e, f, d_model))
         self.down_proj = nn.Parameter(torch.empty(e, d_model, f))
-        self.act = ACTIVATIONS[cfg.activation]
+        self.act = cfg.activation
         self.shared = None
         if cfg.shared_hidden:
             split = shard is not None and shard.mlp

@@ -16,6 +16,8 @@ computes through these functions and nothing else for its reductions:
     grouped_linear(x, weight, group_sizes)    rows of x [M, K] in consecutive groups, group g
                                               multiplied by weight[g] [N, K].T -> [M, N]
                                               (routed experts: one product per expert)
+    activation(x, name)                       an MLP's gate activation (:data:`ACTIVATIONS`),
+                                              elementwise
     rank_sum(x, comm)                         the sum over a tensor-parallel group's ranks of
                                               their partial results x, in float32
                                               (``parallel.Comm``)
@@ -32,6 +34,11 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
+
+
+#: the gate activations of the gated MLPs: SwiGLU's silu, GeGLU's tanh-approximated GELU
+#: (Gemma's ``gelu_pytorch_tanh``)
+ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class TorchOps:
@@ -61,6 +68,9 @@ class TorchOps:
     def grouped_linear(self, x: torch.Tensor, weight: torch.Tensor, group_sizes: list[int]):
         outs = [F.linear(part, w) for part, w in zip(x.split(group_sizes), weight) if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
+
+    def activation(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return ACTIVATIONS[name](x)
 
     def rank_sum(self, x: torch.Tensor, comm) -> torch.Tensor:
         # the backend's all-reduce: its order of summation may follow the message size
@@ -101,6 +111,10 @@ def rms_norm(x, weight, eps: float, weight_fp32: bool = False):
 
 def grouped_linear(x, weight, group_sizes):
     return _active.grouped_linear(x, weight, group_sizes)
+
+
+def activation(x, name: str):
+    return _active.activation(x, name)
 
 
 def rank_sum(x, comm):

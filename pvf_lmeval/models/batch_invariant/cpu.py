@@ -209,6 +209,25 @@ def _compiling() -> bool:
     return bool(probe and probe())
 
 
+#: elements per vectorised step of torch's CPU activation kernels: the elements of a tensor's
+#: last, partial step go through a scalar loop whose transcendental functions round
+#: differently, so which elements those are must not follow the number of rows
+LANES = 64
+
+
+def activation(x: Tensor, name: str) -> Tensor:
+    """:data:`ops.ACTIVATIONS` ``[name]`` of ``x`` with its last dimension zero-padded to a
+    multiple of :data:`LANES`: every row's elements go through the vectorised loop, whatever
+    the number of rows."""
+    from ..ops import ACTIVATIONS
+
+    n = x.shape[-1]
+    pad = -n % LANES
+    if pad == 0:
+        return ACTIVATIONS[name](x)
+    return ACTIVATIONS[name](torch.nn.functional.pad(x, (0, pad)))[..., :n]
+
+
 class CpuInvariantOps:
     """``linear``, ``attention``, ``rms_norm`` and ``grouped_linear`` in fixed-shape products
     and fixed-order sums (see the module docstring); the signatures of ``ops.TorchOps``. Eager
@@ -236,6 +255,9 @@ class CpuInvariantOps:
         f = _matmul_op if _compiling() else matmul
         outs = [f(part, w, None) for part, w in zip(x.split(group_sizes), weight) if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
+
+    def activation(self, x: Tensor, name: str) -> Tensor:
+        return activation(x, name)
 
     def rank_sum(self, x: Tensor, comm) -> Tensor:
         # the partials gathered and added in rank order: an element's sum never depends on

@@ -75,6 +75,12 @@ class BatchInvariantOps:
                 if part.numel()]
         return torch.cat(outs) if outs else x.new_zeros(0, weight.shape[1])
 
+    def activation(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        # a CUDA elementwise kernel computes every element with the same instructions
+        from ..ops import ACTIVATIONS
+
+        return ACTIVATIONS[name](x)
+
     def rank_sum(self, x: torch.Tensor, comm) -> torch.Tensor:
         # tensor parallel: the partials gathered and added in rank order, never an all-reduce
         # whose order may follow the message size

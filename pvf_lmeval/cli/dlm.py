@@ -94,8 +94,9 @@ def models_text() -> str:
             "artifacts (pvf-calibrate writes it; vocab=auto picks by it).\nThe mask id is "
             "config.json's mask_token_id, else the "
             f"tokenizer's {' / '.join(MASK_TOKENS)}, else the default above.\n"
-            f"Uniform-state (no mask token; its canvas starts as random tokens): {uniform}; it "
-            "loads, and the decoders here, which fill masked positions, refuse it in one line.\n"
+            f"Uniform-state (no mask token; its canvas starts as random tokens): {uniform}; "
+            "decoder=renoise decodes it, and the decoders that fill masked positions refuse it "
+            "in one line.\n"
             + (f"Refused with one line:\n{refused}" if refused else ""))
 
 

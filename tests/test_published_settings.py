@@ -285,8 +285,7 @@ def test_every_likelihood_command_has_its_rows():
 @pytest.mark.parametrize("name", list(LIKELIHOOD_ROW))
 def test_likelihood_equals_the_published_script(name):
     """The row's estimator is eval_llada.py's under the command's model args and --batch_size:
-    mc_num draws, stratified per --batch_size draws (its _forward_process), that many per model
-    call, cross-entropy over the whole vocabulary (mask logit kept), cfg as cfg_scale (the
+    mc_num draws, stratified per --batch_size draws (its _forward_process), cross-entropy over the whole vocabulary (mask logit kept), cfg as cfg_scale (the
     rows without "-cfg" at cfg 0); the same task and few-shot count, no chat template."""
     from pvf_lmeval.lmeval.settings import RunSettings
 
@@ -302,9 +301,9 @@ def test_likelihood_equals_the_published_script(name):
     options = RunSettings.parse(args).options
     batch = int(command["--batch_size"])
     cfg = float(script["cfg"]) if name.endswith("-cfg") else 0.0
-    assert (options.likelihood.mc_num, options.likelihood.mc_stratum, options.mc_batch,
+    assert (options.likelihood.mc_num, options.likelihood.mc_stratum,
             options.likelihood.cfg_scale, options.likelihood.mask_logit) == (
-        int(script["mc_num"]), batch, batch, cfg, "kept"), name
+        int(script["mc_num"]), batch, cfg, "kept"), name
     argv = shlex.split(row.command())
     assert argv[argv.index("--tasks") + 1] == command["--tasks"]
     assert "--include_path" not in argv and "--apply_chat_template" not in argv
@@ -323,7 +322,7 @@ def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
         "--batch_size 1 --confirm_run_unsafe_code")
     assert published("llada-base-truthfulqa_mc2-cfg").command() == (
         "lm_eval --model pvf-dlm --model_args pretrained=GSAI-ML/LLaDA-8B-Base,cfg_scale=2.0,"
-        "mc_num=128,mc_stratum=8,mc_batch=8,mask_logit=kept --tasks truthfulqa_mc2 "
+        "mc_num=128,mc_stratum=8,mask_logit=kept --tasks truthfulqa_mc2 "
         "--num_fewshot 0 --batch_size 1")
     with pytest.raises(ValueError, match="published setting 'nope' is not one of llada-"):
         published("nope")
@@ -496,3 +495,29 @@ def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
     if args["decoder"] == "static":      # one position per call, to the end of the canvas
         assert meta["nfe"] == 32
     assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]
+
+
+def test_a_likelihood_row_scores_through_the_plugin_on_the_tiny_model():
+    """A guided likelihood row's model args on tiny-llada (16 draws instead of 128) score a
+    multiple-choice question: every canvas is scored twice (guidance: the prompt-masked copy
+    beside it), the run reports the row's mc_num, and no greedy check runs (the script's
+    is_check_greedy=False; lm-eval reads no is_greedy here)."""
+    from lm_eval.api.instance import Instance
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published("llada-base-truthfulqa_mc2-cfg")
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada", mc_num="16")
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()),
+                                               {"device": "cpu"})
+    choices = [Instance(request_type="loglikelihood", doc={}, idx=i,
+                        metadata=("truthfulqa_mc2", 0, 1), arguments=("Q: 1 + 2?\nA:", f" {a}"))
+               for i, a in enumerate(("3", "4 or 5"))]
+    got = lm.loglikelihood(choices, disable_tqdm=True)
+    assert len(got) == 2 and all(ll < 0 and g is False for ll, g in got)
+    totals = lm.get_model_info()["pvf"]["totals"]["truthfulqa_mc2"]
+    assert totals["mc_num"] == 16 and totals["greedy_checks"] == 0
+    assert totals["branch_rows"] == 2 * totals["canvases"] > 0

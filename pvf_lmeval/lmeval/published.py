@@ -103,12 +103,12 @@ def _pvf_paper(decoder: str, preset: str) -> dict:
 
 
 def _likelihood(cfg: float, mc_num: int, batch: int) -> dict:
-    """LLaDA's ``eval_llada.py`` log-likelihood: ``mc_num`` draws of its ``forward_process``,
-    one per group of ``batch`` draws (its ``--batch_size``), each group one model call;
-    cross-entropy over the whole vocabulary (mask logit kept); guidance ``cfg`` (0: none)."""
+    """LLaDA's ``eval_llada.py`` log-likelihood: ``mc_num`` draws, its ``forward_process`` per
+    group of ``batch`` draws (its ``--batch_size``: ``mc_stratum``); cross-entropy over the
+    whole vocabulary (mask logit kept); guidance ``cfg`` (0: none). Draws per model call
+    (``mc_batch``) do not change the estimate: left at the default."""
     guidance = {"cfg_scale": cfg} if cfg else {}
-    return {**guidance, "mc_num": mc_num, "mc_stratum": batch, "mc_batch": batch,
-            "mask_logit": "kept"}
+    return {**guidance, "mc_num": mc_num, "mc_stratum": batch, "mask_logit": "kept"}
 
 
 #: LLaDA-8B-Base's ppl tasks: eval_llada_lm_eval.sh's task, few-shot count, cfg, mc_num and

@@ -285,8 +285,9 @@ def test_every_likelihood_command_has_its_rows():
 @pytest.mark.parametrize("name", list(LIKELIHOOD_ROW))
 def test_likelihood_equals_the_published_script(name):
     """The row's estimator is eval_llada.py's under the command's model args and --batch_size:
-    mc_num draws, stratified per --batch_size draws (its _forward_process), cross-entropy over the whole vocabulary (mask logit kept), cfg as cfg_scale (the
-    rows without "-cfg" at cfg 0); the same task and few-shot count, no chat template."""
+    mc_num draws, stratified per --batch_size draws (its _forward_process), cross-entropy over
+    the whole vocabulary (mask logit kept), cfg as cfg_scale (the rows without "-cfg" at cfg
+    0); the same task and few-shot count, no chat template."""
     from pvf_lmeval.lmeval.settings import RunSettings
 
     row = published(name)

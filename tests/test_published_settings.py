@@ -44,8 +44,13 @@ SCRIPT_ROW = {
 }
 
 
+#: the likelihood rows -> their command in LLaDA's eval_llada_lm_eval.sh (by its --tasks)
+LIKELIHOOD_ROW = {name: row.task for name, row in PUBLISHED.items() if not row.bundled_task}
+
+
 def test_every_row_is_checked_against_a_script():
-    assert sorted(SCRIPT_ROW) == sorted(PUBLISHED)
+    assert sorted([*SCRIPT_ROW, *LIKELIHOOD_ROW]) == sorted(PUBLISHED)
+    assert not set(SCRIPT_ROW) & set(LIKELIHOOD_ROW)
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -152,7 +157,7 @@ def _contexts(row) -> list[str]:
     return lm.contexts
 
 
-@pytest.mark.parametrize("name", list(PUBLISHED))
+@pytest.mark.parametrize("name", list(SCRIPT_ROW))
 def test_prompts_are_the_published_scripts_bytes(name, local_items):
     row = published(name)
     want = PROMPTS[SCRIPT_ROW[name]]
@@ -227,7 +232,7 @@ def _script_settings(name: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name", list(PUBLISHED))
+@pytest.mark.parametrize("name", list(SCRIPT_ROW))
 def test_decoding_equals_the_published_scripts(name):
     from pvf_lmeval.lmeval.settings import RunSettings
 
@@ -254,6 +259,57 @@ def test_decoding_equals_the_published_scripts(name):
             assert not getattr(params, switch), (name, switch)
 
 
+def _ppl_commands() -> dict:
+    """LLaDA's likelihood commands (settings.json: eval_llada_lm_eval.sh's lines), by task:
+    the lm-eval flags and the model args as its command line gives them."""
+    out = {}
+    for line in SETTINGS["llada_base_lmeval_ppl"]["commands"]:
+        argv = shlex.split(line)
+        flags = {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--")
+                 and i + 1 < len(argv) and not argv[i + 1].startswith("--")}
+        model_args = dict(kv.split("=", 1) for kv in flags.pop("--model_args").split(","))
+        out[flags["--tasks"]] = {**flags, "model_args": model_args}
+    return out
+
+
+def test_every_likelihood_command_has_its_rows():
+    """A row per command; a command with guidance (cfg > 0) also has its row at cfg 0."""
+    commands = _ppl_commands()
+    assert sorted(set(LIKELIHOOD_ROW.values())) == sorted(commands)
+    for task, command in commands.items():
+        guided = float(command["model_args"]["cfg"]) > 0
+        assert (f"llada-base-{task}-cfg" in PUBLISHED) == guided, task
+        assert f"llada-base-{task}" in PUBLISHED, task
+
+
+@pytest.mark.parametrize("name", list(LIKELIHOOD_ROW))
+def test_likelihood_equals_the_published_script(name):
+    """The row's estimator is eval_llada.py's under the command's model args and --batch_size:
+    mc_num draws, stratified per --batch_size draws (its _forward_process), cross-entropy over
+    the whole vocabulary (mask logit kept), cfg as cfg_scale (the rows without "-cfg" at cfg
+    0); the same task and few-shot count, no chat template."""
+    from pvf_lmeval.lmeval.settings import RunSettings
+
+    row = published(name)
+    command = _ppl_commands()[LIKELIHOOD_ROW[name]]
+    script = command["model_args"]
+    assert script["model_path"].strip("'") == row.model
+    assert script["is_check_greedy"] == "False"   # lm-eval reads no is_greedy on these tasks
+    assert command["--model"] == "llada_dist" and "--apply_chat_template" not in command
+    assert int(command["--num_fewshot"]) == row.num_fewshot and row.chat == "none"
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    assert args.pop("pretrained") == row.model
+    options = RunSettings.parse(args).options
+    batch = int(command["--batch_size"])
+    cfg = float(script["cfg"]) if name.endswith("-cfg") else 0.0
+    assert (options.likelihood.mc_num, options.likelihood.mc_stratum,
+            options.likelihood.cfg_scale, options.likelihood.mask_logit) == (
+        int(script["mc_num"]), batch, cfg, "kept"), name
+    argv = shlex.split(row.command())
+    assert argv[argv.index("--tasks") + 1] == command["--tasks"]
+    assert "--include_path" not in argv and "--apply_chat_template" not in argv
+
+
 def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
     assert published("fastdllm-gsm8k-512-parallel").command() == (
         "lm_eval --model pvf-dlm --model_args pretrained=GSAI-ML/LLaDA-8B-Instruct,"
@@ -265,6 +321,10 @@ def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
         "gen_length=512,block_length=512,steps=512,early_stop=false "
         '--include_path "$(pvf-tasks-path)" --tasks humaneval_pvf --num_fewshot 0 '
         "--batch_size 1 --confirm_run_unsafe_code")
+    assert published("llada-base-truthfulqa_mc2-cfg").command() == (
+        "lm_eval --model pvf-dlm --model_args pretrained=GSAI-ML/LLaDA-8B-Base,cfg_scale=2.0,"
+        "mc_num=128,mc_stratum=8,mask_logit=kept --tasks truthfulqa_mc2 "
+        "--num_fewshot 0 --batch_size 1")
     with pytest.raises(ValueError, match="published setting 'nope' is not one of llada-"):
         published("nope")
 
@@ -436,3 +496,29 @@ def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
     if args["decoder"] == "static":      # one position per call, to the end of the canvas
         assert meta["nfe"] == 32
     assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]
+
+
+def test_a_likelihood_row_scores_through_the_plugin_on_the_tiny_model():
+    """A guided likelihood row's model args on tiny-llada (16 draws instead of 128) score a
+    multiple-choice question: every canvas is scored twice (guidance: the prompt-masked copy
+    beside it), the run reports the row's mc_num, and no greedy check runs (the script's
+    is_check_greedy=False; lm-eval reads no is_greedy here)."""
+    from lm_eval.api.instance import Instance
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published("llada-base-truthfulqa_mc2-cfg")
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada", mc_num="16")
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()),
+                                               {"device": "cpu"})
+    choices = [Instance(request_type="loglikelihood", doc={}, idx=i,
+                        metadata=("truthfulqa_mc2", 0, 1), arguments=("Q: 1 + 2?\nA:", f" {a}"))
+               for i, a in enumerate(("3", "4 or 5"))]
+    got = lm.loglikelihood(choices, disable_tqdm=True)
+    assert len(got) == 2 and all(ll < 0 and g is False for ll, g in got)
+    totals = lm.get_model_info()["pvf"]["totals"]["truthfulqa_mc2"]
+    assert totals["mc_num"] == 16 and totals["greedy_checks"] == 0
+    assert totals["branch_rows"] == 2 * totals["canvases"] > 0

@@ -10,8 +10,11 @@ chat template and how lm-eval renders few-shot turns (``chat``), and the decodin
 ``chat``: ``none`` (no template), ``single_turn`` (``--apply_chat_template
 --fewshot_as_multiturn false``: the whole few-shot prompt in one user turn, as Fast-dLLM wraps
 lm-eval's context) or ``multi_turn`` (``--apply_chat_template``: lm-eval 0.4.13's default, each
-exemplar a user and an assistant turn, as OpenCompass renders its exemplars). Every row sets
-``early_stop=false``: the published loops decode the whole canvas.
+exemplar a user and an assistant turn, as OpenCompass renders its exemplars). Every generation
+row sets ``early_stop=false``: the published loops decode the whole canvas. The likelihood rows
+(LLaDA-8B-Base's ppl tasks) run lm-eval's own multiple-choice tasks with the estimator of LLaDA's
+``eval_llada.py``: ``mc_num`` draws, stratified per group of its ``--batch_size`` draws,
+cross-entropy over the whole vocabulary, classifier-free guidance ``cfg_scale``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Published:
     num_fewshot: int
     chat: str
     decoding: dict
+    #: whether the task is one of pvf-lmeval's (``--include_path``) rather than lm-eval's own
+    bundled_task: bool = True
 
     def __post_init__(self):
         if self.chat not in CHATS:
@@ -59,8 +64,8 @@ class Published:
     def command(self) -> str:
         """The ``lm_eval`` command line that runs the row (``batch_size`` 1, as the scripts)."""
         parts = ["lm_eval --model pvf-dlm", f"--model_args {self.model_args()}",
-                 '--include_path "$(pvf-tasks-path)"', f"--tasks {self.task}",
-                 f"--num_fewshot {self.num_fewshot}", "--batch_size 1"]
+                 *(['--include_path "$(pvf-tasks-path)"'] if self.bundled_task else []),
+                 f"--tasks {self.task}", f"--num_fewshot {self.num_fewshot}", "--batch_size 1"]
         if self.chat != "none":
             parts.append("--apply_chat_template")
         if self.chat == "single_turn":
@@ -95,6 +100,45 @@ def _pvf_paper(decoder: str, preset: str) -> dict:
     if decoder in ("threshold", "pvf"):
         out["threshold"] = 0.9
     return {**out, "early_stop": "false"}
+
+
+def _likelihood(cfg: float, mc_num: int, batch: int) -> dict:
+    """LLaDA's ``eval_llada.py`` log-likelihood: ``mc_num`` draws, its ``forward_process`` per
+    group of ``batch`` draws (its ``--batch_size``: ``mc_stratum``); cross-entropy over the
+    whole vocabulary (mask logit kept); guidance ``cfg`` (0: none). Draws per model call
+    (``mc_batch``) do not change the estimate: left at the default."""
+    guidance = {"cfg_scale": cfg} if cfg else {}
+    return {**guidance, "mc_num": mc_num, "mc_stratum": batch, "mask_logit": "kept"}
+
+
+#: LLaDA-8B-Base's ppl tasks: eval_llada_lm_eval.sh's task, few-shot count, cfg, mc_num and
+#: --batch_size per command, and EVAL.md's figures without and with classifier-free guidance
+LLADA_PPL = (("gpqa_main_n_shot", "GPQA", 5, 0.5, 128, 8, "25.2", "26.1"),
+             ("truthfulqa_mc2", "TruthfulQA", 0, 2.0, 128, 8, "46.1", "46.4"),
+             ("arc_challenge", "ARC-C", 0, 0.5, 128, 8, "45.9", "47.9"),
+             ("hellaswag", "Hellaswag", 0, 0.5, 128, 8, "70.5", "72.5"),
+             ("winogrande", "WinoGrande", 5, 0.0, 128, 8, "74.8", "74.8"),
+             ("piqa", "PIQA", 0, 0.5, 128, 8, "73.6", "74.4"),
+             ("mmlu", "MMLU", 5, 0.0, 1, 1, "65.9", None),
+             ("cmmlu", "CMMLU", 5, 0.0, 1, 1, "69.9", None),
+             ("ceval-valid", "C-Eval", 5, 0.0, 1, 1, "70.5", None))
+
+
+def _llada_ppl_rows() -> list[Published]:
+    """One row per script command (its cfg), and for a command with cfg > 0 also the same
+    command at cfg 0 (EVAL.md's "w/o CFG" row, the LLaDA paper's Table 1)."""
+    rows = []
+    for task, bench, shots, cfg, mc_num, batch, plain, guided in LLADA_PPL:
+        what = f"LLaDA-8B-Base on lm-eval, {bench} {shots}-shot, likelihood, mc_num {mc_num}"
+        figure = f"{plain} (w/o CFG = w/ CFG)" if cfg == 0 and guided else plain
+        rows.append(Published(
+            f"llada-base-{task}", LLADA_EVAL, f"{what}, no CFG", figure, LLADA_BASE, task,
+            shots, "none", _likelihood(0.0, mc_num, batch), bundled_task=False))
+        if cfg:
+            rows.append(Published(
+                f"llada-base-{task}-cfg", LLADA_EVAL, f"{what}, CFG {cfg}", guided, LLADA_BASE,
+                task, shots, "none", _likelihood(cfg, mc_num, batch), bundled_task=False))
+    return rows
 
 
 def _rows() -> list[Published]:
@@ -160,7 +204,7 @@ def _rows() -> list[Published]:
                 f"{model.split('/')[1]}, {'GSM8K' if bench == 'gsm8k' else 'HumanEval'} "
                 f"0-shot, gen 512, block 64, {method}", figure, model, f"{bench}_pvf_paper", 0,
                 "multi_turn", _pvf_paper(decoder, bench)))
-    return rows
+    return rows + _llada_ppl_rows()
 
 
 #: every published row by name, in the documentation's order

@@ -214,13 +214,13 @@ def lm():
 
 def test_request_params_rounding_and_gen_kwargs_overrides(lm):
     assert lm.params.threshold == 0.9 and lm.params.block_length == 64
-    params, until, ignored = lm.planner.request_params(dict(ARITH_KWARGS))
+    params, until, ignored, _ = lm.planner.request_params(dict(ARITH_KWARGS))
     assert params.gen_length == 128            # max_gen_toks 96 rounded up to blocks of 64
     assert until == ["Question:"] and ignored == [] and params.temperature == 0.0
     assert lm.planner.request_params({"max_new_tokens": 65})[0].gen_length == 128
     assert lm.planner.request_params({"max_gen_toks": 64})[0].gen_length == 64
-    params, _, ignored = lm.planner.request_params({**ARITH_KWARGS, "threshold": 0.5, "top_p": 1,
-                                             "num_beams": 1})
+    params, _, ignored, _ = lm.planner.request_params({**ARITH_KWARGS, "threshold": 0.5,
+                                                       "top_p": 1, "num_beams": 1})
     assert params.threshold == 0.5 and lm.params.threshold == 0.9 and params.top_p is None
     assert ignored == ["num_beams"]                    # top_p is a decoding parameter
     with pytest.raises(ValueError, match="unknown generation kwarg 'foo'"):

@@ -139,6 +139,12 @@ def calibrate_prompts(model, prompts: list, cfg: CalibConfig) -> list[Tally]:
     from ..decoding.calibration import CalibrationStep
     from ..decoding.loop import run
 
+    canvas = getattr(model, "canvas_length", None)
+    if canvas is not None:
+        raise ValueError(f"{getattr(model, 'name', None) or model.family}: a uniform-state "
+                         f"diffusion model (no mask token: its canvas of {canvas} starts as "
+                         f"random tokens); planning vocabularies are measured at masked "
+                         f"positions, which its canvases do not have")
     params = cfg.params(block_size_of(model))
     dev = torch.device(getattr(model, "device", None) or "cpu")
     batch = [torch.as_tensor(list(p), dtype=torch.long, device=dev).reshape(-1) for p in prompts]

@@ -109,6 +109,7 @@ def test_a_seeded_reference_decode_is_the_uncached_one(native, seed):
     cached = decode(spy, PROMPTS[0], "renoise", cache="prefix", **kw)
     assert (cached.tokens, cached.nfe) == (plain.tokens, plain.nfe)
     assert spy.cached_exactly_after_a_canvas_start()
+    assert cached.cache_exact
 
 
 def test_a_left_padded_batch_of_four_is_the_uncached_batch(native):

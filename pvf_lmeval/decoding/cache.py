@@ -40,11 +40,12 @@ from ..tensors.uploads import upload
 from .select import first_true
 
 
-def cache_exact(cache: str, block_size: int | None) -> bool:
+def cache_exact(cache: str, block_size: int | None, uniform: bool = False) -> bool:
     """Whether decoding with ``cache`` gives exactly the logits of uncached calls: no cache, or
     any cache on a block-diffusion model (``block_size`` set: a finished block never sees a
-    later one, so its cached keys are final)."""
-    return cache == "none" or block_size is not None
+    later one, so its cached keys are final) or on a uniform-state one (``uniform``: the cache
+    holds the causal encoder's keys of the context, :class:`ContextKV`)."""
+    return cache == "none" or block_size is not None or uniform
 
 
 def revealed(zg: Tensor, a: Tensor, blk: Tensor, *, reveal: int, nb: int, mask_id: int) -> Tensor:

@@ -150,7 +150,7 @@ class DiffusionLM:
         if scope == "true":
             scope = COMPILE_TRUE.get(self.device.type, "blocks")
         if scope == "model":
-            names, owners = ("hidden", "hidden_cached"), [self.net]
+            names, owners = ("hidden", "hidden_cached", "canvas_cached"), [self.net]
         elif scope == "blocks":
             names, owners = ("forward", "forward_rows", "forward_cached"), list(self.net.blocks)
         else:

@@ -5,6 +5,7 @@ the loop around them), at batch 1 and 16.
 
     python bench/dgemma_speed.py --device cuda                 # 26B-A4B as published, bfloat16
     python bench/dgemma_speed.py --device cpu --reduce 32      # every width divided (the --tiny run)
+    python bench/dgemma_speed.py --device cpu --reduce 32 --cache-prefix   # also cache=prefix
 
 The shape is google/diffusiongemma-26B-A4B-it's config.json (:data:`PUBLISHED`: 30 layers of 5
 sliding-window then 1 global attention, 128 experts of 704 with top 8 beside a dense MLP of 2112,
@@ -13,7 +14,9 @@ hidden 2816, vocabulary 262144, canvas 256), read by the package's own Diffusion
 period of the layer pattern (5 sliding + 1 global). Weights: seeded normal(0, 0.02), norms 1
 (benchlib.random_split_model). Prints one JSON line per batch size: ms per call (mean of
 ``--calls`` after one warm-up), ms per sampler round (a decode of one canvas, ``--steps``
-denoising rounds, divided by its rounds), the sampler's share of the round, and the peak memory.
+denoising rounds, divided by its rounds), the sampler's share of the round, and the peak memory;
+with ``--cache-prefix`` also the round with ``cache=prefix`` (the context's keys computed by the
+canvas's first call, every further call computing the canvas only) and its speed-up.
 A batch size that does not fit prints its out-of-memory error and the next one runs.
 """
 
@@ -94,14 +97,16 @@ def per_call(model, batch: int, prompt: int, calls: int, device) -> float:
     return (time.perf_counter() - t0) / calls * 1e3
 
 
-def per_round(model, batch: int, prompt: int, steps: int, device) -> tuple[float, int]:
+def per_round(model, batch: int, prompt: int, steps: int, device, cache: str = "none"
+              ) -> tuple[float, int]:
     """(ms per sampler round, rounds) of ``decoder=renoise`` decoding one canvas for ``batch``
-    requests, every canvas run for ``steps`` rounds (the stop rule's confidence at 0)."""
+    requests, every canvas run for ``steps`` rounds (the stop rule's confidence at 0), with
+    KV cache ``cache``."""
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, model.vocab_size, (prompt,), generator=g).tolist()
                for _ in range(batch)]
     kw = dict(gen_length=model.canvas_length, max_denoising_steps=steps,
-              confidence_threshold=0.0)
+              confidence_threshold=0.0, cache=cache)
     decode_batch(model, prompts, "renoise", **dict(kw, max_denoising_steps=1))    # warm-up
     sync(device)
     t0 = time.perf_counter()
@@ -119,6 +124,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=256, help="context tokens before the canvas")
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4, help="sampler rounds timed per batch size")
+    ap.add_argument("--cache-prefix", action="store_true",
+                    help="also time the sampler round with cache=prefix")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
@@ -135,6 +142,11 @@ def main() -> None:
         try:
             call_ms = per_call(model, batch, args.prompt, args.calls, device)
             round_ms, rounds = per_round(model, batch, args.prompt, args.steps, device)
+            prefix = {}
+            if args.cache_prefix:
+                ms = per_round(model, batch, args.prompt, args.steps, device, "prefix")[0]
+                prefix = {"ms_per_round_prefix": round(ms, 2),
+                          "prefix_speedup": round(round_ms / ms, 2)}
         except torch.OutOfMemoryError as e:
             print(json.dumps({"shape": name, "batch": batch,
                               "error": str(e).splitlines()[0]}), flush=True)
@@ -143,6 +155,7 @@ def main() -> None:
         print(json.dumps({"shape": name, "batch": batch, "prompt": args.prompt,
                           "ms_per_call": round(call_ms, 2), "ms_per_round": round(round_ms, 2),
                           "sampler_share": round(1 - call_ms / round_ms, 3), "rounds": rounds,
+                          **prefix,
                           "peak_mib": round(peak_mib(device))}), flush=True)
 
 

@@ -16,6 +16,7 @@ from helpers.gemma_folders import (END_OF_TURN, PUBLISHED, VISION, VOCAB, gemma_
 from safetensors import safe_open
 
 from pvf_lmeval.decoding.api import decode
+from pvf_lmeval.decoding.cache import ContextKV
 from pvf_lmeval.models import load_model
 from pvf_lmeval.models.diffusion_lm import NoMaskToken
 from pvf_lmeval.models.formats import DIFFUSION_GEMMA, UnsupportedCheckpoint, format_for
@@ -242,7 +243,12 @@ def test_logits_name_canvas_positions_only(folders):
 @pytest.mark.parametrize("call,says", [
     (lambda m, t: m.logits(t, torch.arange(5, 5 + C)), "positions must name canvas columns (6..13 of 14)"),
     (lambda m, t: m.logits(t[:, :5], torch.arange(5)), "tokens hold 5 columns"),
-    (lambda m, t: m.logits(t, torch.arange(6, 14), cache=object()), "cache: a KV cache is not implemented"),
+    (lambda m, t: m.logits(t, torch.arange(6, 14), cache=object()),
+     "cache: diffusion_gemma (a uniform-state model) takes a context cache "
+     "(decoding.cache.ContextKV), not object"),
+    (lambda m, t: m.logits(t, torch.arange(6, 14), cache=ContextKV(
+        n=2, width=6, canvas=C, device="cpu").call([0], full=True, attention=None, columns=14)),
+     "cache segments cover 1 rows, the call has 2"),
     (lambda m, t: m.logits(t, torch.arange(6, 14), attention_mask=torch.zeros_like(t)),
      "attention_mask: the canvas (the last 8 columns) holds padding"),
     (lambda m, t: m.logits(t, torch.arange(6, 14), self_conditioning=torch.zeros(2, C, 7)),

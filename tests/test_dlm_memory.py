@@ -181,7 +181,8 @@ def test_diffusion_gemma_kv_line_says_what_it_counts(gemma26b, capsys):
         "KV cache: batch_size=1 x 4096 tokens (prompt_length 4000 + gen_length 96): the context's "
         "keys and values as transformers' DynamicCache holds them between calls (5 global "
         "layers: every position; 25 sliding-window layers: the last 1023, sliding_window - 1); "
-        "the decoders here keep no cache for diffusion_gemma; activations are not included")
+        "renoise's cache=prefix keeps every context position on every layer of diffusion_gemma; "
+        "activations are not included")
 
 
 def test_diffusion_gemma_26b_replicates_attention_when_all_is_split(gemma26b):

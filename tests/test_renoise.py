@@ -151,8 +151,8 @@ def test_defaults_are_the_released_sampler(native):
     (dict(decoder="renoise", cfg_scale=1.0),
      "cfg_scale=1.0: guidance masks the prompt, and a uniform-state model has no mask token; "
      "leave cfg_scale unset with decoder=renoise"),
-    (dict(decoder="renoise", cache="prefix"),
-     "cache=prefix: decoder=renoise allows cache=none"),
+    (dict(decoder="renoise", cache="dual"),
+     "cache=dual: decoder=renoise allows cache=none|prefix"),
     (dict(decoder="renoise", entropy_bound=0.0), "entropy_bound=0.0 must be > 0"),
 ])
 def test_what_it_cannot_decode_is_one_line(native, kw, says):

@@ -33,17 +33,19 @@ is an approximation that is exact only right after a refresh):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..tensors.uploads import upload
 from .select import first_true
 
 
-def cache_exact(cache: str, block_size: int | None) -> bool:
+def cache_exact(cache: str, block_size: int | None, uniform: bool = False) -> bool:
     """Whether decoding with ``cache`` gives exactly the logits of uncached calls: no cache, or
     any cache on a block-diffusion model (``block_size`` set: a finished block never sees a
-    later one, so its cached keys are final)."""
-    return cache == "none" or block_size is not None
+    later one, so its cached keys are final) or on a uniform-state one (``uniform``: the cache
+    holds the causal encoder's keys of the context, :class:`ContextKV`)."""
+    return cache == "none" or block_size is not None or uniform
 
 
 def revealed(zg: Tensor, a: Tensor, blk: Tensor, *, reveal: int, nb: int, mask_id: int) -> Tensor:
@@ -236,3 +238,100 @@ class KVCall:
                              self.gen)
         else:
             self.store._pending.append((kv_out, self))
+
+
+class ContextKV:
+    """``cache=prefix`` on a uniform-state model (DiffusionGemma): per request, the encoder's
+    keys and values of its context (the prompt and the committed canvases), computed by the
+    first call on each canvas (a full call over context + canvas) and read by every further call
+    on that canvas, which computes the canvas only. Exact: the encoder reads the context
+    causally, so its keys never depend on the canvas, and the context does not change while a
+    canvas is denoised (a canvas is committed only when it ends).
+
+    ``kv``: per layer, keys after rotary and values [n, Hkv, W, D] of every request's context,
+    right-aligned in ``W = width`` columns (the longest context: prompt and every canvas but
+    the last); ``key_pos`` [n, W] their position ids, ``key_keep`` [n, W] which are real,
+    ``start`` [n] the canvas's first position id; ``ctx`` (host) each request's context
+    columns. ``full_calls``/``cached_calls`` count the requests' calls of each kind."""
+
+    def __init__(self, *, n: int, width: int, canvas: int, device):
+        self.n, self.width, self.canvas = n, width, canvas
+        self.kv: list | None = None
+        self.key_pos = torch.zeros(n, width, dtype=torch.long, device=device)
+        self.key_keep = torch.zeros(n, width, dtype=torch.bool, device=device)
+        self.start = torch.zeros(n, dtype=torch.long, device=device)
+        self.ctx = [0] * n
+        self.full_calls = 0
+        self.cached_calls = 0
+
+    def call(self, req: list[int], *, full: bool, attention: Tensor | None,
+             columns: int) -> "ContextCall":
+        """The ``cache`` argument of one physical call over requests ``req`` (one row each) of
+        ``columns`` columns (context + canvas, right-aligned, ``attention`` [N, columns] or
+        None: every column real): ``full`` keeps its context's keys, otherwise it reads them."""
+        if full:
+            self.full_calls += len(req)
+        else:
+            self.cached_calls += len(req)
+        return ContextCall(self, req, full, attention, columns)
+
+    def commit(self, y: Tensor) -> None:
+        """Nothing to do after a round: a full call keeps its context at once (the context is
+        the same whatever the round commits)."""
+
+
+class ContextCall:
+    """One physical call's view of a :class:`ContextKV` (the protocol of
+    ``pvf_lmeval.models.kv``): ``rows`` one per request; ``spans`` None for a full call,
+    the canvas columns otherwise; :meth:`layer_kv` and :meth:`context` for a cached call,
+    :meth:`keep` for a full one."""
+
+    def __init__(self, store: ContextKV, req: list[int], full: bool,
+                 attention: Tensor | None, columns: int):
+        self.store, self.req = store, req
+        self.rows = [1] * len(req)
+        self.spans = None if full else [(columns - store.canvas, columns)] * len(req)
+        self.attention, self.columns = attention, columns
+        self._idx = upload(req, store.start.device)
+        # the cached columns a cached call reads: the longest context among its requests
+        self._w = max(store.ctx[i] for i in req)
+
+    def _rows(self, x: Tensor) -> Tensor:
+        return x if self.req == list(range(self.store.n)) else x.index_select(0, self._idx)
+
+    def layer_kv(self) -> list[tuple[Tensor, Tensor]]:
+        """Per layer, the requests' cached keys and values [N, Hkv, w, D] (w: the longest
+        context of the call's requests; the columns before a shorter one are not real)."""
+        w0 = self.store.width - self._w
+        return [(self._rows(k)[:, :, w0:], self._rows(v)[:, :, w0:]) for k, v in self.store.kv]
+
+    def context(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(the canvas's first position id [N], the cached columns' position ids [N, w], which
+        are real [N, w]) of the call's requests."""
+        w0 = self.store.width - self._w
+        return (self._rows(self.store.start), self._rows(self.store.key_pos)[:, w0:],
+                self._rows(self.store.key_keep)[:, w0:])
+
+    def keep(self, kv_out: list) -> None:
+        """A full call's per-layer keys and values [N, Hkv, columns, D]: the context columns
+        (all but the last ``canvas``) become the requests' cache."""
+        s = self.store
+        ctx = self.columns - s.canvas
+        dev = s.start.device
+        real = (torch.ones(len(self.req), self.columns, dtype=torch.bool, device=dev)
+                if self.attention is None else self.attention.to(dev).bool())
+        pos = (real.long().cumsum(-1) - 1).clamp(min=0)        # the network's position ids
+        lead = s.width - ctx
+        if s.kv is None:
+            s.kv = [(k.new_zeros((s.n, k.shape[1], s.width, k.shape[3])),
+                     v.new_zeros((s.n, v.shape[1], s.width, v.shape[3]))) for k, v in kv_out]
+        for layer in range(len(kv_out)):
+            k, v = kv_out[layer]
+            kv_out[layer] = None
+            for kept, new in zip(s.kv[layer], (k, v)):
+                kept.index_copy_(0, self._idx, F.pad(new[:, :, :ctx], (0, 0, lead, 0)))
+        s.key_pos.index_copy_(0, self._idx, F.pad(pos[:, :ctx], (lead, 0)))
+        s.key_keep.index_copy_(0, self._idx, F.pad(real[:, :ctx].long(), (lead, 0)).bool())
+        s.start.index_copy_(0, self._idx, real[:, :ctx].sum(-1))
+        for i in self.req:
+            s.ctx[i] = ctx

@@ -98,7 +98,8 @@ class DecodeResult:
     #: the model's attention block size (None: bidirectional); not in ``stats()``
     block_size: int | None = None
     #: whether the KV cache gives exactly the logits of uncached calls: no cache, or any cache
-    #: on a block-diffusion model (finished blocks cannot see later ones); not in ``stats()``
+    #: on a block-diffusion model (finished blocks cannot see later ones) or a uniform-state
+    #: one (the encoder's keys of the context); not in ``stats()``
     cache_exact: bool = True
 
     @property
@@ -216,7 +217,7 @@ def run(model, prompts: list[Tensor], params, step, *, request_indices: list[int
             tokens_edit=counts[EDIT], edits=edits, remasks=remasks, decoder=step.name,
             steps=records[i] if records is not None else None, plan_tried=tried,
             plan_passed=passed, block_size=b.block_size,
-            cache_exact=cache_exact(params.cache, b.block_size)))
+            cache_exact=cache_exact(params.cache, b.block_size, b.uniform)))
     return results
 
 

@@ -80,7 +80,7 @@ class RenoiseDecoder(Step):
     checks = (Rule(_own_schedule, "temperature", "renoise: 0"),
               Rule(_no_guidance, "cfg_scale", "renoise: unset"))
     uniform_state = True
-    caches = ("none",)              # the context is read through the model on every call
+    caches = ("none", "prefix")     # prefix: the context's keys once per canvas (ContextKV)
     loop_switches = ("torch_seed",)
 
     def start(self, b) -> dict:

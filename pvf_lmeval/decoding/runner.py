@@ -18,7 +18,9 @@ the canvas being denoised (one decoding block), right-aligned under left padding
 requests at different canvases share a call, and the call's ``self_conditioning`` is the carry
 the request's last call on the same canvas left (:mod:`.hooks`; none on a canvas's first call).
 The model takes it for every row of a call or for none, so requests with and without one make
-separate physical calls (each still counts one call).
+separate physical calls (each still counts one call). Its ``cache=prefix`` is a
+:class:`.cache.ContextKV`: a canvas's first call keeps the encoder's keys of the context, the
+further calls on that canvas compute the canvas only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from torch import Tensor
 from ..tensors.shadow import Shadow
 from ..tensors.uploads import upload
 from .batch import Batch, gumbel_like
-from .cache import BatchKV
+from .cache import BatchKV, ContextKV
 from .compiled import compiled_stats_from_logits
 from .hooks import CallView, Carry
 from .host_row import HostRow, host_rows
@@ -64,8 +66,10 @@ class Runner:
         self.model = model
         self.b = b
         # the batch's caches, created here, so nothing leaks between batches
-        self.cache: BatchKV | None = None
-        if b.p.cache != "none":
+        self.cache: BatchKV | ContextKV | None = None
+        if b.p.cache != "none" and b.uniform:
+            self.cache = ContextKV(n=b.n, width=b.P0 + b.L - b.B, canvas=b.B, device=b.device)
+        elif b.p.cache != "none":
             self.cache = BatchKV(b.p.cache, n=b.n, prompt_len=b.P0, gen_length=b.L,
                                  block_length=b.B, mask_id=b.mask_id, reveal_next=b.reveal,
                                  device=b.device)
@@ -103,7 +107,7 @@ class Runner:
             lo_b = torch.minimum(lo_b, cover // B)
             hi_b = torch.maximum(hi_b, cover // B)   # also rows left without a mask (switch 6)
         cols = dict(rows=n, lo_block=lo_b, hi_block=hi_b)
-        if self.cache is not None:
+        if isinstance(self.cache, BatchKV):
             names = HostRow._fields[HostRow._fields.index("full"):]
             cols.update(zip(names, self.cache.flags(b.req, rows, a, valid).unbind(-1)))
         return cols
@@ -135,8 +139,8 @@ class Runner:
         b = self.b
         R, M, L = rows.shape
         B = b.B
-        kc = self.cache
-        if kc is not None and max_rows is not None:
+        kc = self.cache if isinstance(self.cache, BatchKV) else None
+        if self.cache is not None and max_rows is not None:
             raise ValueError("max_rows (rows per physical call) cannot be combined with a "
                              "KV cache: a request's rows must share one call")
         if layout is None:
@@ -250,7 +254,11 @@ class Runner:
             tokens = tokens[:, :end]
             attention = None if attention is None else attention[:, :end]
         cache = None
-        if self.cache is not None:
+        if b.uniform and self.cache is not None:
+            # a canvas's first call (refresh) keeps the context's keys, the others read them
+            cache = self.cache.call([s.request for s in seats], full=refresh,
+                                    attention=attention, columns=tokens.shape[1])
+        elif self.cache is not None:
             spans = None if seats[0].span is None else [s.span for s in seats]
             cache = self.cache.call([s.request for s in seats], [s.rows for s in seats], spans,
                                     gen=gen, row_r=index[0] // M, refresh=refresh)

@@ -276,9 +276,10 @@ class PVFDiffusionLM(LM):
             "early_stop": self.params.early_stop,
             "task_presets": dict(self.planner.tasks.presets),
             "task_params": self.planner.tasks.info(),
-            # a block-diffusion model's cache is exact (docs/decoding.md, "Block-diffusion models")
+            # a block-diffusion or uniform-state model's cache is exact (docs/decoding.md)
             "block_size": block,
-            "cache_exact": cache_exact(self.params.cache, block),
+            "cache_exact": cache_exact(self.params.cache, block,
+                                       getattr(self.model, "canvas_length", None) is not None),
             **self.vocab.info(),
             "batch_size": self.batch_size,
             "batch_invariant": s.options.decode.batch_invariant,

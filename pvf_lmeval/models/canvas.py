@@ -40,3 +40,25 @@ def split_attention(position_ids: torch.Tensor, n_context: int,
     start = pos[:, n_context:n_context + 1]                               # [N|1, 1]
     recent = (pos > start - window)[:, None, :] | canvas[None, None, :]   # [N|1, 1, T]
     return allowed & torch.where(canvas[None, :, None], recent, near)
+
+
+
+def cached_canvas_keys(key_pos: torch.Tensor, key_keep: torch.Tensor, start: torch.Tensor,
+                       canvas: int, window: int | None = None) -> torch.Tensor:
+    """[N, 1, canvas + 1, W + canvas + 1] boolean (query, key) of a call that reads the
+    context's keys from a cache: ``W`` cached context columns at position ids ``key_pos``
+    [N, W], real where ``key_keep`` [N, W] (the canvas starts at position id ``start`` [N]),
+    then the canvas's own keys and one spare row's. The canvas rows see what
+    :func:`split_attention`'s canvas rows see, never the spare key; the spare row (its output
+    is dropped) sees every real context key and the canvas, so that the keys some query of the
+    call sees are the full call's (the batch-invariant attention packs exactly those, and a
+    canvas row's sums then run over the same tiles as in the full call: bit for bit)."""
+    n, w = key_keep.shape
+    seen = key_keep
+    if window is not None:
+        seen = seen & (key_pos > start[:, None] - window)
+    own = torch.ones(n, canvas, dtype=torch.bool, device=seen.device)
+    spare = torch.zeros(n, 1, dtype=torch.bool, device=seen.device)
+    rows = torch.cat([seen, own, spare], dim=-1)[:, None].expand(n, canvas, -1)
+    last = torch.cat([key_keep, own, spare], dim=-1)[:, None]
+    return torch.cat([rows, last], dim=1)[:, None]

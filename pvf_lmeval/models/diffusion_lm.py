@@ -24,7 +24,7 @@ from . import ops
 from .batch_invariant import batch_invariant_ops, support_error
 from .kv import cache_segments, cached_rows, is_cached_call, keep_pending
 from .parallel import call_fingerprint, same_on_every_rank
-from .transformer import BidirectionalTransformer
+from .transformer import BidirectionalTransformer, take_rows
 
 
 #: what ``compile=true`` compiles on each device type: the fastest option measured there
@@ -150,7 +150,7 @@ class DiffusionLM:
         if scope == "true":
             scope = COMPILE_TRUE.get(self.device.type, "blocks")
         if scope == "model":
-            names, owners = ("hidden", "hidden_cached"), [self.net]
+            names, owners = ("hidden", "hidden_cached", "canvas_cached"), [self.net]
         elif scope == "blocks":
             names, owners = ("forward", "forward_rows", "forward_cached"), list(self.net.blocks)
         else:
@@ -190,7 +190,9 @@ class DiffusionLM:
         [N, canvas_length, V]: the previous denoising step's processed logits over the whole
         canvas (transformers' ``generate`` hands over these logits divided by the step's
         temperature, rounded to the model's dtype, which this network does itself); None at a
-        canvas's first step. Its logits are softcapped (float32). No KV cache yet (``cache``).
+        canvas's first step. Its logits are softcapped (float32). ``cache`` (``decoding.cache.ContextCall``): a full
+        call keeps the context's keys and values, a cached one computes the canvas only on them
+        (``tokens`` still context + canvas: the context columns are then not read).
 
         ``shadow`` (``tensors.shadow.Shadow(start [N], length)``, WINO's verification rows):
         ``length`` mask tokens appended to every row as a shadow copy of canvas columns
@@ -229,9 +231,9 @@ class DiffusionLM:
         """:meth:`logits` of a uniform-state model; one-line errors for calls it cannot take."""
         n, t = tokens.shape
         c = self.canvas_length
-        if cache is not None:
-            raise ValueError(f"cache: a KV cache is not implemented for {self.family} (a "
-                             f"uniform-state model); call without one")
+        if cache is not None and not callable(getattr(cache, "context", None)):
+            raise ValueError(f"cache: {self.family} (a uniform-state model) takes a context "
+                             f"cache (decoding.cache.ContextKV), not {type(cache).__name__}")
         if t < c:
             raise ValueError(f"tokens hold {t} columns; {self.family} needs the context followed "
                              f"by its canvas of {c}")
@@ -245,8 +247,17 @@ class DiffusionLM:
         if self_conditioning is not None and tuple(self_conditioning.shape) != (n, c, self.vocab_size):
             raise ValueError(f"self_conditioning of shape {tuple(self_conditioning.shape)}; "
                              f"expected [N, canvas, V] = {[n, c, self.vocab_size]}")
-        rows = self.net.hidden(tokens, attention_mask, out_index=pos,
+        segs = cache_segments(cache, n)
+        if is_cached_call(segs):
+            start, key_pos, key_keep = segs.context()
+            rows = self.net.canvas_cached(tokens[:, t - c:], start, segs.layer_kv(), key_pos,
+                                          key_keep, self_conditioning)
+            return self._head(take_rows(rows, pos - (t - c)))
+        kv_out = [] if segs is not None else None
+        rows = self.net.hidden(tokens, attention_mask, kv_out=kv_out, out_index=pos,
                                self_conditioning=self_conditioning)
+        if segs is not None:
+            keep_pending(segs, kv_out)
         return self._head(rows)
 
     def _check_shadow(self, tokens, attention_mask, cache, shadow) -> None:

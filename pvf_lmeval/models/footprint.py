@@ -6,8 +6,9 @@ header's shape through :meth:`Shard.part`), at the dtype the run uses; the KV ca
 ``2 (keys, values) x the sum over layers of the rank's key/value heads x their head_dim x the
 positions the layer keeps x requests x bytes`` (a request's branches share its cache): every
 position, or on a sliding-window layer the last ``sliding_window - 1``, as transformers'
-``DynamicSlidingWindowLayer`` keeps them between calls (DiffusionGemma's context; the decoders
-here keep no cache for a uniform-state model, :func:`kv_covers`). Activations are not estimated.
+``DynamicSlidingWindowLayer`` keeps them between calls (DiffusionGemma's context; ``renoise``'s
+``cache=prefix`` keeps every context position on every layer, :func:`kv_covers`). Activations
+are not estimated.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def kv_covers(cfg, model_type: str) -> str:
         kept.append(f"{sliding} sliding-window layer{'s' * (sliding > 1)}: the last "
                     f"{cfg.sliding_window - 1}, sliding_window - 1")
     return (f"the context's keys and values as transformers' DynamicCache holds them between "
-            f"calls ({'; '.join(kept)}); the decoders here keep no cache for {model_type}")
+            f"calls ({'; '.join(kept)}); renoise's cache=prefix keeps every context position "
+            f"on every layer of {model_type}")
 
 
 def footprint(folder: Path, size: int = 1, layers: str = "all", dtype=torch.bfloat16,

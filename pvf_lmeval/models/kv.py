@@ -9,6 +9,11 @@ what the call is. ``cache`` as passed to ``DiffusionLM.logits`` is
   [S, Hkv, T, D]) and ``keep(kv_out)`` (a full call hands over every row's per-layer keys and
   values [N, Hkv, T, D]). One request's caches outside the loop (the call-cost benchmarks and
   tests) offer the same view: ``bench/benchlib.py``'s ``call_view``.
+- on a uniform-state model (DiffusionGemma), a context call view (``decoding.cache``'s
+  ``ContextCall``): ``rows``, ``spans`` (None: a full call, whose context keys ``keep``
+  keeps), ``layer_kv()`` and ``context()`` (the canvas's first position id, the cached
+  columns' position ids and which are real) for a call that computes the canvas only
+  (``BidirectionalTransformer.canvas_cached``).
 
 A *full* call runs the whole canvas and hands its keys (after rotary, so cached keys carry their
 positions) and values over. A *cached* call recomputes only each segment's span (one position

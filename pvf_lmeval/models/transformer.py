@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import ops
-from .canvas import split_attention
+from .canvas import cached_canvas_keys, split_attention
 from .mlp import ACTIVATIONS, MLP
 from .moe import MoEConfig, RoutedExperts
 from .parallel import row_parallel
@@ -640,6 +640,33 @@ class BidirectionalTransformer(nn.Module):
         for block, (ck, cv) in zip(self.blocks, kv):
             x = block.forward_cached(x, cos, sin, ck, cv, attn_bias)
         return self.norm(x)
+
+    def canvas_cached(self, tokens: torch.Tensor, start: torch.Tensor, kv: list,
+                      key_pos: torch.Tensor, key_keep: torch.Tensor,
+                      self_conditioning: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [N, C, d_model] of the canvas ``tokens`` [N, C] (C =
+        ``canvas_length``; position ids ``start`` [N] onwards), its context read from a cache:
+        per layer the encoder's keys after rotary and values ``kv[layer]`` [N, Hkv, W, D] of
+        ``W`` context columns at position ids ``key_pos`` [N, W], real where ``key_keep``
+        [N, W]. The same rows as :meth:`hidden`'s canvas rows over context + canvas: the
+        context rows are causal, so their keys do not depend on the canvas."""
+        c = self.cfg.canvas_length
+        if c is None or tokens.shape[1] != c:
+            raise ValueError(f"canvas_cached takes the canvas of a network with canvas_length "
+                             f"({c}); got {tokens.shape[1]} columns")
+        x = self._canvas_input(self._embed(tokens), self_conditioning)
+        # a spare query row (a copy of the last canvas row, dropped at the end) whose keys the
+        # canvas does not see: ``cached_canvas_keys`` says why
+        x = torch.cat([x, x[:, -1:]], dim=1)
+        pos = start[:, None] + torch.arange(c + 1, device=tokens.device)
+        kinds = {}
+        for i, (block, (ck, cv)) in enumerate(zip(self.blocks, kv)):
+            kind = self.cfg.is_global(i)
+            if kind not in kinds:
+                seen = cached_canvas_keys(key_pos, key_keep, start, c, self.cfg.window_of(i))
+                kinds[kind] = (*self._rotary(pos, x.dtype, i), additive_bias(seen, x.dtype))
+            x = block.forward_cached(x, *kinds[kind][:2], ck, cv, kinds[kind][2])
+        return self.norm(x[:, :c])
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [.., V] of final hidden states: the working dtype, or float32 with

@@ -1,0 +1,128 @@
+"""``cache=prefix`` with ``decoder=renoise`` on DiffusionGemma's tiny folder (``ContextKV``):
+a canvas's first call keeps the encoder's keys and values of the context, every further call
+on that canvas computes the canvas only. Exact: the logits of a cached call equal the full
+call's (float tolerance; bit for bit under the batch-invariant kernels), and a seeded decode
+gives the uncached decode's tokens and calls, alone and in a left-padded batch of four."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.gemma_folders import make_gemma_folder
+
+from pvf_lmeval.decoding.api import decode, decode_batch
+from pvf_lmeval.decoding.cache import ContextKV
+from pvf_lmeval.models import load_model
+
+C = 8                       # the tiny folder's canvas
+PROMPTS = [[2, 5, 9, 17, 33], [2, 40, 41], [2] + list(range(60, 70)), [2, 7]]
+EARLY = {"stability_threshold": 0, "confidence_threshold": 5.0}
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    folder = make_gemma_folder(tmp_path_factory.mktemp("dgcache") / "dg", seed=1, canvas_length=C)
+    return load_model(str(folder), device="cpu", dtype="float32")
+
+
+class CallSpy:
+    """The native model, recording per call whether it was cached and whether it carried
+    self-conditioning (which it does exactly on the calls after a canvas's first)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+        for name in ("canvas_length", "vocab_size", "eos_ids", "pad_id", "dtype", "name",
+                     "family", "device", "block_size", "batch_invariant"):
+            setattr(self, name, getattr(model, name))
+
+    def logits(self, tokens, positions, *, cache=None, self_conditioning=None, **kw):
+        self.calls.append((cache is not None and cache.spans is not None,
+                           self_conditioning is not None))
+        return self.model.logits(tokens, positions, cache=cache,
+                                 self_conditioning=self_conditioning, **kw)
+
+    def cached_exactly_after_a_canvas_start(self) -> bool:
+        cached = [c for c, _ in self.calls]
+        return any(cached) and all(c == s for c, s in self.calls)
+
+
+def _rows(n, width, seed):
+    """[n, width] tokens and a left-padded attention mask (row r: r padding columns)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(2, 400, (n, width), generator=g)
+    mask = (torch.arange(width)[None] >= torch.arange(n)[:, None]).long()
+    return torch.where(mask.bool(), tokens, 0), mask
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["nopad", "leftpad"])
+def test_a_cached_call_gives_the_full_calls_logits(native, padded):
+    """Two canvas calls on the same context (the second with self-conditioning, as a
+    continuing step sends it): the cached call's logits equal the uncached call's, and the
+    full call that filled the cache returns the uncached logits too. The context (13 columns,
+    padded rows shorter) is longer than the sliding window (4), so the window's hiding of the
+    older cached keys is exercised."""
+    n, width = 3, 13 + C
+    tokens, mask = _rows(n, width, 0)
+    att = mask if padded else None
+    positions = torch.arange(width - C, width)
+    sc = torch.randn(n, C, native.vocab_size, generator=torch.Generator().manual_seed(1))
+    store = ContextKV(n=n, width=width, canvas=C, device="cpu")
+    full = native.logits(tokens, positions, attention_mask=att)
+    kept = native.logits(tokens, positions, attention_mask=att,
+                         cache=store.call([0, 1, 2], full=True, attention=att, columns=width))
+    assert torch.equal(kept, full)
+    canvas2 = torch.cat([tokens[:, :-C], tokens[:, -C:].flip(-1)], 1)
+    want = native.logits(canvas2, positions, attention_mask=att, self_conditioning=sc)
+    got = native.logits(canvas2, positions, attention_mask=att, self_conditioning=sc,
+                        cache=store.call([0, 1, 2], full=False, attention=att, columns=width))
+    scale = want.abs().amax(-1, keepdim=True)
+    assert ((got - want).abs() <= 1e-5 * scale).all()
+    # one request's row of the store, read alone
+    one = native.logits(canvas2[1:2], positions, attention_mask=None if att is None else att[1:2],
+                        self_conditioning=sc[1:2],
+                        cache=store.call([1], full=False, attention=None, columns=width))
+    assert ((one - want[1:2]).abs() <= 1e-5 * scale[1:2]).all()
+
+
+def test_a_cached_call_is_bit_exact_under_the_invariant_kernels(native):
+    n, width = 2, 13 + C
+    tokens, mask = _rows(n, width, 2)
+    positions = torch.arange(width - C, width)
+    store = ContextKV(n=n, width=width, canvas=C, device="cpu")
+    with native.batch_invariant():
+        native.logits(tokens, positions, attention_mask=mask,
+                      cache=store.call([0, 1], full=True, attention=mask, columns=width))
+        canvas2 = torch.cat([tokens[:, :-C], tokens[:, -C:].flip(-1)], 1)
+        want = native.logits(canvas2, positions, attention_mask=mask)
+        got = native.logits(canvas2, positions, attention_mask=mask,
+                            cache=store.call([0, 1], full=False, attention=mask, columns=width))
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_seeded_reference_decode_is_the_uncached_one(native, seed):
+    """Batch 1, rules=reference, three canvases at the released schedule: the same tokens and
+    calls, of which every canvas's first is full and the rest cached."""
+    kw = dict(rules="reference", seed=seed, gen_length=3 * C, batch_invariant=True)
+    plain = decode(native, PROMPTS[0], "renoise", **kw)
+    spy = CallSpy(native)
+    cached = decode(spy, PROMPTS[0], "renoise", cache="prefix", **kw)
+    assert (cached.tokens, cached.nfe) == (plain.tokens, plain.nfe)
+    assert spy.cached_exactly_after_a_canvas_start()
+    assert cached.cache_exact
+
+
+def test_a_left_padded_batch_of_four_is_the_uncached_batch(native):
+    """rules=reference, a batch of four left-padded prompts of other lengths whose canvases end
+    at different steps, so that a call holds requests on different canvases (full and cached
+    calls in one round)."""
+    kw = dict(rules="reference", seed=11, gen_length=3 * C, batch_invariant=True, **EARLY)
+    plain = decode_batch(native, PROMPTS, "renoise", **kw)
+    spy = CallSpy(native)
+    cached = decode_batch(spy, PROMPTS, "renoise", cache="prefix", **kw)
+    assert spy.cached_exactly_after_a_canvas_start()
+    nfe = []
+    for p, c in zip(plain, cached):
+        assert (c.tokens, c.nfe, c.routes) == (p.tokens, p.nfe, p.routes)
+        nfe.append(p.nfe)
+    assert len(set(nfe)) > 1                        # the canvases end at different steps

@@ -247,7 +247,8 @@ def test_logits_name_canvas_positions_only(folders):
      "cache: diffusion_gemma (a uniform-state model) takes a context cache "
      "(decoding.cache.ContextKV), not object"),
     (lambda m, t: m.logits(t, torch.arange(6, 14), cache=ContextKV(
-        n=2, width=6, canvas=C, device="cpu").call([0], full=True, attention=None, columns=14)),
+        n=2, width=6, canvas=C, windows=m.sliding_windows, device="cpu").call(
+            [0], full=True, attention=None, columns=14)),
      "cache segments cover 1 rows, the call has 2"),
     (lambda m, t: m.logits(t, torch.arange(6, 14), attention_mask=torch.zeros_like(t)),
      "attention_mask: the canvas (the last 8 columns) holds padding"),

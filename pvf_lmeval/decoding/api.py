@@ -26,7 +26,9 @@ take ``self_conditioning``: ``tokens`` = context + canvas, the canvas the last
 ``canvas_length`` columns (named by ``positions``; the context, which may be left-padded, is
 read causally), ``self_conditioning`` [N, canvas_length, V] the previous denoising step's
 processed logits over the canvas (the softcapped logits divided by that step's temperature;
-None at a canvas's first step); ``eos_ids`` holds every id of config.json's ``eos_token_id``.
+None at a canvas's first step); ``eos_ids`` holds every id of config.json's ``eos_token_id``;
+``sliding_windows`` (per layer, its sliding window or None) says what ``cache=prefix`` keeps of
+each layer (:class:`.cache.ContextKV`).
 """
 
 from __future__ import annotations

@@ -248,14 +248,25 @@ class ContextKV:
     causally, so its keys never depend on the canvas, and the context does not change while a
     canvas is denoised (a canvas is committed only when it ends).
 
-    ``kv``: per layer, keys after rotary and values [n, Hkv, W, D] of every request's context,
-    right-aligned in ``W = width`` columns (the longest context: prompt and every canvas but
-    the last); ``key_pos`` [n, W] their position ids, ``key_keep`` [n, W] which are real,
+    Each layer keeps the context columns a canvas query can see (``models/canvas.py``): a
+    global layer (``windows[layer]`` None) every one, ``width``; a sliding-window layer of
+    window ``w`` those at position ids ``s - w + 1 .. s - 1`` (``s``: the canvas's first
+    position id; every canvas row sees the keys within the window of ``s``, and the context
+    ends at ``s - 1``): the last ``w - 1`` columns, ``min(width, w - 1)``, as transformers'
+    ``DynamicSlidingWindowLayer`` keeps them. The columns are right-aligned, so a sliding
+    layer's are the last of the global layers' and share their position ids.
+
+    ``kv``: per layer, keys after rotary and values [n, Hkv, kept[layer], D] of every request's
+    context, right-aligned (``width``: the longest context, the prompt and every canvas but the
+    last); ``key_pos`` [n, width] their position ids, ``key_keep`` [n, width] which are real,
     ``start`` [n] the canvas's first position id; ``ctx`` (host) each request's context
     columns. ``full_calls``/``cached_calls`` count the requests' calls of each kind."""
 
-    def __init__(self, *, n: int, width: int, canvas: int, device):
+    def __init__(self, *, n: int, width: int, canvas: int, windows: tuple[int | None, ...],
+                 device):
         self.n, self.width, self.canvas = n, width, canvas
+        #: per layer, the context columns it keeps
+        self.kept = [width if w is None else min(width, w - 1) for w in windows]
         self.kv: list | None = None
         self.key_pos = torch.zeros(n, width, dtype=torch.long, device=device)
         self.key_keep = torch.zeros(n, width, dtype=torch.bool, device=device)
@@ -300,21 +311,24 @@ class ContextCall:
         return x if self.req == list(range(self.store.n)) else x.index_select(0, self._idx)
 
     def layer_kv(self) -> list[tuple[Tensor, Tensor]]:
-        """Per layer, the requests' cached keys and values [N, Hkv, w, D] (w: the longest
-        context of the call's requests; the columns before a shorter one are not real)."""
-        w0 = self.store.width - self._w
-        return [(self._rows(k)[:, :, w0:], self._rows(v)[:, :, w0:]) for k, v in self.store.kv]
+        """Per layer, the requests' cached keys and values [N, Hkv, w_l, D]: the last
+        ``w_l = min(w, kept[layer])`` columns (w: the longest context of the call's requests;
+        the columns before a shorter one are not real)."""
+        return [(self._rows(k)[:, :, k.shape[2] - min(self._w, k.shape[2]):],
+                 self._rows(v)[:, :, v.shape[2] - min(self._w, v.shape[2]):])
+                for k, v in self.store.kv]
 
     def context(self) -> tuple[Tensor, Tensor, Tensor]:
         """(the canvas's first position id [N], the cached columns' position ids [N, w], which
-        are real [N, w]) of the call's requests."""
+        are real [N, w]) of the call's requests; a layer's keys are the last of these columns."""
         w0 = self.store.width - self._w
         return (self._rows(self.store.start), self._rows(self.store.key_pos)[:, w0:],
                 self._rows(self.store.key_keep)[:, w0:])
 
     def keep(self, kv_out: list) -> None:
-        """A full call's per-layer keys and values [N, Hkv, columns, D]: the context columns
-        (all but the last ``canvas``) become the requests' cache."""
+        """A full call's per-layer keys and values [N, Hkv, columns, D]: each layer's last
+        ``kept[layer]`` context columns (the context: all but the last ``canvas``) become the
+        requests' cache."""
         s = self.store
         ctx = self.columns - s.canvas
         dev = s.start.device
@@ -323,13 +337,16 @@ class ContextCall:
         pos = (real.long().cumsum(-1) - 1).clamp(min=0)        # the network's position ids
         lead = s.width - ctx
         if s.kv is None:
-            s.kv = [(k.new_zeros((s.n, k.shape[1], s.width, k.shape[3])),
-                     v.new_zeros((s.n, v.shape[1], s.width, v.shape[3]))) for k, v in kv_out]
-        for layer in range(len(kv_out)):
+            s.kv = [(k.new_zeros((s.n, k.shape[1], kept, k.shape[3])),
+                     v.new_zeros((s.n, v.shape[1], kept, v.shape[3])))
+                    for (k, v), kept in zip(kv_out, s.kept)]
+        for layer, kept in enumerate(s.kept):
             k, v = kv_out[layer]
             kv_out[layer] = None
-            for kept, new in zip(s.kv[layer], (k, v)):
-                kept.index_copy_(0, self._idx, F.pad(new[:, :, :ctx], (0, 0, lead, 0)))
+            first = max(ctx - kept, 0)
+            for dst, new in zip(s.kv[layer], (k, v)):
+                dst.index_copy_(0, self._idx,
+                                F.pad(new[:, :, first:ctx], (0, 0, kept - (ctx - first), 0)))
         s.key_pos.index_copy_(0, self._idx, F.pad(pos[:, :ctx], (lead, 0)))
         s.key_keep.index_copy_(0, self._idx, F.pad(real[:, :ctx].long(), (lead, 0)).bool())
         s.start.index_copy_(0, self._idx, real[:, :ctx].sum(-1))

@@ -68,7 +68,8 @@ class Runner:
         # the batch's caches, created here, so nothing leaks between batches
         self.cache: BatchKV | ContextKV | None = None
         if b.p.cache != "none" and b.uniform:
-            self.cache = ContextKV(n=b.n, width=b.P0 + b.L - b.B, canvas=b.B, device=b.device)
+            self.cache = ContextKV(n=b.n, width=b.P0 + b.L - b.B, canvas=b.B,
+                                   windows=model.sliding_windows, device=b.device)
         elif b.p.cache != "none":
             self.cache = BatchKV(b.p.cache, n=b.n, prompt_len=b.P0, gen_length=b.L,
                                  block_length=b.B, mask_id=b.mask_id, reveal_next=b.reveal,

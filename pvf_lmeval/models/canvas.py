@@ -11,10 +11,14 @@ Per kind of layer (the allowed pairs, query row q, key column k):
 - context rows: causal (``k <= q``); on a sliding-window layer also ``pos[q] - pos[k] < window``
   (the encoder's window: ``window`` keys, the query's own included);
 - canvas rows: every canvas column, and the context columns, but on a sliding-window layer only
-  those with ``pos[k] > pos[canvas start] - window``: the last ``window - 1`` context positions,
-  the same for every canvas row (what transformers' dynamic cache keeps of a sliding layer:
+  those with ``pos[k] > pos[canvas start] - window``, the same for every canvas row: the keys
+  the canvas's first position ``s`` would see through the window (``s - pos[k] < window``),
+  which among the context (``pos[k] <= s - 1``) are ``s - window + 1 .. s - 1``, the last
+  ``window - 1`` context positions (what transformers' dynamic cache keeps of a sliding layer:
   ``DynamicSlidingWindowLayer`` holds its last ``sliding_window - 1`` keys; the decoder attends
-  to them and the canvas without any further mask).
+  to them and the canvas without any further mask). A context cache therefore keeps those
+  ``window - 1`` positions of a sliding-window layer and every position of a global one
+  (``decoding.cache.ContextKV``).
 
 Padding (``keep``) is applied by the caller. Position ids count real tokens, so a left-padded
 row sees the same tokens as the row alone.
@@ -42,23 +46,18 @@ def split_attention(position_ids: torch.Tensor, n_context: int,
     return allowed & torch.where(canvas[None, :, None], recent, near)
 
 
-
 def cached_canvas_keys(key_pos: torch.Tensor, key_keep: torch.Tensor, start: torch.Tensor,
                        canvas: int, window: int | None = None) -> torch.Tensor:
-    """[N, 1, canvas + 1, W + canvas + 1] boolean (query, key) of a call that reads the
-    context's keys from a cache: ``W`` cached context columns at position ids ``key_pos``
-    [N, W], real where ``key_keep`` [N, W] (the canvas starts at position id ``start`` [N]),
-    then the canvas's own keys and one spare row's. The canvas rows see what
-    :func:`split_attention`'s canvas rows see, never the spare key; the spare row (its output
-    is dropped) sees every real context key and the canvas, so that the keys some query of the
-    call sees are the full call's (the batch-invariant attention packs exactly those, and a
-    canvas row's sums then run over the same tiles as in the full call: bit for bit)."""
-    n, w = key_keep.shape
+    """[N, 1, canvas, W + canvas] boolean (query, key) of a call that reads the context's keys
+    from a cache: ``W`` cached context columns at position ids ``key_pos`` [N, W], real where
+    ``key_keep`` [N, W] (the canvas starts at position id ``start`` [N]), then the canvas's own
+    keys. The canvas rows see what :func:`split_attention`'s canvas rows see: on a
+    sliding-window layer the cached columns at position ids ``start - window + 1 .. start - 1``,
+    all of them when ``W`` is those ``window - 1`` columns. One row per query, as in the full
+    call (the batch-invariant kernels then take the same per-query path)."""
+    n = key_keep.shape[0]
     seen = key_keep
     if window is not None:
         seen = seen & (key_pos > start[:, None] - window)
     own = torch.ones(n, canvas, dtype=torch.bool, device=seen.device)
-    spare = torch.zeros(n, 1, dtype=torch.bool, device=seen.device)
-    rows = torch.cat([seen, own, spare], dim=-1)[:, None].expand(n, canvas, -1)
-    last = torch.cat([key_keep, own, spare], dim=-1)[:, None]
-    return torch.cat([rows, last], dim=1)[:, None]
+    return torch.cat([seen, own], dim=-1)[:, None, None].expand(n, 1, canvas, -1)

@@ -107,6 +107,14 @@ class DiffusionLM:
         return self.net.cfg.canvas_length
 
     @property
+    def sliding_windows(self) -> tuple[int | None, ...]:
+        """Per layer, its sliding window (a query sees the keys of fewer than that many
+        positions back; None: every position): what a uniform-state model's context cache
+        keeps of each layer (``decoding.cache.ContextKV``)."""
+        cfg = self.net.cfg
+        return tuple(cfg.window_of(i) for i in range(cfg.n_layers))
+
+    @property
     def block_size(self) -> int | None:
         """Block diffusion's block size: attention sees the query's own block and the blocks
         before it, blocks of ``block_size`` positions counted from position id 0 (real tokens:

@@ -11,8 +11,9 @@ what the call is. ``cache`` as passed to ``DiffusionLM.logits`` is
   tests) offer the same view: ``bench/benchlib.py``'s ``call_view``.
 - on a uniform-state model (DiffusionGemma), a context call view (``decoding.cache``'s
   ``ContextCall``): ``rows``, ``spans`` (None: a full call, whose context keys ``keep``
-  keeps), ``layer_kv()`` and ``context()`` (the canvas's first position id, the cached
-  columns' position ids and which are real) for a call that computes the canvas only
+  keeps), ``layer_kv()`` (per layer, the keys and values of the last of the cached columns: a
+  sliding-window layer's may be fewer) and ``context()`` (the canvas's first position id, the
+  cached columns' position ids and which are real) for a call that computes the canvas only
   (``BidirectionalTransformer.canvas_cached``).
 
 A *full* call runs the whole canvas and hands its keys (after rotary, so cached keys carry their

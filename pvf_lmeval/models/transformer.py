@@ -325,7 +325,9 @@ class Attention(nn.Module):
         """``ops.attention`` of queries ``q`` over keys ``k``/``v`` as ``attn_bias`` allows. A
         :class:`.shadow.ShadowMask` (a shadow call: the last ``S`` queries and keys are the
         shadow's) makes two calls: the canvas queries over the canvas keys with the canvas
-        mask (the call without a shadow), the shadow queries over every key with theirs."""
+        mask (the call without a shadow), the shadow queries over every key with theirs. A
+        canvas network's sliding-window layer splits the same way (:meth:`_biases`): its
+        context rows in the first call, its canvas rows (the last ``S``) in the second."""
         gqa = self.n_kv_heads != self.n_heads
         if not isinstance(attn_bias, ShadowMask):
             return ops.attention(q, k, v, attn_bias, gqa, self.scale)
@@ -625,7 +627,17 @@ class BidirectionalTransformer(nn.Module):
         last = None
         if out_index is not None:
             last = additive_bias(take_rows(allowed, out_index)[:, None], dtype)
-        return additive_bias(allowed[:, None], dtype), last
+        bias = additive_bias(allowed[:, None], dtype)
+        n_context = t - (self.cfg.canvas_length or 0)
+        if self.cfg.window_of(layer) is not None and n_context > 0:
+            # a sliding-window layer of a canvas call attends in two calls, as a shadow call
+            # does: the context rows over the context keys, the canvas rows over every key. The
+            # batch-invariant kernels pack the keys some query of a call sees and tile them from
+            # the first: the canvas rows' call then packs exactly their own keys (the last
+            # window - 1 context keys and the canvas), which is all a cached call holds
+            # (``canvas_cached``), so both sum over the same tiles
+            bias = ShadowMask(bias[:, :, :n_context, :n_context], bias[:, :, n_context:])
+        return bias, last
 
     def hidden_cached(self, tokens: torch.Tensor, position_ids: torch.Tensor, kv: list,
                       attn_bias: torch.Tensor) -> torch.Tensor:
@@ -646,27 +658,29 @@ class BidirectionalTransformer(nn.Module):
                       self_conditioning: torch.Tensor | None = None) -> torch.Tensor:
         """Final-norm hidden states [N, C, d_model] of the canvas ``tokens`` [N, C] (C =
         ``canvas_length``; position ids ``start`` [N] onwards), its context read from a cache:
-        per layer the encoder's keys after rotary and values ``kv[layer]`` [N, Hkv, W, D] of
         ``W`` context columns at position ids ``key_pos`` [N, W], real where ``key_keep``
-        [N, W]. The same rows as :meth:`hidden`'s canvas rows over context + canvas: the
-        context rows are causal, so their keys do not depend on the canvas."""
+        [N, W], and per layer the encoder's keys after rotary and values ``kv[layer]``
+        [N, Hkv, W_l, D] of the last ``W_l <= W`` of them (a sliding-window layer's cache may
+        hold only the keys its canvas rows see, ``canvas.py``). The same rows as
+        :meth:`hidden`'s canvas rows over context + canvas: the context rows are causal, so
+        their keys do not depend on the canvas."""
         c = self.cfg.canvas_length
         if c is None or tokens.shape[1] != c:
             raise ValueError(f"canvas_cached takes the canvas of a network with canvas_length "
                              f"({c}); got {tokens.shape[1]} columns")
         x = self._canvas_input(self._embed(tokens), self_conditioning)
-        # a spare query row (a copy of the last canvas row, dropped at the end) whose keys the
-        # canvas does not see: ``cached_canvas_keys`` says why
-        x = torch.cat([x, x[:, -1:]], dim=1)
-        pos = start[:, None] + torch.arange(c + 1, device=tokens.device)
+        pos = start[:, None] + torch.arange(c, device=tokens.device)
+        w = key_pos.shape[1]
         kinds = {}
         for i, (block, (ck, cv)) in enumerate(zip(self.blocks, kv)):
             kind = self.cfg.is_global(i)
             if kind not in kinds:
-                seen = cached_canvas_keys(key_pos, key_keep, start, c, self.cfg.window_of(i))
+                cols = slice(w - ck.shape[2], w)        # the columns this kind's cache holds
+                seen = cached_canvas_keys(key_pos[:, cols], key_keep[:, cols], start, c,
+                                          self.cfg.window_of(i))
                 kinds[kind] = (*self._rotary(pos, x.dtype, i), additive_bias(seen, x.dtype))
             x = block.forward_cached(x, *kinds[kind][:2], ck, cv, kinds[kind][2])
-        return self.norm(x[:, :c])
+        return self.norm(x)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [.., V] of final hidden states: the working dtype, or float32 with

@@ -55,7 +55,7 @@ def _footprint(folder, n: int, layers: str):
     """``footprint`` of the flash folder at 16 requests of 4096 tokens (each layout once)."""
     if (n, layers) not in _FOOTPRINTS:
         _FOOTPRINTS[n, layers] = footprint(folder, n, layers, torch.bfloat16, batch_size=16,
-                                           tokens=4096)
+                                           prompt_length=4096)
     return _FOOTPRINTS[n, layers]
 
 
@@ -157,7 +157,7 @@ def _gemma_by_hand(n: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_diffusion_gemma_26b_per_rank_at_expert_parallel(gemma26b, n):
-    fp = footprint(gemma26b, n, "experts", torch.bfloat16, batch_size=1, tokens=4096)
+    fp = footprint(gemma26b, n, "experts", torch.bfloat16, batch_size=1, prompt_length=4096)
     assert (fp.experts, fp.other) == _gemma_by_hand(n)
     assert fp.whole == sum(_gemma_by_hand(1))
 
@@ -168,21 +168,32 @@ def test_diffusion_gemma_sliding_layers_keep_their_window(gemma26b, tokens, kept
     position, the 25 sliding-window layers (8 heads of 256) at the last sliding_window - 1 =
     1023 (counted at every position, one request of 4096 tokens gave 0.92 GB where the cache
     holds 0.29 GB)."""
-    fp = footprint(gemma26b, 2, "experts", torch.bfloat16, batch_size=3, tokens=tokens)
+    fp = footprint(gemma26b, 2, "experts", torch.bfloat16, batch_size=3, prompt_length=tokens)
     assert fp.kv_cache == 2 * (5 * 2 * 512 * tokens + 25 * 8 * 256 * kept) * 3 * 2
 
 
 def test_diffusion_gemma_kv_line_says_what_it_counts(gemma26b, capsys):
-    assert dlm.main(["memory", f"pretrained={gemma26b},prompt_length=4000,gen_length=96"]) == 0
+    """A long context: a prompt of 4000 and two canvases of 256; cache=prefix keeps the context
+    of the last canvas, 4000 + 256 = 4256 positions, on the 5 global layers (2 heads of 512)
+    and the last 1023 on the 25 sliding-window layers (8 heads of 256); keys and values,
+    bfloat16."""
+    assert dlm.main(["memory", f"pretrained={gemma26b},prompt_length=4000,gen_length=512"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    kv = 2 * (5 * 2 * 512 * 4096 + 25 * 8 * 256 * 1023) * 2
+    kv = 2 * (5 * 2 * 512 * 4256 + 25 * 8 * 256 * 1023) * 2
     assert lines[5].split() == ["KV", "cache", f"{kv / 1e9:.2f}", str(kv)]
     assert lines[7] == (
-        "KV cache: batch_size=1 x 4096 tokens (prompt_length 4000 + gen_length 96): the context's "
-        "keys and values as transformers' DynamicCache holds them between calls (5 global "
-        "layers: every position; 25 sliding-window layers: the last 1023, sliding_window - 1); "
-        "renoise's cache=prefix keeps every context position on every layer of diffusion_gemma; "
-        "activations are not included")
+        "KV cache: batch_size=1 x 4256 tokens (prompt_length 4000 + gen_length 512 - the last "
+        "canvas 256): the context's keys and values (the prompt and every canvas but the last) "
+        "as cache=prefix keeps them, as transformers' DynamicCache holds them between calls (5 "
+        "global layers: every position; 25 sliding-window layers: the last 1023, "
+        "sliding_window - 1); activations are not included")
+
+
+def test_a_diffusion_gemma_gen_length_of_part_of_a_canvas_is_one_line(gemma26b, capsys):
+    code, out, err = _memory(f"pretrained={gemma26b},prompt_length=4000,gen_length=96", capsys)
+    assert code == 2 and out == ""
+    assert err == ("pvf-dlm memory: gen_length=96 must be a multiple of the canvas, "
+                   "canvas_length 256 (its decoders denoise whole canvases)\n")
 
 
 def test_diffusion_gemma_26b_replicates_attention_when_all_is_split(gemma26b):

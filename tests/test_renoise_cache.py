@@ -17,6 +17,7 @@ from helpers.prerequisites import family_tier
 from pvf_lmeval.decoding.api import decode, decode_batch
 from pvf_lmeval.decoding.cache import ContextKV
 from pvf_lmeval.models import load_model
+from pvf_lmeval.models.footprint import footprint
 
 C = 8                       # the tiny folder's canvas
 WINDOW = 6                  # its sliding window: a canvas query sees 5 context positions
@@ -58,6 +59,11 @@ class CallSpy:
     def widths(self) -> list[list[int]]:
         """Per store the decode made, the context columns each layer's keys and values hold."""
         return [[t.shape[2] for kv in store.kv for t in kv] for store in self.stores]
+
+    def stored_bytes(self) -> int:
+        """The bytes of the keys and values the decode's stores hold."""
+        return sum(t.numel() * t.element_size() for store in self.stores for kv in store.kv
+                   for t in kv)
 
     def cached_exactly_after_a_canvas_start(self) -> bool:
         cached = [c for c, _ in self.calls]
@@ -148,9 +154,12 @@ def test_a_sliding_layer_keeps_the_context_keys_a_canvas_query_sees(native, cont
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=family_tier),
                                   pytest.param(2, marks=family_tier)])
-def test_a_seeded_reference_decode_is_the_uncached_one(native, seed):
+def test_a_seeded_reference_decode_is_the_uncached_one(folder, native, seed):
     """Batch 1, rules=reference, three canvases at the released schedule: the same tokens and
-    calls, of which every canvas's first is full and the rest cached."""
+    calls, of which every canvas's first is full and the rest cached. The cache holds what
+    ``pvf-dlm memory`` counts: keys and values, float32, of the 5 sliding-window layers (2
+    heads of 16) at 5 columns and of the global one (1 head of 32) at the context of the last
+    canvas, 5 + 2 * 8 = 21."""
     kw = dict(rules="reference", seed=seed, gen_length=3 * C, batch_invariant=True)
     plain = decode(native, PROMPTS[0], "renoise", **kw)
     spy = CallSpy(native)
@@ -160,6 +169,8 @@ def test_a_seeded_reference_decode_is_the_uncached_one(native, seed):
     assert cached.cache_exact
     # the longest context: the prompt (5) and two canvases; the sliding layers keep 5 of it
     assert spy.widths() == [[WINDOW - 1] * 10 + [5 + 2 * C] * 2]
+    counted = footprint(folder, dtype=torch.float32, prompt_length=5, gen_length=3 * C)
+    assert spy.stored_bytes() == counted.kv_cache == 2 * (5 * 2 * 16 * 5 + 1 * 32 * 21) * 4
 
 
 def test_a_left_padded_batch_of_four_is_the_uncached_batch(native):

@@ -6,7 +6,9 @@ Keys (``--model_args`` spelling): ``pretrained`` (a checkpoint folder or a bundl
 ``tensor_parallel_size`` (alias ``tp_size``, default 1), ``parallel_layers`` (all | experts),
 ``dtype`` (auto = bfloat16, as on a GPU; float32; float16), ``batch_size`` (requests decoded
 together, default 1), ``gen_length`` and ``prompt_length`` (the KV cache's tokens per request,
-default 0 each, at most the decoders' 2^24 positions).
+default 0 each, at most the decoders' 2^24 positions; on a uniform-state model the cache holds
+the context of the last canvas, ``prompt_length + gen_length - canvas_length``, and
+``gen_length`` is a multiple of the canvas: ``footprint.kv_tokens``).
 
 The folder passes the loader's checks (its config against its safetensors headers) and the
 layout ``Shard.plan``'s (at most as many ranks as the model can split) before anything is
@@ -84,6 +86,11 @@ def _folder(name: str) -> Path:
     return path
 
 
+def _uncached(tokens: int, prompt: int, gen: int) -> str:
+    """The positions the cache does not cover, in words (a uniform-state model's last canvas)."""
+    return f" - the last canvas {prompt + gen - tokens}" if tokens < prompt + gen else ""
+
+
 def report(args: dict) -> str:
     """The table ``pvf-dlm memory`` prints."""
     import torch
@@ -91,9 +98,9 @@ def report(args: dict) -> str:
     from ..models.footprint import footprint
 
     folder = _folder(args["pretrained"])
-    tokens = args["prompt_length"] + args["gen_length"]
+    prompt, gen = args["prompt_length"], args["gen_length"]
     fp = footprint(folder, args["size"], args["layers"], getattr(torch, args["dtype"]),
-                   args["batch_size"], tokens)
+                   args["batch_size"], prompt, gen)
     rows = [("routed experts", fp.experts), ("other weights", fp.other),
             ("weights", fp.weights), ("KV cache", fp.kv_cache),
             ("total", fp.weights + fp.kv_cache)]
@@ -102,8 +109,8 @@ def report(args: dict) -> str:
              *(f"note: {n}" for n in fp.notes),
              f"{'per rank':<16}{'GB':>9}{'bytes':>16}"]
     lines += [f"  {name:<14}{value / GB:>9.2f}{value:>16}" for name, value in rows]
-    lines += [f"KV cache: batch_size={args['batch_size']} x {tokens} tokens (prompt_length "
-              f"{args['prompt_length']} + gen_length {args['gen_length']}): {fp.kv_covers}; "
-              f"activations are not included",
+    lines += [f"KV cache: batch_size={args['batch_size']} x {fp.kv_tokens} tokens (prompt_length "
+              f"{prompt} + gen_length {gen}{_uncached(fp.kv_tokens, prompt, gen)}): "
+              f"{fp.kv_covers}; activations are not included",
               f"whole model: {fp.whole / GB:.2f} GB of weights"]
     return "\n".join(lines) + "\n"

@@ -113,7 +113,7 @@ def test_batch_of_four_gives_each_request_alone(native):
     lengths, canvases ending at different steps, so that a call holds requests on different
     canvases and steps (with and without self-conditioning)."""
     prompts = [PROMPT, [2, 40, 41], [2] + list(range(60, 70)), [2, 7]]
-    kw = dict(gen_length=3 * C, seed=15, **EARLY)
+    kw = dict(gen_length=3 * C, seed=11, **EARLY)
     batch = decode_batch(OneRowAtATime(native), prompts, "renoise", **kw)
     nfe = []
     for i, p in enumerate(prompts):

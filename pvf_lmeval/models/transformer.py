@@ -629,13 +629,15 @@ class BidirectionalTransformer(nn.Module):
             last = additive_bias(take_rows(allowed, out_index)[:, None], dtype)
         bias = additive_bias(allowed[:, None], dtype)
         n_context = t - (self.cfg.canvas_length or 0)
-        if self.cfg.window_of(layer) is not None and n_context > 0:
-            # a sliding-window layer of a canvas call attends in two calls, as a shadow call
-            # does: the context rows over the context keys, the canvas rows over every key. The
-            # batch-invariant kernels pack the keys some query of a call sees and tile them from
-            # the first: the canvas rows' call then packs exactly their own keys (the last
-            # window - 1 context keys and the canvas), which is all a cached call holds
-            # (``canvas_cached``), so both sum over the same tiles
+        if (self.cfg.window_of(layer) is not None and n_context > 0
+                and ops.active() is not ops.TORCH):
+            # under the batch-invariant kernels a sliding-window layer of a canvas call attends
+            # in two calls, as a shadow call does: the context rows over the context keys, the
+            # canvas rows over every key. Those kernels pack the keys some query of a call sees
+            # and tile them from the first: the canvas rows' call then packs exactly their own
+            # keys (the last window - 1 context keys and the canvas), which is all a cached call
+            # holds (``canvas_cached``), so both sum over the same tiles. torch's own kernels
+            # promise no such equality, so they keep the one call
             bias = ShadowMask(bias[:, :, :n_context, :n_context], bias[:, :, n_context:])
         return bias, last
 

@@ -35,14 +35,17 @@ LM_EVAL = str(BIN / "lm-eval")
 #: the decoding of test_lm_cli.py's reference run, whose first four documents it pins
 BASE_ARGS = ["pretrained=tiny-llada", "decoder=threshold", "gen_length=96", "block_length=32",
              "cache=dual"]
-#: the package's tasks (tasks/*/*.yaml), every one a generate_until task
-PACKAGE_TASKS = {"arith", "arith_var", "gsm8k_pvf", "gsm8k_cot_pvf", "gsm8k_pvf_chat",
-                 "gsm8k_cot_pvf_chat", "humaneval_pvf", "humaneval_instruct_pvf",
-                 "humaneval_pvf_chat", "humaneval_pvf_sampled", "math500_pvf", "math500_pvf_chat",
-                 "mmlu_pro_pvf", "mmlu_pro_pvf_chat",
-                 # the published settings' tasks (lmeval/published.py)
-                 "gsm8k_llada_oc", "gsm8k_pvf_paper", "math_llada_oc", "humaneval_llada_oc",
-                 "humaneval_fastdllm", "humaneval_pvf_paper"}
+#: the package's tasks (tasks/*/*.yaml) -> their output type
+PACKAGE_TASKS = {**dict.fromkeys((
+    "arith", "arith_var", "gsm8k_pvf", "gsm8k_cot_pvf", "gsm8k_pvf_chat", "gsm8k_cot_pvf_chat",
+    "humaneval_pvf", "humaneval_instruct_pvf", "humaneval_pvf_chat", "humaneval_pvf_sampled",
+    "math500_pvf", "math500_pvf_chat", "mmlu_pro_pvf", "mmlu_pro_pvf_chat",
+    # the published settings' tasks (lmeval/published.py)
+    "gsm8k_llada_oc", "gsm8k_pvf_paper", "math_llada_oc", "humaneval_llada_oc",
+    "humaneval_fastdllm", "humaneval_pvf_paper", "gsm8k_llada_oc_base", "math_llada_oc_base",
+    "humaneval_llada_oc_base", "minerva_math_llada", "math_pvf_paper", "mmlu_pro_pvf_paper"),
+    "generate_until"),
+    "gpqa_main_n_shot_llada": "multiple_choice"}
 SHOTS = 2
 #: the model args of the --config run, as YAML types them
 CONFIG_MODEL_ARGS = {"pretrained": "tiny-llada", "decoder": "threshold", "gen_length": 96,
@@ -205,9 +208,9 @@ def test_lm_eval_ls_tasks_lists_the_package_tasks(runs, tasks_path):
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
             if line.startswith("|")]
     ours = {r[0]: r[1:] for r in rows if len(r) == 3 and r[1].startswith(tasks_path + os.sep)}
-    assert set(ours) == PACKAGE_TASKS
+    assert set(ours) == set(PACKAGE_TASKS)
     for name, (location, output_type) in ours.items():
-        assert Path(location).suffix == ".yaml" and output_type == "generate_until", name
+        assert Path(location).suffix == ".yaml" and output_type == PACKAGE_TASKS[name], name
     assert "gsm8k" in {r[0] for r in rows}
 
 

@@ -6,6 +6,7 @@ published functions' outputs.
 Expected values come from running the published code (LLaDA's OpenCompass configs and
 ``eval_llada.py``, Fast-dLLM's ``eval_llada.py``, the PVF authors' dataset adapters) outside the
 repository on the items of ``tests/data/published/items.json``; see that folder's README.md.
+The likelihood rows' requests are checked in ``test_published_likelihood_prompts.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.prerequisites import family_tier
 from pvf_lmeval.lmeval import published_answers as pa
 from pvf_lmeval.lmeval.published import PUBLISHED, markdown_table, published
 
@@ -36,16 +38,22 @@ SCRIPT_ROW = {
     "llada-instruct-math-pure": "llada_instruct_math_len512_blk512_conf",
     **{f"llada-base-gsm8k-{n}": "llada_base_lmeval_gsm8k" for n in (256, 512, 1024)},
     **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
+    **{f"llada-base-math-{n}": "llada_base_lmeval_minerva_math" for n in (256, 512, 1024)},
+    **{f"llada-base-oc-{b}-256": f"llada_base_oc_{b}_len256" for b in ("gsm8k", "math", "humaneval")},
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
     **{f"pvf-paper-{m}-{b}-{d}": f"pvf_paper_{m}_{b}" for m in ("llada", "dream")
-       for b in ("gsm8k", "humaneval") for d in ("static", "fastdllm", "freedave", "pvf")},
+       for b in ("gsm8k", "humaneval", "math", "mmlu_pro")
+       for d in ("static", "fastdllm", "freedave", "pvf")},
 }
 
 
+#: the bundled variant that stands for a command's lm-eval task (tasks/gpqa_llada/)
+SCRIPT_TASK = {"gpqa_main_n_shot_llada": "gpqa_main_n_shot"}
 #: the likelihood rows -> their command in LLaDA's eval_llada_lm_eval.sh (by its --tasks)
-LIKELIHOOD_ROW = {name: row.task for name, row in PUBLISHED.items() if not row.bundled_task}
+LIKELIHOOD_ROW = {name: SCRIPT_TASK.get(row.task, row.task) for name, row in PUBLISHED.items()
+                  if "mc_num" in row.decoding}
 
 
 def test_every_row_is_checked_against_a_script():
@@ -126,7 +134,11 @@ def _cli_flags(row) -> dict:
 
 @pytest.fixture
 def local_items(tmp_path, monkeypatch):
-    """The tiny items as the pvf-data copies the bundled tasks read offline."""
+    """The tiny items as the pvf-data copies the bundled tasks read offline; MMLU-Pro's (no
+    offline copy exists) as the hub's ``load_dataset`` would return them."""
+    import datasets
+    import lm_eval.evaluator
+
     import pvf_lmeval.data as data
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -142,6 +154,17 @@ def local_items(tmp_path, monkeypatch):
                 f.write(text)
         else:
             path.write_text(text)
+    hub = datasets.load_dataset
+    # the results' environment report runs torch's collect_env (seconds of subprocesses)
+    monkeypatch.setattr(lm_eval.evaluator, "add_env_info", lambda results: None)
+
+    def load_dataset(path=None, *args, **kwargs):
+        if path == "TIGER-Lab/MMLU-Pro":
+            items = datasets.Dataset.from_list(ITEMS["mmlu_pro_test"])
+            return datasets.DatasetDict({"test": items})
+        return hub(path, *args, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
 
 
 def _contexts(row) -> list[str]:
@@ -157,18 +180,55 @@ def _contexts(row) -> list[str]:
     return lm.contexts
 
 
-@pytest.mark.parametrize("name", list(SCRIPT_ROW))
+def _prompt_setting(name: str) -> tuple:
+    """What decides a row's prompts: its script row, the lm-eval flags of its command (task,
+    few-shot count, chat form) and the chat template's family; not its decoding."""
+    row = published(name)
+    family = ("dream" if "Dream" in row.model else "llada") if row.chat != "none" else None
+    flags = {k: tuple(v) if isinstance(v, list) else v for k, v in _cli_flags(row).items()}
+    return SCRIPT_ROW[name], tuple(sorted(flags.items())), family
+
+
+#: one prompt check per distinct prompt setting (the rows of a script row that differ only in
+#: decoding share it): {first row: every row with its setting}
+PROMPT_GROUPS: dict[str, list[str]] = {}
+for _name in SCRIPT_ROW:
+    _first = next((k for k in PROMPT_GROUPS if _prompt_setting(k) == _prompt_setting(_name)), _name)
+    PROMPT_GROUPS.setdefault(_first, []).append(_name)
+
+#: how the PVF authors' rows name an item (prompts.json "item"; they shuffle the items), by
+#: item set; the other scripts' rows name it by its index
+PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
+                "mmlu_pro_test": lambda i, d: d["question_id"],
+                "gsm8k_test": lambda i, d: i, "math_test": lambda i, d: i}
+
+
+def _items_of(row) -> str:
+    if row.code:
+        return "humaneval"
+    if "mmlu_pro" in row.task:
+        return "mmlu_pro_test"
+    return "math_test" if "math" in row.task else "gsm8k_test"
+
+
+def test_rows_sharing_a_script_row_share_their_prompt_setting():
+    """Every row of a script row is covered by one prompt check (its group)."""
+    assert sorted(n for group in PROMPT_GROUPS.values() for n in group) == sorted(SCRIPT_ROW)
+    for first, group in PROMPT_GROUPS.items():
+        assert {_prompt_setting(n) for n in group} == {_prompt_setting(first)}
+    assert len(PROMPT_GROUPS) == len({SCRIPT_ROW[n] for n in SCRIPT_ROW})
+
+
+@pytest.mark.parametrize("name", list(PROMPT_GROUPS))
 def test_prompts_are_the_published_scripts_bytes(name, local_items):
     row = published(name)
     want = PROMPTS[SCRIPT_ROW[name]]
-    got = _contexts(row)
-    if str(want[0]["item"]).startswith("HumanEval/"):  # the PVF authors shuffle: by task id
-        by_id = dict(zip([d["task_id"] for d in ITEMS["humaneval"]], got))
-        got = [by_id[w["item"]] for w in want]
-    items = "humaneval" if row.code else "math_test" if row.task.startswith("math") else "gsm8k_test"
-    assert len(got) == len(want) == len(ITEMS[items])
-    for g, w in zip(got, want):
-        assert g == w["prompt"], (name, w["item"])
+    items = _items_of(row)
+    key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else (lambda i, d: i)
+    by_item = {key(i, d): g for (i, d), g in zip(enumerate(ITEMS[items]), _contexts(row))}
+    assert len(by_item) == len(want) == len(ITEMS[items])
+    for w in want:       # the published order (the PVF authors shuffle) read by item
+        assert by_item[w["item"]] == w["prompt"], (name, w["item"])
 
 
 def test_the_other_fewshot_form_breaks_fastdllms_prompt(local_items):
@@ -306,8 +366,40 @@ def test_likelihood_equals_the_published_script(name):
             options.likelihood.cfg_scale, options.likelihood.mask_logit) == (
         int(script["mc_num"]), batch, cfg, "kept"), name
     argv = shlex.split(row.command())
-    assert argv[argv.index("--tasks") + 1] == command["--tasks"]
-    assert "--include_path" not in argv and "--apply_chat_template" not in argv
+    task = argv[argv.index("--tasks") + 1]
+    assert SCRIPT_TASK.get(task, task) == command["--tasks"]
+    assert ("--include_path" in argv) == (task in SCRIPT_TASK)
+    assert "--apply_chat_template" not in argv
+
+
+def _published_until(script: str) -> list[str]:
+    """The stop strings the published script cut its answers at (settings.json)."""
+    found = SETTINGS[script]
+    for key in ("stop_words_applied", "until_applied", "lm_eval_until"):
+        if key in found:
+            return found[key] if isinstance(found[key], list) else []   # "none (...)"
+    if "lm_eval_gen_kwargs" in found:
+        return found["lm_eval_gen_kwargs"]["until"]
+    assert "no stop strings" in found["generation"], script
+    return []
+
+
+def test_stop_strings_are_the_published_scripts(local_items):
+    """Each row's task cuts the answer where its script did: lm-eval's own ``until`` for
+    eval_llada.py (GSM8K, HumanEval, minerva_math), OpenCompass's ``stop_words`` for the Base
+    model (none but MATH's "Problem:"), none for the Instruct OpenCompass rows, the PVF authors'
+    code and Fast-dLLM's HumanEval; the Fast-dLLM GSM8K rows keep lm-eval's."""
+    from lm_eval.tasks import TaskManager
+
+    want = {}
+    for name in SCRIPT_ROW:
+        until = want.setdefault(published(name).task, _published_until(SCRIPT_ROW[name]))
+        assert until == _published_until(SCRIPT_ROW[name]), name   # a task serves one rule
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    tasks = tm.load(sorted(want))["tasks"]
+    got = {t.config.task: t.config.generation_kwargs["until"]
+           for t in (tasks.values() if isinstance(tasks, dict) else tasks)}
+    assert got == want
 
 
 def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
@@ -460,6 +552,154 @@ def test_gsm8k_tasks_score_with_the_published_rule(task, local_items):
     assert score == (1.0 if task == "gsm8k_llada_oc" else 0.0)   # the PVF rule reads the 99
     assert t.process_results(doc, ["She makes $18."])["exact_match"] == 1.0
     assert t.config.generation_kwargs["until"] == []
+
+
+OCB = ANSWERS["opencompass_base"]
+
+
+@pytest.mark.parametrize("case", OCB["gsm8k_postprocess_"], ids=lambda c: c["output"][:20])
+def test_opencompass_base_gsm8k_prediction(case):
+    assert pa.oc_gsm8k_base_prediction(case["output"]) == case["pred"]
+
+
+@pytest.mark.parametrize("case", OCB["humaneval_internal_v2_postprocess"],
+                         ids=lambda c: c["output"][:20])
+def test_opencompass_base_humaneval_completion(case):
+    assert pa.oc_humaneval_base_completion(case["output"]) == case["completion"]
+
+
+def test_opencompass_base_math_gold_is_the_boxed_answer():
+    """MATHDataset.load keeps ``extract_boxed_answer(solution)``; MATHVerifyEvaluator reads it."""
+    rows = OCB["MATHVerifyEvaluator"]["rows"]
+    assert [pa.oc_math_boxed(r["solution"]) for r in rows] == [r["gold"] for r in rows]
+
+
+def test_opencompass_base_math_verify():
+    pytest.importorskip("math_verify")
+    pytest.importorskip("latex2sympy2_extended")
+    rows = OCB["MATHVerifyEvaluator"]["rows"]
+    assert [pa.oc_math_verify_correct(r["output"], r["gold"]) for r in rows] == \
+        [r["correct"] for r in rows]
+
+
+def test_opencompass_base_math_verify_is_none_without_the_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)    # import fails
+    assert pa.oc_math_verify_correct("\\boxed{2}", "2") is None
+
+
+def test_pvf_authors_math():
+    """``check_single_MATH`` on every (solution, output) pair of the corpus: boxed answers,
+    normalisation, numeric equality, the final-answer fallback and its vetoes."""
+    rows = PVF["MATH check_single_MATH(allow_fallback=True, strict_fallback=False)"]
+    assert [pa.pvf_math_correct(r["output"], r["solution"]) for r in rows] == \
+        [r["correct"] for r in rows]
+
+
+def test_pvf_authors_mmlu_pro():
+    preds = PVF["mmlu_pro extract_mmlu_pro_pred_choice"]
+    assert [pa.pvf_mmlu_pro_prediction(r["output"]) for r in preds] == [r["pred"] for r in preds]
+    rows = PVF["mmlu_pro accuracy_MMLU_Pro"]
+    assert [pa.pvf_mmlu_pro_correct(r["output"], r["gold"]) for r in rows] == \
+        [r["correct"] for r in rows]
+
+
+def _task_utils(folder: str):
+    import importlib.util
+
+    path = REPO / "tasks" / folder / "utils.py"
+    spec = importlib.util.spec_from_file_location(f"_published_{folder}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+M048 = ANSWERS["lmeval048_minerva_math"]
+
+
+def test_lmeval048_minerva_answers_and_normalisation():
+    """minerva_math_llada's reference answer and the output's answer, normalised as lm-eval
+    0.4.8 did (no sympy needed), on every pair of the corpus."""
+    import datasets
+
+    mth = _task_utils("math500_pvf")
+    rows = M048["rows"]
+    docs = mth.process_docs_lmeval048(datasets.Dataset.from_list(
+        [{"problem": "p", "solution": r["solution"]} for r in rows]))
+    assert [d["answer"] for d in docs] == [r["answer"] for r in rows]
+    got = [mth.normalize_final_answer(mth.get_unnormalized_answer(r["output"]), legacy=True)
+           for r in rows]
+    assert got == [r["normalized"] for r in rows]
+
+
+@family_tier      # 6-8 s of sympy on the CPU; runs only where lm-eval[math] is installed
+def test_lmeval048_minerva_scores():
+    """exact_match and math_verify as lm-eval 0.4.8's process_results gives them (needs
+    lm-eval[math]: sympy, antlr4-python3-runtime 4.11, math_verify)."""
+    pytest.importorskip("antlr4")
+    pytest.importorskip("math_verify")
+    mth = _task_utils("math500_pvf")
+    rows = M048["rows"]
+    got = [mth.process_results_lmeval048({"answer": r["answer"], "solution": r["solution"]},
+                                         [r["output"]]) for r in rows]
+    assert [(g["exact_match"], g["math_verify"]) for g in got] == \
+        [(float(r["exact_match"]), float(r["math_verify"])) for r in rows]
+
+
+def _loaded(task: str):
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    t = tm.load([task])["tasks"]
+    return next(iter(t.values())) if isinstance(t, dict) else t[0]
+
+
+def _available(*modules: str) -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def test_new_math_tasks_score_with_the_published_rules(local_items):
+    """MATH item 0 (two vertical asymptotes): each MATH row's task reads the answer its script
+    reads; a metric whose package is missing is NaN, not a guess."""
+    import math
+
+    minerva = _loaded("minerva_math_llada")
+    doc = minerva.test_docs()[0]
+    assert doc["answer"] == "2" and minerva.config.num_fewshot == 4
+    phrase = "So there are two.\nFinal Answer: The final answer is $2$. I hope it is correct."
+    res = minerva.process_results(doc, [phrase])
+    assert (res["exact_match"] == 1.0) if _available("antlr4", "sympy") else math.isnan(res["exact_match"])
+    assert (res["math_verify"] == 1.0) if _available("math_verify") else math.isnan(res["math_verify"])
+    if _available("antlr4", "sympy"):         # the Minerva phrase only, as 0.4.8
+        assert minerva.process_results(doc, ["$\\boxed{2}$"])["exact_match"] == 0.0
+    oc_base = _loaded("math_llada_oc_base")
+    got = oc_base.process_results(oc_base.test_docs()[0], ["so $\\boxed{2}$"])["exact_match"]
+    assert got == 1.0 if _available("math_verify", "latex2sympy2_extended") else math.isnan(got)
+    paper = _loaded("math_pvf_paper")
+    doc = paper.test_docs()[0]
+    assert paper.process_results(doc, ["thus \\boxed{2}."])["exact_match"] == 1.0
+    assert paper.process_results(doc, ["The final answer is 3."])["exact_match"] == 0.0
+    assert paper.config.num_fewshot in (None, 0) and paper.config.generation_kwargs["until"] == []
+
+
+def test_new_gsm8k_mmlu_pro_humaneval_tasks_score_with_the_published_rules(local_items):
+    base = _loaded("gsm8k_llada_oc_base")
+    doc = base.test_docs()[0]                  # Janet's ducks: 18
+    assert base.process_results(doc, ["The answer is: 18 ducks, not 20"])["exact_match"] == 1.0
+    assert base.process_results(doc, ["18 then 20"])["exact_match"] == 0.0   # the last number
+    mmlu = _loaded("mmlu_pro_pvf_paper")
+    doc = mmlu.test_docs()[0]                  # answer I
+    assert mmlu.process_results(doc, ["Analysis: ...\nAnswer: I"])["exact_match"] == 1.0
+    assert mmlu.process_results(doc, ["Answer: B"])["exact_match"] == 0.0
+    # their first pattern reads "answer is (A)" as "answer i...": the letter I
+    assert mmlu.process_results(doc, ["the answer is (A)"])["exact_match"] == 1.0
+    he = _task_utils("humaneval_pvf")
+    doc = dict(CODE_DOC, task_id="t", test="", entry_point="add")
+    body = "    return a + b\n\n\nprint(add(1, 2))"
+    assert he.completion_llada_oc_base(doc, body) == CODE_DOC["prompt"] + "    return a + b"
 
 
 # ----------------------------------------------------------------------------- a run

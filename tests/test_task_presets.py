@@ -72,9 +72,18 @@ def test_explicit_model_args_stay_under_a_task_preset(pvf_lm):
     assert (got.preset, got.reveal_next, got.threshold, got.plan_hi) == ("mmlu_pro", 2, 0.8, 0.65)
 
 
+#: the bundled likelihood tasks: nothing is decoded for them, so no preset applies
+LIKELIHOOD_TASKS = {"gpqa_main_n_shot_llada"}
+
+
 def _bundled_tasks() -> dict[str, Path]:
-    return {line.split(":", 1)[1].strip(): f for f in (REPO / "tasks").glob("*/*.yaml")
-            for line in f.read_text().splitlines() if line.startswith("task:")}
+    """The bundled generation tasks (every bundled task but the likelihood ones)."""
+    tasks = {line.split(":", 1)[1].strip(): f for f in (REPO / "tasks").glob("*/*.yaml")
+             for line in f.read_text().splitlines() if line.startswith("task:")}
+    assert LIKELIHOOD_TASKS <= set(tasks)
+    for name in LIKELIHOOD_TASKS:
+        assert "output_type: multiple_choice" in tasks.pop(name).read_text()
+    return tasks
 
 
 def test_every_bundled_task_has_a_preset():

@@ -14,7 +14,9 @@ exemplar a user and an assistant turn, as OpenCompass renders its exemplars). Ev
 row sets ``early_stop=false``: the published loops decode the whole canvas. The likelihood rows
 (LLaDA-8B-Base's ppl tasks) run lm-eval's own multiple-choice tasks with the estimator of LLaDA's
 ``eval_llada.py``: ``mc_num`` draws, stratified per group of its ``--batch_size`` draws,
-cross-entropy over the whole vocabulary, classifier-free guidance ``cfg_scale``.
+cross-entropy over the whole vocabulary, classifier-free guidance ``cfg_scale``; their prompts
+are lm-eval 0.4.8's (the version the script pins), which 0.4.13's tasks build byte for byte but
+GPQA's (its bundled variant ``gpqa_main_n_shot_llada``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Published:
     decoding: dict
     #: whether the task is one of pvf-lmeval's (``--include_path``) rather than lm-eval's own
     bundled_task: bool = True
+    #: what the command alone does not say: a difference from the published run that remains,
+    #: how a task variant removes one, or what its scoring needs installed
+    note: str = ""
 
     def __post_init__(self):
         if self.chat not in CHATS:
@@ -122,22 +127,36 @@ LLADA_PPL = (("gpqa_main_n_shot", "GPQA", 5, 0.5, 128, 8, "25.2", "26.1"),
              ("mmlu", "MMLU", 5, 0.0, 1, 1, "65.9", None),
              ("cmmlu", "CMMLU", 5, 0.0, 1, 1, "69.9", None),
              ("ceval-valid", "C-Eval", 5, 0.0, 1, 1, "70.5", None))
+#: the script's task -> the bundled variant that builds lm-eval 0.4.8's requests where 0.4.13's
+#: own task does not (tasks/gpqa_llada/)
+LLADA_PPL_VARIANT = {"gpqa_main_n_shot": "gpqa_main_n_shot_llada"}
+LLADA_PPL_NOTE = {
+    "gpqa_main_n_shot": "task gpqa_main_n_shot_llada: lm-eval 0.4.8's answer preprocessing "
+                        "(bracketed text deleted) and answer order (0.4.13's gpqa_main_n_shot "
+                        "keeps brackets and shuffles otherwise)",
+    "truthfulqa_mc2": "lm-eval 0.4.13 scores mc2 with the true answers wherever they stand; "
+                      "0.4.8 took those before the first false one: equal when the true "
+                      "answers come first",
+}
 
 
 def _llada_ppl_rows() -> list[Published]:
     """One row per script command (its cfg), and for a command with cfg > 0 also the same
     command at cfg 0 (EVAL.md's "w/o CFG" row, the LLaDA paper's Table 1)."""
     rows = []
-    for task, bench, shots, cfg, mc_num, batch, plain, guided in LLADA_PPL:
+    for script_task, bench, shots, cfg, mc_num, batch, plain, guided in LLADA_PPL:
         what = f"LLaDA-8B-Base on lm-eval, {bench} {shots}-shot, likelihood, mc_num {mc_num}"
         figure = f"{plain} (w/o CFG = w/ CFG)" if cfg == 0 and guided else plain
-        rows.append(Published(
-            f"llada-base-{task}", LLADA_EVAL, f"{what}, no CFG", figure, LLADA_BASE, task,
-            shots, "none", _likelihood(0.0, mc_num, batch), bundled_task=False))
+        task = LLADA_PPL_VARIANT.get(script_task, script_task)
+        common = dict(source=LLADA_EVAL, model=LLADA_BASE, task=task, num_fewshot=shots,
+                      chat="none", bundled_task=task != script_task,
+                      note=LLADA_PPL_NOTE.get(script_task, ""))
+        rows.append(Published(f"llada-base-{script_task}", setting=f"{what}, no CFG",
+                              figure=figure, decoding=_likelihood(0.0, mc_num, batch), **common))
         if cfg:
-            rows.append(Published(
-                f"llada-base-{task}-cfg", LLADA_EVAL, f"{what}, CFG {cfg}", guided, LLADA_BASE,
-                task, shots, "none", _likelihood(cfg, mc_num, batch), bundled_task=False))
+            rows.append(Published(f"llada-base-{script_task}-cfg", setting=f"{what}, CFG {cfg}",
+                                  figure=guided, decoding=_likelihood(cfg, mc_num, batch),
+                                  **common))
     return rows
 
 
@@ -167,15 +186,30 @@ def _rows() -> list[Published]:
                   LLADA_INSTRUCT, "humaneval_llada_oc", 0, "multi_turn",
                   _static(512, 512, logits_eos_inf=True)),
     ]
-    base = {"gsm8k": ("gsm8k_pvf", 5, {256: "70.0", 512: "70.8", 1024: "70.3"}),
-            "humaneval": ("humaneval_pvf", 0, {256: "32.9", 512: "32.9", 1024: "35.4"})}
-    for bench, (task, shots, figures) in base.items():
+    base = {"gsm8k": ("gsm8k_pvf", 5, "GSM8K 5-shot", {256: "70.0", 512: "70.8", 1024: "70.3"}),
+            "math": ("minerva_math_llada", 4, "MATH 4-shot (lm-eval 0.4.8's minerva_math)",
+                     {256: "30.3", 512: "30.9", 1024: "31.4"}),
+            "humaneval": ("humaneval_pvf", 0, "HumanEval 0-shot",
+                          {256: "32.9", 512: "32.9", 1024: "35.4"})}
+    for bench, (task, shots, what, figures) in base.items():
         for gen, figure in figures.items():
             rows.append(Published(
                 f"llada-base-{bench}-{gen}", LLADA_EVAL,
-                f"LLaDA-8B-Base on lm-eval, {'GSM8K 5-shot' if shots else 'HumanEval 0-shot'}, "
-                f"gen = steps = block = {gen}", figure, LLADA_BASE, task, shots, "none",
-                _static(gen, gen)))
+                f"LLaDA-8B-Base on lm-eval, {what}, gen = steps = block = {gen}", figure,
+                LLADA_BASE, task, shots, "none", _static(gen, gen),
+                note="exact_match and math_verify need lm-eval[math] (NaN without)"
+                if bench == "math" else ""))
+    oc_base = (("gsm8k", "gsm8k_llada_oc_base", 4, "GSM8K (4 fixed CoT shots as plain text)",
+                "71.9"),
+               ("math", "math_llada_oc_base", 4, "MATH (4 fixed shots as plain text, stop "
+                "\"Problem:\")", "30.7"),
+               ("humaneval", "humaneval_llada_oc_base", 0, "HumanEval (the prompt alone)", "34.1"))
+    for bench, task, shots, what, figure in oc_base:
+        rows.append(Published(
+            f"llada-base-oc-{bench}-256", LLADA_EVAL,
+            f"LLaDA-8B-Base on OpenCompass, {what}, gen = steps = block = 256", figure,
+            LLADA_BASE, task, shots, "none", _static(256, 256),
+            note="exact_match needs math_verify (NaN without)" if bench == "math" else ""))
     fast = {("gsm8k", 256): ("79.3", "79.5", "79.2", "78.5"),
             ("gsm8k", 512): ("77.5", "77.0", "77.6", "77.2"),
             ("humaneval", 256): ("41.5", "42.7", "43.9", "43.3"),
@@ -192,8 +226,13 @@ def _rows() -> list[Published]:
                 _fast_dllm(gen, column)))
     paper = {("llada", "gsm8k"): "79.46 / 79.62 / 79.08 / 79.75",
              ("llada", "humaneval"): "46.95 / 47.56 / 45.73 / 46.66",
+             ("llada", "math"): "41.06 / 40.84 / 40.90 / 40.24",
+             ("llada", "mmlu_pro"): "36.80 / 36.20 / 36.70 / 36.40",
              ("dream", "gsm8k"): "78.00 / 77.71 / 79.92 / 79.20",
-             ("dream", "humaneval"): "60.37 / 59.14 / 59.15 / 62.66"}
+             ("dream", "humaneval"): "60.37 / 59.14 / 59.15 / 62.66",
+             ("dream", "math"): "42.20 / 43.46 / 42.00 / 43.66",
+             ("dream", "mmlu_pro"): "41.30 / 40.18 / 41.10 / 43.30"}
+    benches = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "math": "MATH", "mmlu_pro": "MMLU-Pro"}
     methods = (("static", "static"), ("fastdllm", "threshold"), ("freedave", "freedave"),
                ("pvf", "pvf"))
     for (family, bench), figures in paper.items():
@@ -201,9 +240,8 @@ def _rows() -> list[Published]:
         for (method, decoder), figure in zip(methods, figures.split(" / ")):
             rows.append(Published(
                 f"pvf-paper-{family}-{bench}-{method}", PVF_PAPER,
-                f"{model.split('/')[1]}, {'GSM8K' if bench == 'gsm8k' else 'HumanEval'} "
-                f"0-shot, gen 512, block 64, {method}", figure, model, f"{bench}_pvf_paper", 0,
-                "multi_turn", _pvf_paper(decoder, bench)))
+                f"{model.split('/')[1]}, {benches[bench]} 0-shot, gen 512, block 64, {method}",
+                figure, model, f"{bench}_pvf_paper", 0, "multi_turn", _pvf_paper(decoder, bench)))
     return rows + _llada_ppl_rows()
 
 
@@ -224,6 +262,7 @@ def markdown_table() -> str:
     lines = ["| published setting | source | published figure | preset | command | ours |",
              "|---|---|---|---|---|---|"]
     for row in PUBLISHED.values():
-        lines.append(f"| {row.setting} | {row.source} | {row.figure} | `{row.name}` | "
+        setting = f"{row.setting}<br>*{row.note}*" if row.note else row.setting
+        lines.append(f"| {setting} | {row.source} | {row.figure} | `{row.name}` | "
                      f"`{row.command()}` | pending (GPU + weights) |")
     return "\n".join(lines) + "\n"

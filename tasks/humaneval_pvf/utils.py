@@ -141,6 +141,14 @@ def completion_llada_oc(doc: dict, text: str) -> str:
     return pa.oc_humaneval_program(doc, pa.oc_humaneval_completion(text))
 
 
+def completion_llada_oc_base(doc: dict, text: str) -> str:
+    """``humaneval_llada_oc_base``: OpenCompass's ``humaneval_internal_v2_postprocess``, after
+    the prompt."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    return pa.oc_humaneval_program(doc, pa.oc_humaneval_base_completion(text))
+
+
 def completion_pvf_paper(doc: dict, text: str) -> str:
     """``humaneval_pvf_paper``: the PVF authors' ``extract_python_code`` and program."""
     from pvf_lmeval.lmeval import published_answers as pa
@@ -240,6 +248,10 @@ def process_results_chat(doc: dict, results: list) -> dict:
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:
     return score(doc, results, completion_llada_oc)
+
+
+def process_results_llada_oc_base(doc: dict, results: list) -> dict:
+    return score(doc, results, completion_llada_oc_base)
 
 
 def process_results_pvf_paper(doc: dict, results: list) -> dict:

@@ -20,6 +20,7 @@ on a hub failure the local copy written by ``pvf-data fetch``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ import signal
 import threading
 from pathlib import Path
 
+from pvf_lmeval.lmeval.published_answers import last_boxed_only_string
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
 from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
@@ -107,6 +109,96 @@ def process_results_llada_oc(doc: dict, results: list) -> dict:
     generation = results[0]
     right = pa.oc_math_equal(pa.oc_math_prediction(str(generation)), pa.oc_math_boxed(doc["solution"]))
     out = {"exact_match": float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+def process_results_pvf_paper(doc: dict, results: list) -> dict:
+    """``math_pvf_paper``: the PVF authors' ``check_single_MATH`` (boxed answers, then their
+    final-answer fallback) against the solution."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    out = {"exact_match": float(pa.pvf_math_correct(str(generation), doc["solution"]))}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: OpenCompass's four Base-model exemplars (``math_gen_a58d9d.py``), braces doubled as its
+#: template leaves them
+LLADA_OC_BASE_SAMPLES = json.loads((Path(__file__).resolve().parent
+                                    / "llada_oc_base_samples.json").read_text())
+
+
+def llada_oc_base_samples() -> list[dict]:
+    return [dict(s) for s in LLADA_OC_BASE_SAMPLES]
+
+
+def _scoring_needs(task: str, packages: tuple[str, ...], metrics: str) -> None:
+    """Warn once, when the task is built (before any decoding), that ``metrics`` will be NaN
+    without ``packages``."""
+    import importlib.util
+
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        _warn_once(task, f"{task}: {', '.join(missing)} not installed; {metrics} NaN "
+                   "(pip install \"lm-eval[math]\")")
+
+
+def process_docs_llada_oc_base(dataset):
+    """``math_llada_oc_base``: the documents as they are; warns when ``math_verify`` is missing."""
+    _scoring_needs("math_llada_oc_base", ("math_verify", "latex2sympy2_extended"), "exact_match is")
+    return dataset
+
+
+def process_results_llada_oc_base(doc: dict, results: list) -> dict:
+    """``math_llada_oc_base``: OpenCompass's ``MATHVerifyEvaluator`` against the solution's boxed
+    answer (``extract_boxed_answer``, as ``MATHDataset`` stores it); NaN without math_verify."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = pa.oc_math_verify_correct(str(generation), pa.oc_math_boxed(doc["solution"]))
+    out = {"exact_match": NAN if right is None else float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+def list_fewshot_samples_lmeval048() -> list[dict]:
+    """lm-eval 0.4.8's four Minerva exemplars: the same, with its typos (a ``}`` after the first
+    problem; one backslash for ``\\\\`` before the line breaks of the ``align*`` blocks)."""
+    out = []
+    for i, sample in enumerate(list_fewshot_samples()):
+        sample = {k: v.replace("\\\\\n", "\\\n") for k, v in sample.items()}
+        if i == 0:
+            sample["problem"] += "}"
+        out.append(sample)
+    return out
+
+
+def process_docs_lmeval048(dataset):
+    """``minerva_math_llada``: ``answer`` is lm-eval 0.4.8's normalised boxed answer of the
+    solution; warns when its scoring packages are missing."""
+    _scoring_needs("minerva_math_llada", ("sympy", "antlr4", "math_verify"),
+                   "exact_match and math_verify are")
+
+    def _process_doc(doc: dict) -> dict:
+        boxed = last_boxed_only_string(doc["solution"])
+        answer = INVALID_ANSWER if boxed is None else normalize_final_answer(remove_boxed(boxed),
+                                                                             legacy=True)
+        return {"problem": doc["problem"], "solution": doc["solution"], "answer": answer}
+
+    return dataset.map(_process_doc)
+
+
+def process_results_lmeval048(doc: dict, results: list) -> dict:
+    """``minerva_math_llada``: lm-eval 0.4.8's ``process_results``: ``exact_match`` the Minerva
+    phrase's answer, normalised as 0.4.8 did, sympy-equivalent to ``answer`` (NaN without sympy
+    and antlr4); ``math_verify`` ``verify(parse(answer), parse(output))``."""
+    generation = results[0]
+    text = str(generation)
+    answer = normalize_final_answer(get_unnormalized_answer(text), legacy=True)
+    exact = float(is_equiv(answer, doc["answer"], legacy=True)) if _parse_latex(warn=False) else NAN
+    out = {"exact_match": exact, "math_verify": math_verify(doc["answer"], text)}
     out.update(cost_metrics(generation))
     return out
 
@@ -194,38 +286,16 @@ def _warn_once(key: str, msg: str) -> None:
         log.warning(msg)
 
 
-def math_verify(solution: str, text: str) -> float:
-    """The built-in's ``math_verify`` metric; NaN without the ``math_verify`` package."""
+def math_verify(gold: str, text: str) -> float:
+    """The built-in's ``math_verify`` metric: ``verify(parse(gold), parse(text))`` (0.4.13 parses
+    the solution, 0.4.8 the normalised answer); NaN without the ``math_verify`` package."""
     try:
         from math_verify import parse, verify
     except ImportError:
         _warn_once("math_verify", "math500_pvf: math_verify is not installed; the math_verify "
                    "metric is NaN (pip install \"lm-eval[math]\")")
         return NAN
-    return float(bool(verify(gold=parse(solution), target=parse(text))))
-
-
-def last_boxed_only_string(string: str) -> str | None:
-    idx = string.rfind("\\boxed")
-    if "\\boxed " in string:
-        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
-    if idx < 0:
-        idx = string.rfind("\\fbox")
-        if idx < 0:
-            return None
-    i = idx
-    right_brace_idx = None
-    num_left_braces_open = 0
-    while i < len(string):
-        if string[i] == "{":
-            num_left_braces_open += 1
-        if string[i] == "}":
-            num_left_braces_open -= 1
-            if num_left_braces_open == 0:
-                right_brace_idx = i
-                break
-        i += 1
-    return None if right_brace_idx is None else string[idx: right_brace_idx + 1]
+    return float(bool(verify(gold=parse(gold), target=parse(text))))
 
 
 def remove_boxed(s: str) -> str:
@@ -257,23 +327,28 @@ class _timeout:
             signal.alarm(0)
 
 
-def _parse_latex():
+def _parse_latex(warn: bool = True):
     try:
         import antlr4  # noqa: F401
         from sympy.parsing.latex import parse_latex
     except ImportError:
+        if not warn:
+            return None
         _warn_once("antlr4", "math500_pvf: sympy/antlr4-python3-runtime==4.11 unavailable; "
                    "exact_match compares normalized answers as strings (pip install \"lm-eval[math]\")")
         return None
     return parse_latex
 
 
-def is_equiv(x1: str, x2: str) -> bool:
-    """x1 and x2 are normalized LaTeX strings (the built-in's ``is_equiv``)."""
-    if isinstance(x1, str) and x1 and x1 == x2:
-        return True
-    if x1 == INVALID_ANSWER or x2 == INVALID_ANSWER:
-        return False
+def is_equiv(x1: str, x2: str, legacy: bool = False) -> bool:
+    """x1 and x2 are normalized LaTeX strings (the built-in's ``is_equiv``). ``legacy``: lm-eval
+    0.4.8's, which compares identical strings through sympy too (an unparsable pair is unequal)
+    and has no invalid-answer test."""
+    if not legacy:
+        if isinstance(x1, str) and x1 and x1 == x2:
+            return True
+        if x1 == INVALID_ANSWER or x2 == INVALID_ANSWER:
+            return False
     parse_latex = _parse_latex()
     if parse_latex is None:
         return False
@@ -328,16 +403,21 @@ REMOVED_EXPRESSIONS = [
 ]
 
 
-def normalize_final_answer(final_answer: str) -> str:
-    """The built-in's normalization (Lewkowycz et al. 2022, appendix D, as patched in 0.4.13)."""
+def normalize_final_answer(final_answer: str, legacy: bool = False) -> str:
+    """The built-in's normalization (Lewkowycz et al. 2022, appendix D, as patched in 0.4.13).
+    ``legacy``: as lm-eval 0.4.8 wrote it: unit words removed wherever they occur (also inside
+    LaTeX commands: ``\\left`` loses its "ft"), ``\\sqrt`` shorthand applied to indexed roots,
+    and commas dropped from any string that is digits without them (a tuple ``0,1`` becomes
+    ``01``)."""
     final_answer = final_answer.split("=")[-1]
-    for expr in REMOVED_EXPRESSIONS:
-        if expr.isalpha():
-            final_answer = re.sub(rf"(?<!\\)\b{expr}\b", "", final_answer)
+    if not legacy:
+        for expr in REMOVED_EXPRESSIONS:
+            if expr.isalpha():
+                final_answer = re.sub(rf"(?<!\\)\b{expr}\b", "", final_answer)
     for before, after in SUBSTITUTIONS:
         final_answer = final_answer.replace(before, after)
     for expr in REMOVED_EXPRESSIONS:
-        if expr.isalpha():
+        if expr.isalpha() and not legacy:
             segments = re.split(r"(\\[a-zA-Z]+)", final_answer)
             for i in range(0, len(segments), 2):
                 segments[i] = segments[i].replace(expr, "")
@@ -350,12 +430,18 @@ def normalize_final_answer(final_answer: str) -> str:
     final_answer = re.sub(r"(\\overline\{)(.*?)(\})", "\\2", final_answer)
     final_answer = re.sub(r"(\\boxed\{)(.*)(\})", "\\2", final_answer)
     final_answer = re.sub(r"(frac)([^{])(.)", "frac{\\2}{\\3}", final_answer)
-    final_answer = re.sub(r"(sqrt)(\[[^\]]*\])(\w)", "\\1\\2{\\3}", final_answer)
-    final_answer = re.sub(r"(sqrt)(?!\[)([^{])", "sqrt{\\2}", final_answer)
+    if legacy:
+        final_answer = re.sub(r"(sqrt)([^{])", "sqrt{\\2}", final_answer)
+    else:
+        final_answer = re.sub(r"(sqrt)(\[[^\]]*\])(\w)", "\\1\\2{\\3}", final_answer)
+        final_answer = re.sub(r"(sqrt)(?!\[)([^{])", "sqrt{\\2}", final_answer)
     final_answer = final_answer.replace("$", "")
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", final_answer):
+    thousands = (final_answer.replace(",", "").isdigit() if legacy
+                 else re.fullmatch(r"-?\d{1,3}(,\d{3})+", final_answer))
+    if thousands:
         final_answer = final_answer.replace(",", "")
     return final_answer
+
 
 #: the YAMLs' metric_list: exact match and math-verify, then the decoding costs
 METRICS = metric_list("exact_match", "math_verify")

@@ -111,5 +111,30 @@ def process_results(doc: dict, results: list) -> dict:
     out.update(cost_metrics(generation))  # read .meta from the raw generation
     return out
 
+
+#: the PVF authors' prompt (``encode_for_llada_instruct``); ``{options}``: "A. ...", one a line
+PVF_PAPER_PROMPT = (
+    "You are an expert. Answer the multiple-choice question below.\n\nQuestion:\n{question}\n\n"
+    "Options:\n{options}\n\nInstruction:\n1. Briefly explain your reasoning for the correct "
+    "choice. Keep the analysis concise and direct.\n2. State the final answer clearly at the "
+    "end.\n\nFormat:\nAnalysis: [Your concise reasoning]\nAnswer: [Option]\n")
+
+
+def doc_to_text_pvf_paper(doc: dict) -> str:
+    """``mmlu_pro_pvf_paper``: the PVF authors' prompt, each option as written (not stripped)."""
+    options = "\n".join(f"{label}. {opt}" for label, opt in zip(CHOICES, doc["options"]))
+    return PVF_PAPER_PROMPT.format(question=doc["question"], options=options)
+
+
+def process_results_pvf_paper(doc: dict, results: list) -> dict:
+    """``mmlu_pro_pvf_paper``: the PVF authors' ``accuracy_MMLU_Pro`` for one question."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    out = {"exact_match": float(pa.pvf_mmlu_pro_correct(str(generation), doc["answer"]))}
+    out.update(cost_metrics(generation))
+    return out
+
+
 #: the YAMLs' metric_list: exact match, then the decoding costs
 METRICS = metric_list("exact_match")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.prerequisites import family_tier
 from helpers.reference_tables import ReferenceTable, reference_cases, table_prompts
 
 from pvf_lmeval.decoding import decode, decode_batch
@@ -78,7 +79,7 @@ def test_bundled_models_decode_as_the_reference(fixtures, model, run):
 
 
 @pytest.mark.parametrize("decoder", ["wino", "joint"])
-@pytest.mark.parametrize("rules", ["paper", "reference"])
+@pytest.mark.parametrize("rules", ["paper", pytest.param("reference", marks=family_tier)])
 def test_a_request_decodes_alone_as_in_a_batch_of_8(fixtures, decoder, rules):
     m, prompts = fixtures("tiny-llada")
     kw = dict(gen_length=64, block_length=32, rules=rules, batch_invariant=True)

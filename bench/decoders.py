@@ -1,8 +1,9 @@
 """Decoders side by side on the held-out `arith` (or `arith_var`) set of the tiny fixtures.
 
 For each fixture and decoder: accuracy (with its standard error), mean NFE, mean branch rows,
-tokens per forward (ratio of sums), wall seconds per request, and NFE / wall-time ratios against
-`threshold` measured in the same run. Prints one Markdown table.
+tokens per forward (ratio of sums), planning and AR tokens and edits per request, wall seconds
+per request, and NFE / wall-time ratios against `threshold` measured in the same run. Prints one
+Markdown table.
 
     python bench/decoders.py                      # both fixtures, all 1,000 items
     python bench/decoders.py --limit 100 --fixtures tiny-llada
@@ -25,8 +26,8 @@ from benchlib import PLANNING_DECODERS, decode_batch, make_params, load_model, r
 
 import benchlib
 
-#: (label, decoder, extra params); pvf rows use the `arith` preset (SPEC paper defaults of the
-#: math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
+#: (label, decoder, extra params); pvf and pvf-edit rows use the `arith` preset (SPEC paper
+#: defaults of the math-word family) and the fixture's bundled planning vocabulary (vocab=auto).
 CONFIGS = [
     ("threshold", "threshold", {}),
     ("eb", "eb", {}),
@@ -45,6 +46,8 @@ CONFIGS = [
     ("joint", "joint", {}),
     ("joint preset=llada21-quality", "joint", {"preset": "llada21-quality"}),
     ("joint preset=llada21-speed", "joint", {"preset": "llada21-speed"}),
+    ("pvf-edit", "pvf-edit", {"preset": "arith"}),
+    ("pvf-edit edit_threshold=0.5", "pvf-edit", {"preset": "arith", "edit_threshold": 0.5}),
 ]
 #: rows run only when --only names them: pvf with the published code's impact rule (switch 4
 #: of rules=reference: the impact set covers W_t as it was before the base commit and an empty
@@ -68,6 +71,7 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
     eos = set(model.eos_ids)
     correct, nfe, rows, gen_tokens, wall = 0, 0, 0, 0, 0.0
     routes = {"plan": 0, "ar": 0}
+    edits = 0
     outs = []
     for b0 in range(0, len(prompts), batch_size):
         chunk = prompts[b0:b0 + batch_size]
@@ -87,12 +91,13 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
         gen_tokens += out.gen_tokens
         routes["plan"] += out.tokens_plan
         routes["ar"] += out.tokens_ar
+        edits += out.edits
     n = len(prompts)
     acc = correct / n
     return {
         "acc": acc, "se": math.sqrt(acc * (1 - acc) / n), "nfe": nfe / n, "rows": rows / n,
         "tpf": gen_tokens / nfe, "wall": wall / n, "plan_tokens": routes["plan"] / n,
-        "ar_tokens": routes["ar"] / n,
+        "ar_tokens": routes["ar"] / n, "edits": edits / n,
     }
 
 
@@ -130,8 +135,8 @@ def main(argv=None) -> None:
     print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
     header = ("| fixture | decoder | items | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok "
-              "| ar tok | s/request | NFE vs threshold | wall vs threshold |")
-    rows_out += [header, "|" + "---|" * 13]
+              "| ar tok | edits | s/request | NFE vs threshold | wall vs threshold |")
+    rows_out += [header, "|" + "---|" * 14]
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
@@ -160,7 +165,8 @@ def main(argv=None) -> None:
                 nfe_ratio, wall_ratio = f"{r['nfe'] / base['nfe']:.2f}x", f"{r['wall'] / base['wall']:.2f}x"
             rows_out.append(
                 f"| {name} | {label} | {r['items']} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
-                f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['wall'] * 1000:.1f} ms "
+                f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['edits']:.1f} "
+                f"| {r['wall'] * 1000:.1f} ms "
                 f"| {nfe_ratio} | {wall_ratio} |")
         raw[name] = results
     print("\n" + "\n".join(rows_out))

@@ -8,7 +8,7 @@ from pvf_lmeval.decoding import (DECODERS, PARAM_NAMES, DecodeParams, make_param
 
 @pytest.mark.parametrize("kw, needle", [
     (dict(decoder="foo"), "decoder='foo' is not one of static, threshold, eb, freedave, pvf, explore, "
-     "subblock, hierarchy, credit, wino, joint, renoise"),
+     "subblock, hierarchy, credit, wino, joint, pvf-edit, renoise"),
     (dict(gen_length=100, block_length=32), "gen_length=100 must be a multiple of block_length=32"),
     (dict(gen_length=0), "gen_length=0"),
     (dict(block_length=0), "block_length=0"),
@@ -68,7 +68,7 @@ def test_bad_arguments(kw, needle):
 @pytest.mark.parametrize("fields, message", [
     (dict(width=0), "width=0 must be >= 1"),
     (dict(decoder="foo"), "decoder='foo' is not one of static, threshold, eb, freedave, pvf, explore, "
-     "subblock, hierarchy, credit, wino, joint, renoise"),
+     "subblock, hierarchy, credit, wino, joint, pvf-edit, renoise"),
     (dict(gen_length=0), "gen_length=0 must be >= 1"),
     (dict(block_length=0), "block_length=0 must be >= 1"),
     (dict(decoder="static", steps=0), "steps=0 must be a multiple of the number of blocks (4) "
@@ -232,5 +232,6 @@ def test_override():
 
 def test_names():
     assert tuple(DECODERS) == ("static", "threshold", "eb", "freedave", "pvf", "explore",
-                               "subblock", "hierarchy", "credit", "wino", "joint", "renoise")
+                               "subblock", "hierarchy", "credit", "wino", "joint", "pvf-edit",
+                               "renoise")
     assert "plan_vocab" in PARAM_NAMES and "band" in PARAM_NAMES

@@ -41,7 +41,7 @@ def test_presets_are_the_model_card_modes_and_explicit_values_win():
     (dict(decoder="joint", edit_threshold=-0.1), "edit_threshold=-0.1 must be in [0, 1]"),
     (dict(decoder="joint", post_edit_steps=-1), "post_edit_steps=-1 must be >= 0"),
     (dict(decoder="joint", penalty=float("inf")), "penalty=inf must be a finite number"),
-    (dict(decoder="pvf", editing=False), "editing=False applies only to decoder=joint"),
+    (dict(decoder="pvf", editing=False), "editing=False applies only to decoder=joint, pvf-edit"),
     (dict(decoder="wino", cache="prefix"), "cache=prefix: decoder=wino allows cache=none"),
     (dict(decoder="joint", cache="dual"), "cache=dual: decoder=joint allows cache=none"),
     (dict(decoder="wino", cfg_scale=0.5),

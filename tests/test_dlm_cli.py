@@ -62,14 +62,14 @@ def test_args_plain_lines():
     row = next(line for line in lines if line.startswith("decoder "))
     assert row.split(None, 2)[:2] == ["decoder", "threshold"]
     assert row.split("  ")[-1].strip() == "the decoding algorithm (pvf-dlm decoders)"
-    assert "  static, threshold, eb, freedave, pvf, explore, subblock, hierarchy, credit, wino, joint, renoise  " in row
+    assert "  static, threshold, eb, freedave, pvf, explore, subblock, hierarchy, credit, wino, joint, pvf-edit, renoise  " in row
     assert len(lines) == 1 + 78
 
 
 def test_decoders_and_their_parameters():
     rows = {line.split()[0]: line for line in dlm("decoders").splitlines()[1:]}
     assert list(rows) == ["static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
-                          "hierarchy", "credit", "wino", "joint", "renoise"]
+                          "hierarchy", "credit", "wino", "joint", "pvf-edit", "renoise"]
     own = {name: line.rsplit("  ", 1)[1].strip() for name, line in rows.items()}
     assert own == {
         "static": "steps, logits_eos_inf, confidence_eos_eot_inf",
@@ -84,6 +84,8 @@ def test_decoders_and_their_parameters():
         "credit": "threshold, credit_alpha, boost_gamma, decay",
         "wino": "threshold, back_threshold",
         "joint": "threshold, edit_threshold, editing, post_edit_steps, penalty",
+        "pvf-edit": "threshold, plan_lo, plan_hi, ar_lo, width, reveal_next, routes, "
+                    "plan_self_check, edit_threshold, editing, post_edit_steps, vocab",
         "renoise": "max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold, "
                    "confidence_threshold",
     }

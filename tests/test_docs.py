@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 from pvf_lmeval.decoding import STAT_KEYS
+from pvf_lmeval.decoding.registry import DECODER_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -42,6 +43,13 @@ def test_readme_statistics_section_names_every_statistic_once():
     named = re.findall(r"`([a-z_]+)`", section)
     assert sorted(named) == sorted(STAT_KEYS), (named, STAT_KEYS)
     assert "docs/decoding.md#statistics" in section     # where each is defined and aggregated
+
+
+def test_readme_decoder_table_lists_every_decoder_in_the_registry_s_order():
+    head = "| `decoder=` | what one step does | from |\n"
+    assert README.count(head) == 1
+    table = README.split(head)[1].split("\n\n")[0].splitlines()[1:]
+    assert [re.match(r"\| `([a-z-]+)`", row).group(1) for row in table] == list(DECODER_NAMES)
 
 
 def test_readme_is_a_manual_of_at_most_300_lines():

@@ -73,7 +73,7 @@ def test_decoders_opt_in_row_runs_only_when_named(monkeypatch):
     monkeypatch.setattr(decoders, "run_config", lambda model, prompts, targets, extract, decoder,
                         extra, *a: seen.append((decoder, extra.get("rules"))) or
                         {"acc": 0.0, "se": 0.0, "nfe": 1.0, "rows": 1.0, "tpf": 1.0, "wall": 1.0,
-                         "plan_tokens": 0.0, "ar_tokens": 0.0})
+                         "plan_tokens": 0.0, "ar_tokens": 0.0, "edits": 0.0})
     decoders.main(["--fixtures", "tiny-llada", "--limit", "1", "--only", "pvf"])
     assert seen == [("threshold", None), ("pvf", None)]
     seen.clear()

@@ -75,7 +75,7 @@ CLI_CASES = [
      "(pvf-dlm args explains each)", []),
     ("value", f"pretrained={MISSING},decoder=bogus",
      "pvf-dlm: decoder='bogus' is not one of static, threshold, eb, freedave, pvf, explore, "
-     "subblock, hierarchy, credit, wino, joint, renoise", []),
+     "subblock, hierarchy, credit, wino, joint, pvf-edit, renoise", []),
     ("combination", f"pretrained={MISSING},decoder=pvf,plan_hi=0.95",
      "pvf-dlm: plan_hi=0.95 must not exceed threshold=0.9", []),
     # HFLM: max_batch_size bounds batch_size=auto only; lm-eval passes it with any --batch_size

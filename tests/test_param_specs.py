@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_registry_lists_derive_from_the_step_classes():
     assert DECODER_NAMES == ("static", "threshold", "eb", "freedave", "pvf", "explore", "subblock",
-                             "hierarchy", "credit", "wino", "joint", "renoise")
+                             "hierarchy", "credit", "wino", "joint", "pvf-edit", "renoise")
     assert all(cls.name == name for name, cls in DECODERS.items())
-    assert PLANNING_DECODERS == ("pvf", "explore")
-    assert REVEALING_DECODERS == ("pvf", "explore")        # they read reveal_next
+    assert PLANNING_DECODERS == ("pvf", "explore", "pvf-edit")
+    assert REVEALING_DECODERS == ("pvf", "explore", "pvf-edit")      # they read reveal_next
     assert REFERENCE_DECODERS == ("static", "threshold")
 
 
@@ -63,7 +63,7 @@ def test_a_parameter_declared_twice_is_refused():
 
 def test_report_lists_derive_from_the_declarations():
     assert compare.DECODER_ORDER == list(DECODER_NAMES)
-    assert identity.PLANNING_DECODERS == ("pvf", "explore")
+    assert identity.PLANNING_DECODERS == ("pvf", "explore", "pvf-edit")
     assert identity.LOOP_PARAMS == ("gen_length", "block_length", "temperature", "top_k",
                                     "top_p", "seed", "early_stop", "cache", "rules",
                                     "cfg_scale")
@@ -80,6 +80,8 @@ def test_report_lists_derive_from_the_declarations():
         "credit": ("threshold", "credit_alpha", "boost_gamma", "decay"),
         "wino": ("threshold", "back_threshold"),
         "joint": ("threshold", "edit_threshold", "editing", "post_edit_steps", "penalty"),
+        "pvf-edit": ("threshold", "plan_lo", "plan_hi", "ar_lo", "width", "reveal_next",
+                     "routes", "plan_self_check", "edit_threshold", "editing", "post_edit_steps"),
         "renoise": ("max_denoising_steps", "entropy_bound", "t_min", "t_max",
                     "stability_threshold", "confidence_threshold"),
     }

@@ -187,15 +187,19 @@ class Batch:
 
     # ------------------------------------------------------------ rules on states [..., L]
 
-    def working_set(self, zg: Tensor, reveal: int = 0, open: Tensor | None = None) -> Tensor:
+    def working_set(self, zg: Tensor, reveal: int = 0, open: Tensor | None = None,
+                    active: Tensor | None = None) -> Tensor:
         """W [..., L]: open positions (``open``; None: the masks) of the active block of
-        state(s) ``zg`` [..., L].
+        state(s) ``zg`` [..., L]: the block of the first open position, or ``active`` [...]
+        (a block a step holds, which may have none left).
 
         With ``reveal`` N_s > 0 and at most N_s open positions left in the active block, the
         open positions of the next block join (the last block has no next block).
         """
         masked = zg == self.mask_id if open is None else open
-        a = first_true(masked).unsqueeze(-1) // self.B   # nb when there is no mask
+        if active is None:
+            active = first_true(masked) // self.B        # nb when there is no mask
+        a = active.unsqueeze(-1)
         act = masked & (self.blk == a)
         if reveal <= 0:
             return act

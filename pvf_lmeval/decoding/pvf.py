@@ -142,34 +142,50 @@ class PVFDecoder(Step):
 
     def branches(self, b, y: Tensor, st: Stats, state: dict | None = None,
                  draws=None) -> Branches:
-        p, K, L = self.p, self.p.width, b.L
         ref = None if state is None else ReferenceRounds(self, b)   # rules other than the paper's
-        # 1. base: the threshold set of W_t and z_base
-        W = b.working_set(y, self.reveal)
-        sel, forced = threshold_select(st.conf, W, p.threshold,
-                                       force=not self.rules.force_after_routes)
-        zb = torch.where(sel, st.tok, y)
-        labels = base_labels(sel, forced)
-        # 2. the routes' positions: in-band planning candidates, AR-eligible positions
-        rest = W & ~sel
-        none = torch.zeros_like(rest)
-        band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
-        elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
-        base = BaseRound(W, zb, labels, band, elig)
+        base, sel = self.base_round(b, y, st, b.working_set(y, self.reveal))
         if ref is not None:
             base, marks = ref.routes(state, y, st, base)
-        cand, n_cand = self._candidates(b, st, base.band)
-        k_plan = n_cand.clamp(max=K)
-        k_ar = base.elig.sum(-1).clamp(max=K)
+        cand, k_plan, k_ar = self.route_sizes(b, st, base)
         if ref is None:
             base = replace(base, finished=b.finished(base.zb))
         else:
             base, marks = ref.without_route(y, st, sel, base, k_plan, k_ar, marks)
+        br = self.route_rows(b, st, base, cand, k_plan, k_ar)
+        if ref is not None:
+            br.memo["ref"] = replace(marks, state=state, sel=sel)
+            br.cover = ref.cover(base.W)
+        return br
+
+    def base_round(self, b, y: Tensor, st: Stats, W: Tensor) -> tuple[BaseRound, Tensor]:
+        """Step 1 and the routes' positions on the working set ``W`` [R, L]: the round's
+        :class:`BaseRound` (z_base, its labels, the in-band and AR-eligible positions) and the
+        base set S_base [R, L]."""
+        p = self.p
+        sel, forced = threshold_select(st.conf, W, p.threshold,
+                                       force=not self.rules.force_after_routes)
+        zb = torch.where(sel, st.tok, y)
+        rest = W & ~sel
+        none = torch.zeros_like(rest)
+        band = rest & (st.conf >= p.plan_lo) & (st.conf < p.plan_hi) if self.use_plan else none
+        elig = rest & (st.conf >= p.ar_lo) if self.use_ar else none
+        return BaseRound(W, zb, base_labels(sel, forced), band, elig), sel
+
+    def route_sizes(self, b, st: Stats, base: BaseRound) -> tuple[Tensor, Tensor, Tensor]:
+        """(candidates [R, L], planning branches k_plan [R], AR fills k_ar [R]) of a round."""
+        K = self.p.width
+        cand, n_cand = self._candidates(b, st, base.band)
+        return cand, n_cand.clamp(max=K), base.elig.sum(-1).clamp(max=K)
+
+    def route_rows(self, b, st: Stats, base: BaseRound, cand: Tensor, k_plan: Tensor,
+                   k_ar: Tensor) -> Branches:
+        """Steps 3 and 4: each request's rows (planning when it has candidates, else AR fills,
+        else z_base alone; none once ``base.finished``) and what ``choose`` reads of them."""
+        K, L = self.p.width, b.L
         W, zb, labels, elig, fin = base.W, base.zb, base.labels, base.elig, base.finished
-        # 3./4. the route: planning when there are candidates, else AR fills, else z_base alone
         plan = ~fin & (k_plan > 0)
         ar = ~fin & ~plan & (k_ar > 0)
-        j = torch.arange(K + 1, device=y.device)
+        j = torch.arange(K + 1, device=zb.device)
         # planning rows: [z_base, z_plan_1..K], branch j writes the candidate of rank j-1
         rank = rank_desc(st.conf, cand)
         own = (rank.unsqueeze(1) == (j[1:] - 1)[:, None]) & (j[1:, None] <= k_plan[:, None, None])
@@ -183,13 +199,9 @@ class PVFDecoder(Step):
         n = torch.where(plan, k_plan + 1, torch.where(ar, k_ar + 1, torch.ones_like(k_ar)))
         n = torch.where(fin, torch.zeros_like(n), n)
         memo = dict(W=W, zb=zb, own=own, order=order, plan=plan, ar=ar, k_plan=k_plan, k_ar=k_ar)
-        cover = None
-        if ref is not None:
-            memo["ref"] = replace(marks, state=state, sel=sel)
-            cover = ref.cover(W)
         return Branches(rows, n, labels,
                         entropy=b.vocab is not None and getattr(b.vocab, "learning", False),
-                        memo=memo, cover=cover, unmade=base.unmade)
+                        memo=memo, unmade=base.unmade)
 
     def choose(self, b, y: Tensor, st: Stats, br: Branches, out: Stats) -> Choice:
         p, K = self.p, self.p.width

@@ -12,6 +12,7 @@ from .explore import ExploreDecoder
 from .freedave import FreeDaveDecoder
 from .joint import JointDecoder
 from .pvf import PVFDecoder
+from .pvf_edit import PVFEditDecoder
 from .renoise import RenoiseDecoder
 from .static import StaticDecoder
 from .subblock import SubBlockDecoder
@@ -31,6 +32,7 @@ DECODERS = {cls.name: cls for cls in (
     CreditDecoder,
     WinoDecoder,
     JointDecoder,
+    PVFEditDecoder,
     RenoiseDecoder,
 )}
 DECODER_NAMES = tuple(DECODERS)

@@ -107,7 +107,9 @@ def decoding_arg(spec: Param) -> ArgSpec:
     who = ", ".join(dict.fromkeys(d for d, _ in readers(spec.name)))
     words = ADAPTER_WORDS.get(spec.name, {})
     meaning = words.get("meaning", spec.meaning)
-    rules = LOOP_CHECKS + tuple(r for cls in DECODERS.values() for r in cls.checks)
+    # each rule once: a decoder that builds on another lists that one's rules too
+    rules = tuple(dict.fromkeys(LOOP_CHECKS + tuple(r for cls in DECODERS.values()
+                                                    for r in cls.checks)))
     own = [f"{d} {cls.defaults[spec.name]:g}" for d, cls in DECODERS.items()
            if spec.name in cls.defaults]                 # a decoder's own default (Step.defaults)
     default = words.get("default", spec.default_text()) + (f" ({', '.join(own)})" if own else "")
@@ -122,7 +124,8 @@ DECODER_ARGS = tuple(decoding_arg(p) for p in PARAMS.values() if p.public)
 #: planning-vocabulary keys (``planning.vocab``)
 VOCAB_SPECS = (
     ArgSpec("vocab", "auto", "auto, none, a path, a bundled name (pvf-dlm vocab)",
-            f"planning vocabulary of {' and '.join(PLANNING_DECODERS)}"),
+            f"planning vocabulary of {', '.join(PLANNING_DECODERS[:-1])} and "
+            f"{PLANNING_DECODERS[-1]}"),
     ArgSpec("vocab_force", "false", "true, false",
             "use an artifact made for another model family"),
     ArgSpec("rho_ver", "0.9", "[0, 1]", "vocab=online: verification rate a token needs"),

@@ -173,6 +173,7 @@ def test_a_seeded_reference_decode_is_the_uncached_one(folder, native, seed):
     assert spy.stored_bytes() == counted.kv_cache == 2 * (5 * 2 * 16 * 5 + 1 * 32 * 21) * 4
 
 
+@family_tier      # about a minute on 2 cores; the call-level left-padded check stays in the default run
 def test_a_left_padded_batch_of_four_is_the_uncached_batch(native):
     """rules=reference, a batch of four left-padded prompts of other lengths whose canvases end
     at different steps, so that a call holds requests on different canvases (full and cached

@@ -1,5 +1,5 @@
-"""``pvf-edit``: Plan-Verify-Fill with LLaDA2.1's token-to-token editing (SPEC "PVF with
-editing").
+"""``pvf-edit``: Plan-Verify-Fill with LLaDA2.1's token-to-token editing (docs/decoding.md
+"PVF with editing").
 
 A request holds one block at a time, the active block. Each round is PVF's step (:mod:`.pvf`:
 base set, planning branches verified in the batched call, else AR fills) on the held block's

@@ -40,6 +40,8 @@ SCRIPT_ROW = {
     **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
     **{f"llada-base-math-{n}": "llada_base_lmeval_minerva_math" for n in (256, 512, 1024)},
     **{f"llada-base-oc-{b}-256": f"llada_base_oc_{b}_len256" for b in ("gsm8k", "math", "humaneval")},
+    "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
+    "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -162,6 +164,9 @@ def local_items(tmp_path, monkeypatch):
         if path == "TIGER-Lab/MMLU-Pro":
             items = datasets.Dataset.from_list(ITEMS["mmlu_pro_test"])
             return datasets.DatasetDict({"test": items})
+        if path == "allenai/ai2_arc" and kwargs.get("name", args[0] if args else None) == "ARC-Challenge":
+            items = datasets.Dataset.from_list(ITEMS["arc_challenge_validation"])
+            return datasets.DatasetDict({"validation": items})
         return hub(path, *args, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -203,9 +208,17 @@ PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
                 "gsm8k_test": lambda i, d: i, "math_test": lambda i, d: i}
 
 
+#: the items a script keeps of an item set (OpenCompass's ARCDataset: four choices only), and
+#: how its rows name them (prompts.json "item")
+KEPT = {"arc_challenge_validation": lambda d: len(d["choices"]["text"]) == 4}
+ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"]}
+
+
 def _items_of(row) -> str:
     if row.code:
         return "humaneval"
+    if "arc_challenge" in row.task:
+        return "arc_challenge_validation"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -224,9 +237,11 @@ def test_prompts_are_the_published_scripts_bytes(name, local_items):
     row = published(name)
     want = PROMPTS[SCRIPT_ROW[name]]
     items = _items_of(row)
-    key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else (lambda i, d: i)
-    by_item = {key(i, d): g for (i, d), g in zip(enumerate(ITEMS[items]), _contexts(row))}
-    assert len(by_item) == len(want) == len(ITEMS[items])
+    key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else ITEM_NAME.get(items, lambda i, d: i)
+    docs = [d for d in ITEMS[items] if KEPT.get(items, lambda d: True)(d)]
+    contexts = _contexts(row)
+    by_item = {key(i, d): g for (i, d), g in zip(enumerate(docs), contexts)}
+    assert len(contexts) == len(by_item) == len(want) == len(docs)
     for w in want:       # the published order (the PVF authors shuffle) read by item
         assert by_item[w["item"]] == w["prompt"], (name, w["item"])
 
@@ -253,6 +268,8 @@ EXPECTED = {
     "llada-instruct-math-512-64": "decoder=static,gen_length=512,block_length=64,steps=512",
     "llada-instruct-math-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
                                 "confidence_eos_eot_inf=true",
+    "llada-instruct-mmlu-pro-pure": "decoder=static,gen_length=256,block_length=256,steps=256",
+    "llada-instruct-arc-c-pure": "decoder=static,gen_length=512,block_length=512,steps=512",
 }
 
 
@@ -603,6 +620,50 @@ def test_pvf_authors_mmlu_pro():
     rows = PVF["mmlu_pro accuracy_MMLU_Pro"]
     assert [pa.pvf_mmlu_pro_correct(r["output"], r["gold"]) for r in rows] == \
         [r["correct"] for r in rows]
+
+
+OCC = ANSWERS["opencompass_choice"]
+
+
+def test_opencompass_first_option_on_the_corpus():
+    """``first_option_postprocess(text, 'ABCD')`` (ARC-C) on 454 outputs: English and Chinese
+    answer phrases, bare letters, and random mixtures of their fragments."""
+    cases = OCC["first_option_postprocess_ABCD"]
+    assert [pa.oc_first_option(c["text"]) for c in cases] == [c["option"] for c in cases]
+
+
+def test_opencompass_mmlu_pro_letter_on_the_corpus():
+    """``match_answer_pattern`` with MMLU-Pro's pattern on the same outputs (a lower-case
+    letter stays lower-case, and AccEvaluator then counts it wrong)."""
+    cases = OCC["match_answer_pattern_mmlu_pro"]
+    assert OCC["mmlu_pro_answer_pattern"] == r"(?i)ANSWER\s*:\s*([A-P])"
+    assert [pa.oc_mmlu_pro_prediction(c["text"]) for c in cases] == [c["prediction"] for c in cases]
+    assert not pa.oc_choice_correct("a", "A") and pa.oc_choice_correct("A", "A")
+
+
+def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
+    """The tasks' docs carry what OpenCompass's loaders made of the same items
+    (``ARCDataset.load``: four-choice questions, answer letter by position;
+    ``MMLUProDataset``'s ``options_str``), and score with its rules."""
+    arc = _loaded("arc_challenge_llada_oc")
+    docs = list(arc.test_docs())
+    theirs = SETTINGS["llada_instruct_arc_c_len512"]["loaded_docs"]
+    assert [(d["question"], d["A"], d["B"], d["C"], d["D"], d["label"]) for d in docs] == \
+        [(t["question"], t["textA"], t["textB"], t["textC"], t["textD"], t["answerKey"])
+         for t in theirs]
+    assert docs[1]["label"] == "A"                     # labelled 1-4, answer "1"
+    assert arc.process_results(docs[1], ["The answer is (A)."])["exact_match"] == 1.0
+    assert arc.process_results(docs[1], ["B is wrong, A is right"])["exact_match"] == 0.0
+    pro = _loaded("mmlu_pro_llada_oc")
+    utils = _task_utils("mmlu_pro_pvf")
+    theirs = SETTINGS["llada_instruct_mmlu_pro_len256"]["loaded_docs"]
+    assert [utils.options_llada_oc(d) for d in pro.test_docs()] == [t["options_str"] for t in theirs]
+    doc = pro.test_docs()[0]                            # answer I, category business
+    assert pro.process_results(doc, ["...\nANSWER: I"])["category_mean"] == ("business", 1.0)
+    assert pro.process_results(doc, ["...\nanswer: i"])["exact_match"] == 0.0
+    assert pro.process_results(doc, ["ANSWER: B\nANSWER: I"])["exact_match"] == 0.0
+    # the summary OpenCompass prints: the plain mean of the category accuracies
+    assert utils.category_mean([("math", 1.0), ("math", 0.0), ("law", 1.0)]) == 0.75
 
 
 def _task_utils(folder: str):

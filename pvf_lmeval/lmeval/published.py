@@ -185,6 +185,18 @@ def _rows() -> list[Published]:
                   "logits suppressed (logits_eos_inf)", "49.4 (internal), 47.0 (OpenCompass)",
                   LLADA_INSTRUCT, "humaneval_llada_oc", 0, "multi_turn",
                   _static(512, 512, logits_eos_inf=True)),
+        Published("llada-instruct-mmlu-pro-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MMLU-Pro (OpenCompass, zero-shot \"ANSWER: $LETTER\" "
+                  "prompt), pure diffusion gen = block = steps = 256",
+                  "37.0 (internal), 36.6 (OpenCompass)", LLADA_INSTRUCT, "mmlu_pro_llada_oc", 0,
+                  "multi_turn", _static(256, 256),
+                  note="OpenCompass's figure is the task's category_mean (the mean of the 14 "
+                       "category accuracies); exact_match is over all questions"),
+        Published("llada-instruct-arc-c-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, ARC-C (OpenCompass, zero-shot; the validation questions "
+                  "with four choices), pure diffusion gen = block = steps = 512",
+                  "88.5 (internal), 89.2 (OpenCompass)", LLADA_INSTRUCT, "arc_challenge_llada_oc",
+                  0, "multi_turn", _static(512, 512)),
     ]
     base = {"gsm8k": ("gsm8k_pvf", 5, "GSM8K 5-shot", {256: "70.0", 512: "70.8", 1024: "70.3"}),
             "math": ("minerva_math_llada", 4, "MATH 4-shot (lm-eval 0.4.8's minerva_math)",

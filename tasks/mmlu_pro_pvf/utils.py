@@ -138,3 +138,58 @@ def process_results_pvf_paper(doc: dict, results: list) -> dict:
 
 #: the YAMLs' metric_list: exact match, then the decoding costs
 METRICS = metric_list("exact_match")
+
+
+# ----------------------------------------------------------------------------- LLaDA's OpenCompass row
+
+#: OpenCompass mmlu_pro_0shot_cot_gen_08c1de's QUERY_TEMPLATE as it reaches the model (the
+#: config's ``.strip()``ped string; ``{options}``: :func:`options_llada_oc`)
+LLADA_OC_PROMPT = (
+    "Answer the following multiple choice question. The last line of your response should be of "
+    "the following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of Options(e.g. "
+    "one of ABCDEFGHIJKLMNOP). Think step by step before answering.\n\nQuestion:\n\n{question}\n\n"
+    "Options:\n\n{options}")
+#: the letters OpenCompass's MMLU-Pro reader gives the options, by position
+OC_LETTERS = "ABCDEFGHIJKLMNOP"
+
+
+def options_llada_oc(doc: dict) -> str:
+    """OpenCompass's ``options_str``: "L. option" a line, an ``N/A`` option left out (its letter
+    skipped, not reused), the whole stripped."""
+    lines = [f"{letter}. {opt}\n" for letter, opt in zip(OC_LETTERS, doc["options"]) if opt != "N/A"]
+    return "".join(lines).strip()
+
+
+def doc_to_text_llada_oc(doc: dict) -> str:
+    """``mmlu_pro_llada_oc``: the question and its options in OpenCompass's template."""
+    return LLADA_OC_PROMPT.format(question=doc["question"], options=options_llada_oc(doc))
+
+
+def category_mean(items) -> float:
+    """OpenCompass's ``mmlu_pro`` summary: the plain mean of the per-category accuracies
+    (its summarizer's ``naive_average`` over the 14 category datasets), from (category, 0/1)
+    pairs."""
+    by_category = defaultdict(list)
+    for category, right in items:
+        by_category[category].append(right)
+    return sum(sum(v) / len(v) for v in by_category.values()) / len(by_category)
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``mmlu_pro_llada_oc``: OpenCompass's ``match_answer_pattern`` (the letter after the first
+    "answer:", any case) and ``AccEvaluator`` (that letter is the answer, case included); per
+    question and as the mean of the category accuracies."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = float(pa.oc_choice_correct(pa.oc_mmlu_pro_prediction(str(generation)), doc["answer"]))
+    out = {"exact_match": right, "category_mean": (doc["category"], right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: mmlu_pro_llada_oc's metric_list: exact match over the questions, the mean of the category
+#: accuracies (the figure OpenCompass prints as mmlu_pro), then the decoding costs
+LLADA_OC_METRICS = metric_list("exact_match", {"metric": "category_mean",
+                                               "aggregation": category_mean,
+                                               "higher_is_better": True})

@@ -42,6 +42,7 @@ SCRIPT_ROW = {
     **{f"llada-base-oc-{b}-256": f"llada_base_oc_{b}_len256" for b in ("gsm8k", "math", "humaneval")},
     "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
     "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
+    "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -167,6 +168,9 @@ def local_items(tmp_path, monkeypatch):
         if path == "allenai/ai2_arc" and kwargs.get("name", args[0] if args else None) == "ARC-Challenge":
             items = datasets.Dataset.from_list(ITEMS["arc_challenge_validation"])
             return datasets.DatasetDict({"validation": items})
+        if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
+            return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
+                                         for split in ("test", "dev")})
         return hub(path, *args, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -219,6 +223,8 @@ def _items_of(row) -> str:
         return "humaneval"
     if "arc_challenge" in row.task:
         return "arc_challenge_validation"
+    if row.task.startswith("mmlu_llada"):
+        return "mmlu_test"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -270,6 +276,7 @@ EXPECTED = {
                                 "confidence_eos_eot_inf=true",
     "llada-instruct-mmlu-pro-pure": "decoder=static,gen_length=256,block_length=256,steps=256",
     "llada-instruct-arc-c-pure": "decoder=static,gen_length=512,block_length=512,steps=512",
+    "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
 }
 
 
@@ -645,6 +652,8 @@ def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
     """The tasks' docs carry what OpenCompass's loaders made of the same items
     (``ARCDataset.load``: four-choice questions, answer letter by position;
     ``MMLUProDataset``'s ``options_str``), and score with its rules."""
+    from pvf_lmeval.lmeval.task_metrics import mean_of_group_means
+
     arc = _loaded("arc_challenge_llada_oc")
     docs = list(arc.test_docs())
     theirs = SETTINGS["llada_instruct_arc_c_len512"]["loaded_docs"]
@@ -663,7 +672,29 @@ def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
     assert pro.process_results(doc, ["...\nanswer: i"])["exact_match"] == 0.0
     assert pro.process_results(doc, ["ANSWER: B\nANSWER: I"])["exact_match"] == 0.0
     # the summary OpenCompass prints: the plain mean of the category accuracies
-    assert utils.category_mean([("math", 1.0), ("math", 0.0), ("law", 1.0)]) == 0.75
+    assert mean_of_group_means([("math", 1.0), ("math", 0.0), ("law", 1.0)]) == 0.75
+
+
+def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):
+    """``MMLUDataset.load`` on the same items (as its CSVs): question, choices and the answer
+    letter; the exemplars are the subject's dev questions in order (``fix_id_list`` 0-4 of a
+    five-question dev split); the task scores with ``first_option_postprocess`` per question
+    and per subject."""
+    mmlu = _loaded("mmlu_llada_oc")
+    docs = list(mmlu.test_docs())
+    theirs = SETTINGS["llada_instruct_mmlu_len3"]["loaded_docs"]
+    assert SETTINGS["llada_instruct_mmlu_len3"]["retriever"]["fix_id_list"] == [0, 1, 2, 3, 4]
+    for split, ours in (("test", docs), ("dev", ITEMS["mmlu_dev"])):
+        want = [(t["input"], t["A"], t["B"], t["C"], t["D"], t["target"])
+                for subject in theirs.values() for t in subject[split]]
+        assert [(d["question"], *d["choices"], "ABCD"[d["answer"]]) for d in ours] == want
+    assert len(SETTINGS["llada_instruct_mmlu_len3"]["subjects"]) == 57
+    doc = docs[0]                                       # answer B
+    assert mmlu.process_results(doc, ["B"])["subject_mean"] == ("abstract_algebra", 1.0)
+    # the corpus: "I choose A because it is correct." gives A, "Thus the answer is A, not B." B
+    assert mmlu.process_results(doc, ["I choose A because it is correct."])["exact_match"] == 0.0
+    assert mmlu.process_results(doc, ["Thus the answer is A, not B."])["exact_match"] == 1.0
+    assert mmlu.process_results(doc, ["b"])["exact_match"] == 0.0
 
 
 def _task_utils(folder: str):

@@ -197,6 +197,13 @@ def _rows() -> list[Published]:
                   "with four choices), pure diffusion gen = block = steps = 512",
                   "88.5 (internal), 89.2 (OpenCompass)", LLADA_INSTRUCT, "arc_challenge_llada_oc",
                   0, "multi_turn", _static(512, 512)),
+        Published("llada-instruct-mmlu-3", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MMLU (OpenCompass, 5 fixed shots per subject as chat turns), "
+                  "gen = block = steps = 3", "65.5 (internal), 65.4 (OpenCompass)",
+                  LLADA_INSTRUCT, "mmlu_llada_oc", 5, "multi_turn", _static(3, 3),
+                  note="OpenCompass prints mmlu (the task's subject_mean, the mean of the 57 "
+                       "subject accuracies) and mmlu-weighted (exact_match); EVAL.md does not "
+                       "say which it reports"),
     ]
     base = {"gsm8k": ("gsm8k_pvf", 5, "GSM8K 5-shot", {256: "70.0", 512: "70.8", 1024: "70.3"}),
             "math": ("minerva_math_llada", 4, "MATH 4-shot (lm-eval 0.4.8's minerva_math)",

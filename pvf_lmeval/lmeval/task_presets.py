@@ -45,8 +45,9 @@ TASK_PRESETS = {
     "math_pvf_paper": "math",
     "mmlu_pro_pvf_paper": "mmlu_pro",
     "mmlu_pro_llada_oc": "mmlu_pro",
-    # a multiple-choice knowledge question answered in text: MMLU-Pro's family (knowledge)
+    # multiple-choice knowledge questions answered in text: MMLU-Pro's family (knowledge)
     "arc_challenge_llada_oc": "mmlu_pro",
+    "mmlu_llada_oc": "mmlu_pro",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -43,6 +43,7 @@ SCRIPT_ROW = {
     "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
     "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
     "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
+    "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -168,6 +169,8 @@ def local_items(tmp_path, monkeypatch):
         if path == "allenai/ai2_arc" and kwargs.get("name", args[0] if args else None) == "ARC-Challenge":
             items = datasets.Dataset.from_list(ITEMS["arc_challenge_validation"])
             return datasets.DatasetDict({"validation": items})
+        if path == "Idavidrein/gpqa" and kwargs.get("name", args[0] if args else None) == "gpqa_diamond":
+            return datasets.DatasetDict({"train": datasets.Dataset.from_list(ITEMS["gpqa_diamond_train"])})
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
@@ -225,6 +228,8 @@ def _items_of(row) -> str:
         return "arc_challenge_validation"
     if row.task.startswith("mmlu_llada"):
         return "mmlu_test"
+    if row.task.startswith("gpqa_diamond"):
+        return "gpqa_diamond_train"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -277,6 +282,8 @@ EXPECTED = {
     "llada-instruct-mmlu-pro-pure": "decoder=static,gen_length=256,block_length=256,steps=256",
     "llada-instruct-arc-c-pure": "decoder=static,gen_length=512,block_length=512,steps=512",
     "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
+    "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
+                                "confidence_eos_eot_inf=true",
 }
 
 
@@ -673,6 +680,19 @@ def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
     assert pro.process_results(doc, ["ANSWER: B\nANSWER: I"])["exact_match"] == 0.0
     # the summary OpenCompass prints: the plain mean of the category accuracies
     assert mean_of_group_means([("math", 1.0), ("math", 0.0), ("law", 1.0)]) == 0.75
+
+
+def test_opencompass_gpqa_on_the_corpus_and_the_items(local_items):
+    """``GPQA_Simple_Eval_postprocess_`` on the corpus and GPQA's phrases; ``GPQADataset_``'s
+    shuffle (one ``random.seed(0)`` over the file's rows) as the task's docs."""
+    cases = OCC["gpqa_simple_eval_postprocess_"]
+    assert [pa.oc_gpqa_prediction(c["text"]) for c in cases] == [c["prediction"] for c in cases]
+    gpqa = _loaded("gpqa_diamond_llada_oc")
+    docs = list(gpqa.test_docs())
+    theirs = SETTINGS["llada_instruct_gpqa_len64"]["loaded_docs"]
+    assert [{k: d[k] for k in ("question", "A", "B", "C", "D", "answer")} for d in docs] == theirs
+    assert gpqa.process_results(docs[0], ["... The correct answer is (B)."])["exact_match"] == 1.0
+    assert gpqa.process_results(docs[0], ["the correct answer is (b)"])["exact_match"] == 0.0
 
 
 def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):

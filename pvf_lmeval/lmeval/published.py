@@ -204,6 +204,11 @@ def _rows() -> list[Published]:
                   note="OpenCompass prints mmlu (the task's subject_mean, the mean of the 57 "
                        "subject accuracies) and mmlu-weighted (exact_match); EVAL.md does not "
                        "say which it reports"),
+        Published("llada-instruct-gpqa-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, GPQA Diamond (OpenCompass, 5 fixed worked exemplars in one "
+                  "user turn), pure diffusion gen = block = steps = 64, confidence_eos_eot_inf",
+                  "33.3 (internal), 32.3 (OpenCompass)", LLADA_INSTRUCT, "gpqa_diamond_llada_oc",
+                  0, "multi_turn", _static(64, 64, confidence_eos_eot_inf=True)),
     ]
     base = {"gsm8k": ("gsm8k_pvf", 5, "GSM8K 5-shot", {256: "70.0", 512: "70.8", 1024: "70.3"}),
             "math": ("minerva_math_llada", 4, "MATH 4-shot (lm-eval 0.4.8's minerva_math)",

@@ -151,6 +151,18 @@ def oc_choice_correct(prediction: str, answer: str) -> bool:
     return str(prediction) == str(answer)
 
 
+#: GPQA's ``GPQA_Simple_Eval_postprocess_`` (``datasets/gpqa.py``): any case
+_OC_GPQA_ANSWER = re.compile(r"the correct answer is \(([^)]+)\)", re.I)
+
+
+def oc_gpqa_prediction(text: str) -> str:
+    """``GPQA_Simple_Eval_postprocess_``: what stands between the parentheses of the first
+    "The correct answer is (...)" (any case), stripped; a single space when there is none.
+    ``GPQAEvaluator`` then counts it right when it is the answer letter, exactly."""
+    found = _OC_GPQA_ANSWER.search(text)
+    return found.group(1).strip() if found else " "
+
+
 # ------------------------------------------------------------------------- PVF authors
 
 _PVF_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")

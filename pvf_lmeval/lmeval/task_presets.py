@@ -48,6 +48,7 @@ TASK_PRESETS = {
     # multiple-choice knowledge questions answered in text: MMLU-Pro's family (knowledge)
     "arc_challenge_llada_oc": "mmlu_pro",
     "mmlu_llada_oc": "mmlu_pro",
+    "gpqa_diamond_llada_oc": "mmlu_pro",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -44,6 +44,7 @@ SCRIPT_ROW = {
     "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
     "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
     "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
+    "llada-base-oc-bbh-256": "llada_base_oc_bbh_len256",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -171,6 +172,11 @@ def local_items(tmp_path, monkeypatch):
             return datasets.DatasetDict({"validation": items})
         if path == "Idavidrein/gpqa" and kwargs.get("name", args[0] if args else None) == "gpqa_diamond":
             return datasets.DatasetDict({"train": datasets.Dataset.from_list(ITEMS["gpqa_diamond_train"])})
+        if path == "SaylorTwift/bbh" and kwargs.get("split") == "test":
+            name = kwargs.get("name", args[0] if args else None)
+            docs = [{k: d[k] for k in ("input", "target")} for d in ITEMS["bbh_test"]
+                    if d["subtask"] == name]
+            return datasets.Dataset.from_list(docs)
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
@@ -230,6 +236,8 @@ def _items_of(row) -> str:
         return "mmlu_test"
     if row.task.startswith("gpqa_diamond"):
         return "gpqa_diamond_train"
+    if row.task.startswith("bbh_llada"):
+        return "bbh_test"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -693,6 +701,42 @@ def test_opencompass_gpqa_on_the_corpus_and_the_items(local_items):
     assert [{k: d[k] for k in ("question", "A", "B", "C", "D", "answer")} for d in docs] == theirs
     assert gpqa.process_results(docs[0], ["... The correct answer is (B)."])["exact_match"] == 1.0
     assert gpqa.process_results(docs[0], ["the correct answer is (b)"])["exact_match"] == 0.0
+
+
+OCBBH = ANSWERS["opencompass_bbh"]
+
+
+def test_opencompass_bbh_post_processors_on_the_corpus():
+    """``bbh_mcq_postprocess`` and ``bbh_freeform_postprocess`` on the corpus and BBH's own
+    answer phrases (a second "answer is", an unclosed parenthesis, bold, a final period)."""
+    assert [pa.oc_bbh_mcq(c["text"]) for c in OCBBH] == [c["mcq"] for c in OCBBH]
+    assert [pa.oc_bbh_freeform(c["text"]) for c in OCBBH] == [c["freeform"] for c in OCBBH]
+
+
+def test_opencompass_bbh_task_reads_the_items_and_scores_as_opencompass(local_items):
+    """The 27 subtasks in the config's order, each scored with its evaluator (the
+    multiple-choice ones are those whose eval_cfg is ``BBHEvaluator_mcq`` with
+    ``bbh_mcq_postprocess`` on both sides), the docs ``BBHDataset.load``'s."""
+    setting = SETTINGS["llada_base_oc_bbh_len256"]
+    utils = _task_utils("bbh_llada")
+    assert list(utils.SUBTASKS) == setting["subtasks"]
+    mcq = {s for s, cfg in setting["eval_cfg"].items() if cfg["evaluator"]["type"] == "BBHEvaluator_mcq"
+           and cfg["pred_postprocessor"]["type"] == cfg["dataset_postprocessor"]["type"]
+           == "bbh_mcq_postprocess"}
+    assert set(utils.MULTIPLE_CHOICE) == mcq
+    assert {cfg["evaluator"]["type"] for s, cfg in setting["eval_cfg"].items() if s not in mcq} \
+        == {"BBHEvaluator"}
+    bbh = _loaded("bbh_llada_oc_base")
+    docs = list(bbh.test_docs())
+    assert [(d["subtask"], d["input"], d["target"]) for d in docs] == \
+        [(s, t["input"], t["target"]) for s in setting["subtasks"] for t in setting["loaded_docs"][s]]
+    mc = docs[0]
+    free = next(d for d in docs if d["subtask"] not in mcq and d["target"] == "valid")
+    assert bbh.process_results(mc, ["... So the answer is (A)."])["subtask_mean"] == \
+        ("temporal_sequences", 1.0)
+    assert bbh.process_results(mc, ["So the answer is (B)."])["exact_match"] == 0.0
+    assert bbh.process_results(free, ["So the answer is **valid**."])["exact_match"] == 1.0
+    assert bbh.process_results(free, ["So the answer is Valid."])["exact_match"] == 0.0
 
 
 def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):

@@ -163,6 +163,34 @@ def oc_gpqa_prediction(text: str) -> str:
     return found.group(1).strip() if found else " "
 
 
+def _oc_bbh_tail(text: str) -> str:
+    """The text between the first "answer is " and the next one (or the end), stripped; the
+    whole text, as it is, when it holds no "answer is "."""
+    parts = text.split("answer is ")
+    return parts[1].strip() if len(parts) > 1 else text
+
+
+def oc_bbh_mcq(text: str) -> str:
+    """``bbh_mcq_postprocess`` (BBH's multiple-choice subtasks, outputs and targets alike): in
+    the text after the first "answer is " (up to a second one), the first capital letter right
+    after a "(" (no closing parenthesis needed), else its first capital letter, else that text
+    itself."""
+    tail = _oc_bbh_tail(text)
+    found = re.search(r"\(([A-Z])", tail) or re.search(r"([A-Z])", tail)
+    return found.group(1) if found else tail
+
+
+def oc_bbh_freeform(text: str) -> str:
+    """``bbh_freeform_postprocess`` (``BBHEvaluator``, the free-form subtasks): the first line
+    of the text after the first "answer is " (up to a second one), stripped, one final period removed (and stripped
+    again); the first bold ``**...**`` span in it when there is one."""
+    line = _oc_bbh_tail(text).split("\n")[0].strip()
+    if line.endswith("."):
+        line = line[:-1].strip()
+    bold = re.search(r"\*\*(.*?)\*\*", line)
+    return bold.group(1) if bold else line
+
+
 # ------------------------------------------------------------------------- PVF authors
 
 _PVF_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")

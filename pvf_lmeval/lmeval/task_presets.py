@@ -49,6 +49,8 @@ TASK_PRESETS = {
     "arc_challenge_llada_oc": "mmlu_pro",
     "mmlu_llada_oc": "mmlu_pro",
     "gpqa_diamond_llada_oc": "mmlu_pro",
+    # chain-of-thought reasoning to a short answer: GSM8K's family (math-word)
+    "bbh_llada_oc_base": "gsm8k",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -40,6 +40,11 @@ SCRIPT_ROW = {
     **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
     **{f"llada-base-math-{n}": "llada_base_lmeval_minerva_math" for n in (256, 512, 1024)},
     **{f"llada-base-oc-{b}-256": f"llada_base_oc_{b}_len256" for b in ("gsm8k", "math", "humaneval")},
+    "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
+    "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
+    "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
+    "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
+    "llada-base-oc-bbh-256": "llada_base_oc_bbh_len256",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -162,6 +167,19 @@ def local_items(tmp_path, monkeypatch):
         if path == "TIGER-Lab/MMLU-Pro":
             items = datasets.Dataset.from_list(ITEMS["mmlu_pro_test"])
             return datasets.DatasetDict({"test": items})
+        if path == "allenai/ai2_arc" and kwargs.get("name", args[0] if args else None) == "ARC-Challenge":
+            items = datasets.Dataset.from_list(ITEMS["arc_challenge_validation"])
+            return datasets.DatasetDict({"validation": items})
+        if path == "Idavidrein/gpqa" and kwargs.get("name", args[0] if args else None) == "gpqa_diamond":
+            return datasets.DatasetDict({"train": datasets.Dataset.from_list(ITEMS["gpqa_diamond_train"])})
+        if path == "SaylorTwift/bbh" and kwargs.get("split") == "test":
+            name = kwargs.get("name", args[0] if args else None)
+            docs = [{k: d[k] for k in ("input", "target")} for d in ITEMS["bbh_test"]
+                    if d["subtask"] == name]
+            return datasets.Dataset.from_list(docs)
+        if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
+            return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
+                                         for split in ("test", "dev")})
         return hub(path, *args, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -203,9 +221,23 @@ PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
                 "gsm8k_test": lambda i, d: i, "math_test": lambda i, d: i}
 
 
+#: the items a script keeps of an item set (OpenCompass's ARCDataset: four choices only), and
+#: how its rows name them (prompts.json "item")
+KEPT = {"arc_challenge_validation": lambda d: len(d["choices"]["text"]) == 4}
+ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"]}
+
+
 def _items_of(row) -> str:
     if row.code:
         return "humaneval"
+    if "arc_challenge" in row.task:
+        return "arc_challenge_validation"
+    if row.task.startswith("mmlu_llada"):
+        return "mmlu_test"
+    if row.task.startswith("gpqa_diamond"):
+        return "gpqa_diamond_train"
+    if row.task.startswith("bbh_llada"):
+        return "bbh_test"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -224,9 +256,11 @@ def test_prompts_are_the_published_scripts_bytes(name, local_items):
     row = published(name)
     want = PROMPTS[SCRIPT_ROW[name]]
     items = _items_of(row)
-    key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else (lambda i, d: i)
-    by_item = {key(i, d): g for (i, d), g in zip(enumerate(ITEMS[items]), _contexts(row))}
-    assert len(by_item) == len(want) == len(ITEMS[items])
+    key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else ITEM_NAME.get(items, lambda i, d: i)
+    docs = [d for d in ITEMS[items] if KEPT.get(items, lambda d: True)(d)]
+    contexts = _contexts(row)
+    by_item = {key(i, d): g for (i, d), g in zip(enumerate(docs), contexts)}
+    assert len(contexts) == len(by_item) == len(want) == len(docs)
     for w in want:       # the published order (the PVF authors shuffle) read by item
         assert by_item[w["item"]] == w["prompt"], (name, w["item"])
 
@@ -252,6 +286,11 @@ EXPECTED = {
                                      "logits_eos_inf=true",
     "llada-instruct-math-512-64": "decoder=static,gen_length=512,block_length=64,steps=512",
     "llada-instruct-math-pure": "decoder=static,gen_length=512,block_length=512,steps=512,"
+                                "confidence_eos_eot_inf=true",
+    "llada-instruct-mmlu-pro-pure": "decoder=static,gen_length=256,block_length=256,steps=256",
+    "llada-instruct-arc-c-pure": "decoder=static,gen_length=512,block_length=512,steps=512",
+    "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
+    "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
                                 "confidence_eos_eot_inf=true",
 }
 
@@ -603,6 +642,123 @@ def test_pvf_authors_mmlu_pro():
     rows = PVF["mmlu_pro accuracy_MMLU_Pro"]
     assert [pa.pvf_mmlu_pro_correct(r["output"], r["gold"]) for r in rows] == \
         [r["correct"] for r in rows]
+
+
+OCC = ANSWERS["opencompass_choice"]
+
+
+def test_opencompass_first_option_on_the_corpus():
+    """``first_option_postprocess(text, 'ABCD')`` (ARC-C) on 454 outputs: English and Chinese
+    answer phrases, bare letters, and random mixtures of their fragments."""
+    cases = OCC["first_option_postprocess_ABCD"]
+    assert [pa.oc_first_option(c["text"]) for c in cases] == [c["option"] for c in cases]
+
+
+def test_opencompass_mmlu_pro_letter_on_the_corpus():
+    """``match_answer_pattern`` with MMLU-Pro's pattern on the same outputs (a lower-case
+    letter stays lower-case, and AccEvaluator then counts it wrong)."""
+    cases = OCC["match_answer_pattern_mmlu_pro"]
+    assert OCC["mmlu_pro_answer_pattern"] == r"(?i)ANSWER\s*:\s*([A-P])"
+    assert [pa.oc_mmlu_pro_prediction(c["text"]) for c in cases] == [c["prediction"] for c in cases]
+    assert not pa.oc_choice_correct("a", "A") and pa.oc_choice_correct("A", "A")
+
+
+def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
+    """The tasks' docs carry what OpenCompass's loaders made of the same items
+    (``ARCDataset.load``: four-choice questions, answer letter by position;
+    ``MMLUProDataset``'s ``options_str``), and score with its rules."""
+    from pvf_lmeval.lmeval.task_metrics import mean_of_group_means
+
+    arc = _loaded("arc_challenge_llada_oc")
+    docs = list(arc.test_docs())
+    theirs = SETTINGS["llada_instruct_arc_c_len512"]["loaded_docs"]
+    assert [(d["question"], d["A"], d["B"], d["C"], d["D"], d["label"]) for d in docs] == \
+        [(t["question"], t["textA"], t["textB"], t["textC"], t["textD"], t["answerKey"])
+         for t in theirs]
+    assert docs[1]["label"] == "A"                     # labelled 1-4, answer "1"
+    assert arc.process_results(docs[1], ["The answer is (A)."])["exact_match"] == 1.0
+    assert arc.process_results(docs[1], ["B is wrong, A is right"])["exact_match"] == 0.0
+    pro = _loaded("mmlu_pro_llada_oc")
+    utils = _task_utils("mmlu_pro_pvf")
+    theirs = SETTINGS["llada_instruct_mmlu_pro_len256"]["loaded_docs"]
+    assert [utils.options_llada_oc(d) for d in pro.test_docs()] == [t["options_str"] for t in theirs]
+    doc = pro.test_docs()[0]                            # answer I, category business
+    assert pro.process_results(doc, ["...\nANSWER: I"])["category_mean"] == ("business", 1.0)
+    assert pro.process_results(doc, ["...\nanswer: i"])["exact_match"] == 0.0
+    assert pro.process_results(doc, ["ANSWER: B\nANSWER: I"])["exact_match"] == 0.0
+    # the summary OpenCompass prints: the plain mean of the category accuracies
+    assert mean_of_group_means([("math", 1.0), ("math", 0.0), ("law", 1.0)]) == 0.75
+
+
+def test_opencompass_gpqa_on_the_corpus_and_the_items(local_items):
+    """``GPQA_Simple_Eval_postprocess_`` on the corpus and GPQA's phrases; ``GPQADataset_``'s
+    shuffle (one ``random.seed(0)`` over the file's rows) as the task's docs."""
+    cases = OCC["gpqa_simple_eval_postprocess_"]
+    assert [pa.oc_gpqa_prediction(c["text"]) for c in cases] == [c["prediction"] for c in cases]
+    gpqa = _loaded("gpqa_diamond_llada_oc")
+    docs = list(gpqa.test_docs())
+    theirs = SETTINGS["llada_instruct_gpqa_len64"]["loaded_docs"]
+    assert [{k: d[k] for k in ("question", "A", "B", "C", "D", "answer")} for d in docs] == theirs
+    assert gpqa.process_results(docs[0], ["... The correct answer is (B)."])["exact_match"] == 1.0
+    assert gpqa.process_results(docs[0], ["the correct answer is (b)"])["exact_match"] == 0.0
+
+
+OCBBH = ANSWERS["opencompass_bbh"]
+
+
+def test_opencompass_bbh_post_processors_on_the_corpus():
+    """``bbh_mcq_postprocess`` and ``bbh_freeform_postprocess`` on the corpus and BBH's own
+    answer phrases (a second "answer is", an unclosed parenthesis, bold, a final period)."""
+    assert [pa.oc_bbh_mcq(c["text"]) for c in OCBBH] == [c["mcq"] for c in OCBBH]
+    assert [pa.oc_bbh_freeform(c["text"]) for c in OCBBH] == [c["freeform"] for c in OCBBH]
+
+
+def test_opencompass_bbh_task_reads_the_items_and_scores_as_opencompass(local_items):
+    """The 27 subtasks in the config's order, each scored with its evaluator (the
+    multiple-choice ones are those whose eval_cfg is ``BBHEvaluator_mcq`` with
+    ``bbh_mcq_postprocess`` on both sides), the docs ``BBHDataset.load``'s."""
+    setting = SETTINGS["llada_base_oc_bbh_len256"]
+    utils = _task_utils("bbh_llada")
+    assert list(utils.SUBTASKS) == setting["subtasks"]
+    mcq = {s for s, cfg in setting["eval_cfg"].items() if cfg["evaluator"]["type"] == "BBHEvaluator_mcq"
+           and cfg["pred_postprocessor"]["type"] == cfg["dataset_postprocessor"]["type"]
+           == "bbh_mcq_postprocess"}
+    assert set(utils.MULTIPLE_CHOICE) == mcq
+    assert {cfg["evaluator"]["type"] for s, cfg in setting["eval_cfg"].items() if s not in mcq} \
+        == {"BBHEvaluator"}
+    bbh = _loaded("bbh_llada_oc_base")
+    docs = list(bbh.test_docs())
+    assert [(d["subtask"], d["input"], d["target"]) for d in docs] == \
+        [(s, t["input"], t["target"]) for s in setting["subtasks"] for t in setting["loaded_docs"][s]]
+    mc = docs[0]
+    free = next(d for d in docs if d["subtask"] not in mcq and d["target"] == "valid")
+    assert bbh.process_results(mc, ["... So the answer is (A)."])["subtask_mean"] == \
+        ("temporal_sequences", 1.0)
+    assert bbh.process_results(mc, ["So the answer is (B)."])["exact_match"] == 0.0
+    assert bbh.process_results(free, ["So the answer is **valid**."])["exact_match"] == 1.0
+    assert bbh.process_results(free, ["So the answer is Valid."])["exact_match"] == 0.0
+
+
+def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):
+    """``MMLUDataset.load`` on the same items (as its CSVs): question, choices and the answer
+    letter; the exemplars are the subject's dev questions in order (``fix_id_list`` 0-4 of a
+    five-question dev split); the task scores with ``first_option_postprocess`` per question
+    and per subject."""
+    mmlu = _loaded("mmlu_llada_oc")
+    docs = list(mmlu.test_docs())
+    theirs = SETTINGS["llada_instruct_mmlu_len3"]["loaded_docs"]
+    assert SETTINGS["llada_instruct_mmlu_len3"]["retriever"]["fix_id_list"] == [0, 1, 2, 3, 4]
+    for split, ours in (("test", docs), ("dev", ITEMS["mmlu_dev"])):
+        want = [(t["input"], t["A"], t["B"], t["C"], t["D"], t["target"])
+                for subject in theirs.values() for t in subject[split]]
+        assert [(d["question"], *d["choices"], "ABCD"[d["answer"]]) for d in ours] == want
+    assert len(SETTINGS["llada_instruct_mmlu_len3"]["subjects"]) == 57
+    doc = docs[0]                                       # answer B
+    assert mmlu.process_results(doc, ["B"])["subject_mean"] == ("abstract_algebra", 1.0)
+    # the corpus: "I choose A because it is correct." gives A, "Thus the answer is A, not B." B
+    assert mmlu.process_results(doc, ["I choose A because it is correct."])["exact_match"] == 0.0
+    assert mmlu.process_results(doc, ["Thus the answer is A, not B."])["exact_match"] == 1.0
+    assert mmlu.process_results(doc, ["b"])["exact_match"] == 0.0
 
 
 def _task_utils(folder: str):

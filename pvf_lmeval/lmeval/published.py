@@ -185,6 +185,30 @@ def _rows() -> list[Published]:
                   "logits suppressed (logits_eos_inf)", "49.4 (internal), 47.0 (OpenCompass)",
                   LLADA_INSTRUCT, "humaneval_llada_oc", 0, "multi_turn",
                   _static(512, 512, logits_eos_inf=True)),
+        Published("llada-instruct-mmlu-pro-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MMLU-Pro (OpenCompass, zero-shot \"ANSWER: $LETTER\" "
+                  "prompt), pure diffusion gen = block = steps = 256",
+                  "37.0 (internal), 36.6 (OpenCompass)", LLADA_INSTRUCT, "mmlu_pro_llada_oc", 0,
+                  "multi_turn", _static(256, 256),
+                  note="OpenCompass's figure is the task's category_mean (the mean of the 14 "
+                       "category accuracies); exact_match is over all questions"),
+        Published("llada-instruct-arc-c-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, ARC-C (OpenCompass, zero-shot; the validation questions "
+                  "with four choices), pure diffusion gen = block = steps = 512",
+                  "88.5 (internal), 89.2 (OpenCompass)", LLADA_INSTRUCT, "arc_challenge_llada_oc",
+                  0, "multi_turn", _static(512, 512)),
+        Published("llada-instruct-mmlu-3", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, MMLU (OpenCompass, 5 fixed shots per subject as chat turns), "
+                  "gen = block = steps = 3", "65.5 (internal), 65.4 (OpenCompass)",
+                  LLADA_INSTRUCT, "mmlu_llada_oc", 5, "multi_turn", _static(3, 3),
+                  note="OpenCompass prints mmlu (the task's subject_mean, the mean of the 57 "
+                       "subject accuracies) and mmlu-weighted (exact_match); EVAL.md does not "
+                       "say which it reports"),
+        Published("llada-instruct-gpqa-pure", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, GPQA Diamond (OpenCompass, 5 fixed worked exemplars in one "
+                  "user turn), pure diffusion gen = block = steps = 64, confidence_eos_eot_inf",
+                  "33.3 (internal), 32.3 (OpenCompass)", LLADA_INSTRUCT, "gpqa_diamond_llada_oc",
+                  0, "multi_turn", _static(64, 64, confidence_eos_eot_inf=True)),
     ]
     base = {"gsm8k": ("gsm8k_pvf", 5, "GSM8K 5-shot", {256: "70.0", 512: "70.8", 1024: "70.3"}),
             "math": ("minerva_math_llada", 4, "MATH 4-shot (lm-eval 0.4.8's minerva_math)",
@@ -203,13 +227,17 @@ def _rows() -> list[Published]:
                 "71.9"),
                ("math", "math_llada_oc_base", 4, "MATH (4 fixed shots as plain text, stop "
                 "\"Problem:\")", "30.7"),
-               ("humaneval", "humaneval_llada_oc_base", 0, "HumanEval (the prompt alone)", "34.1"))
+               ("humaneval", "humaneval_llada_oc_base", 0, "HumanEval (the prompt alone)", "34.1"),
+               ("bbh", "bbh_llada_oc_base", 0, "BBH (27 subtasks, each after its chain-of-thought "
+                "exemplars)", "47.3"))
     for bench, task, shots, what, figure in oc_base:
         rows.append(Published(
             f"llada-base-oc-{bench}-256", LLADA_EVAL,
             f"LLaDA-8B-Base on OpenCompass, {what}, gen = steps = block = 256", figure,
             LLADA_BASE, task, shots, "none", _static(256, 256),
-            note="exact_match needs math_verify (NaN without)" if bench == "math" else ""))
+            note={"math": "exact_match needs math_verify (NaN without)",
+                  "bbh": "OpenCompass's figure is the task's subtask_mean (the mean of the 27 "
+                         "subtask accuracies)"}.get(bench, "")))
     fast = {("gsm8k", 256): ("79.3", "79.5", "79.2", "78.5"),
             ("gsm8k", 512): ("77.5", "77.0", "77.6", "77.2"),
             ("humaneval", 256): ("41.5", "42.7", "43.9", "43.3"),

@@ -5,7 +5,8 @@ function it equals; the tests compare them with those functions' outputs on a fi
 
 - OpenCompass, as LLaDA's EVAL.md Instruct and Base rows ran it (ML-GSAI/LLaDA @ b7e6c35,
   ``opencompass/opencompass/datasets/gsm8k.py``, ``humaneval.py``, ``math.py``,
-  ``evaluator/math_evaluator.py``);
+  ``evaluator/math_evaluator.py``, ``utils/text_postprocessors.py``,
+  ``openicl/icl_evaluator/icl_hf_evaluator.py``);
 - the PVF authors' evaluation (Joeyetinghan/pvf @ e5224c2, ``src/dataset/gsm8k_eval.py``,
   ``humaneval_eval.py``, ``MATH_eval.py``, ``mmlu_pro_eval.py``);
 - Fast-dLLM's HumanEval post-processing (NVlabs/Fast-dLLM @ 24cc59e, ``llada/postprocess_code.py``,
@@ -85,6 +86,109 @@ def oc_humaneval_base_completion(text: str) -> str:
             break
         kept.append(line)
     return "\n".join(kept)
+
+
+#: ``first_option_postprocess``'s patterns in the order it tries them; ``@`` stands for the
+#: option letters. Two of its entries lack a separating comma and so form one pattern (the
+#: ``故选`` + ``只有选项...是对`` line): kept as one here, so those two phrases alone match nothing.
+_OC_OPTION_PATTERNS = (
+    r"答案是?\s*([@])", r"答案是?\s*：\s*([@])", r"答案是?\s*:\s*([@])",
+    r"答案选项应?该?是\s*([@])", r"答案选项应?该?为\s*([@])", r"答案应该?是\s*([@])",
+    r"答案应该?选\s*([@])", r"答案选项为?\s*：\s*([@])", r"答案选项为?\s+\(?\*?\*?([@])\*?\*?\)?",
+    r"答案选项是?\s*:\s*([@])", r"答案为\s*([@])", r"答案选\s*([@])", r"选择?\s*([@])",
+    r"故选?\s*([@])只有选?项?\s?([@])\s?是?对",
+    r"只有选?项?\s?([@])\s?是?错", r"只有选?项?\s?([@])\s?不?正确", r"只有选?项?\s?([@])\s?错误",
+    r"说法不?对选?项?的?是\s?([@])", r"说法不?正确选?项?的?是\s?([@])", r"说法错误选?项?的?是\s?([@])",
+    r"([@])\s?是正确的", r"([@])\s?是正确答案", r"选项\s?([@])\s?正确", r"所以答\s?([@])",
+    r"所以\s?([@][.。$]?$)", r"所有\s?([@][.。$]?$)", r"[\s，：:,]([@])[。，,\.]?$",
+    r"[\s，,：:][故即]([@])[。\.]?$", r"[\s，,：:]因此([@])[。\.]?$", r"[是为。]\s?([@])[。\.]?$",
+    r"因此\s?([@])[。\.]?$", r"显然\s?([@])[。\.]?$", r"答案是\s?(\S+)(?:。|$)",
+    r"答案应该是\s?(\S+)(?:。|$)", r"答案为\s?(\S+)(?:。|$)", r"(?i)ANSWER\s*:\s*([@])",
+    r"[Tt]he answer is:?\s+\(?([@])\)?", r"[Tt]he answer is:?\s+\(?\*?\*?([@])\*?\*?\)?",
+    r"[Tt]he answer is option:?\s+\(?([@])\)?", r"[Tt]he correct answer is:?\s+\(?([@])\)?",
+    r"[Tt]he correct answer is option:?\s+\(?([@])\)?",
+    r"[Tt]he correct answer is:?.*?boxed\{([@])\}", r"[Tt]he correct option is:?.*?boxed\{([@])\}",
+    r"[Tt]he correct answer option is:?.*?boxed\{([@])\}",
+    r"[Tt]he answer to the question is:?\s+\(?([@])\)?", r"^选项\s?([@])", r"^([@])\s?选?项",
+    r"(\s|^)[@][\s。，,：:\.$]", r"1.\s?(.*?)$", r"1.\s?([@])[.。$]?$",
+    # the "cushion": any option letter followed by a colon, then any option letter at all
+    r"([@]):", r"([@])",
+)
+
+
+def oc_first_option(text: str, options: str = "ABCD") -> str:
+    r"""``first_option_postprocess(text, options)`` (cushion on; the ARC-C, HellaSwag and MMLU
+    configs): for each pattern in turn, its first match (``re.S``) in the stripped text; the
+    first capture, or the whole match when that is empty; the first of ``options`` (in their
+    order) that occurs in it. A match holding no option letter (a space captured by
+    ``(\s|^)``) passes to the next pattern; ``""`` when none gives a letter."""
+    text = text.strip()
+    for pattern in _OC_OPTION_PATTERNS:
+        found = re.search(pattern.replace("@", options), text, re.S)
+        if found is None:
+            continue
+        span = found.group(1) or found.group(0)
+        letter = next((o for o in options if o in span), None)
+        if letter is not None:
+            return letter
+    return ""
+
+
+#: MMLU-Pro's ``match_answer_pattern`` (``mmlu_pro_0shot_cot_gen_08c1de.py``): any case
+_OC_MMLU_PRO_ANSWER = re.compile(r"answer\s*:\s*([A-P])", re.I)
+
+
+def oc_mmlu_pro_prediction(text: str) -> str:
+    r"""``match_answer_pattern(text, r'(?i)ANSWER\s*:\s*([A-P])')``: the letter after the first
+    "answer:" (any case, so a lower-case letter is kept lower-case), ``""`` when none."""
+    found = _OC_MMLU_PRO_ANSWER.search(text)
+    return found.group(1) if found else ""
+
+
+def oc_choice_correct(prediction: str, answer: str) -> bool:
+    """``AccEvaluator`` for one item: the prediction is the reference label, exactly (case
+    included)."""
+    return str(prediction) == str(answer)
+
+
+#: GPQA's ``GPQA_Simple_Eval_postprocess_`` (``datasets/gpqa.py``): any case
+_OC_GPQA_ANSWER = re.compile(r"the correct answer is \(([^)]+)\)", re.I)
+
+
+def oc_gpqa_prediction(text: str) -> str:
+    """``GPQA_Simple_Eval_postprocess_``: what stands between the parentheses of the first
+    "The correct answer is (...)" (any case), stripped; a single space when there is none.
+    ``GPQAEvaluator`` then counts it right when it is the answer letter, exactly."""
+    found = _OC_GPQA_ANSWER.search(text)
+    return found.group(1).strip() if found else " "
+
+
+def _oc_bbh_tail(text: str) -> str:
+    """The text between the first "answer is " and the next one (or the end), stripped; the
+    whole text, as it is, when it holds no "answer is "."""
+    parts = text.split("answer is ")
+    return parts[1].strip() if len(parts) > 1 else text
+
+
+def oc_bbh_mcq(text: str) -> str:
+    """``bbh_mcq_postprocess`` (BBH's multiple-choice subtasks, outputs and targets alike): in
+    the text after the first "answer is " (up to a second one), the first capital letter right
+    after a "(" (no closing parenthesis needed), else its first capital letter, else that text
+    itself."""
+    tail = _oc_bbh_tail(text)
+    found = re.search(r"\(([A-Z])", tail) or re.search(r"([A-Z])", tail)
+    return found.group(1) if found else tail
+
+
+def oc_bbh_freeform(text: str) -> str:
+    """``bbh_freeform_postprocess`` (``BBHEvaluator``, the free-form subtasks): the first line
+    of the text after the first "answer is " (up to a second one), stripped, one final period removed (and stripped
+    again); the first bold ``**...**`` span in it when there is one."""
+    line = _oc_bbh_tail(text).split("\n")[0].strip()
+    if line.endswith("."):
+        line = line[:-1].strip()
+    bold = re.search(r"\*\*(.*?)\*\*", line)
+    return bold.group(1) if bold else line
 
 
 # ------------------------------------------------------------------------- PVF authors

@@ -80,6 +80,16 @@ def ratio_of_sums(items) -> float:
     return num / den
 
 
+def mean_of_group_means(items) -> float:
+    """Aggregate (group, value) items as the plain mean of the per-group means: a summary that
+    weighs every group alike whatever its size (OpenCompass's ``naive_average`` over the
+    per-subject datasets of MMLU and MMLU-Pro)."""
+    groups: dict = {}
+    for group, value in items:
+        groups.setdefault(group, []).append(value)
+    return math.fsum(math.fsum(v) / len(v) for v in groups.values()) / len(groups)
+
+
 #: the cost rows of a task's results table, in its order: (metric, higher is better); the
 #: rates aggregate as ratios of sums, the rest as means
 COSTS = (("nfe", False), ("tpf", True), ("branch_rows", False), ("gen_tokens", True),

@@ -44,6 +44,13 @@ TASK_PRESETS = {
     "minerva_math_llada": "math",
     "math_pvf_paper": "math",
     "mmlu_pro_pvf_paper": "mmlu_pro",
+    "mmlu_pro_llada_oc": "mmlu_pro",
+    # multiple-choice knowledge questions answered in text: MMLU-Pro's family (knowledge)
+    "arc_challenge_llada_oc": "mmlu_pro",
+    "mmlu_llada_oc": "mmlu_pro",
+    "gpqa_diamond_llada_oc": "mmlu_pro",
+    # chain-of-thought reasoning to a short answer: GSM8K's family (math-word)
+    "bbh_llada_oc_base": "gsm8k",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -60,3 +61,55 @@ def load_gpqa_main(**kwargs):
     made = passes(train, EVAL_PASS + 1)
     return datasets.DatasetDict({"fewshot": datasets.Dataset.from_list(made[FEWSHOT_PASS]),
                                  "eval": datasets.Dataset.from_list(made[EVAL_PASS])})
+
+
+# ----------------------------------------------------------------------------- LLaDA's OpenCompass row
+
+#: OpenCompass gpqa_fewshot_gen's five worked exemplars (its ``five_shot_prompt``, as the
+#: config's string literal evaluates: it opens with a newline), ahead of every question
+LLADA_OC_FIVE_SHOT = (Path(__file__).resolve().parent / "llada_oc_five_shot.txt").read_text(
+    encoding="utf-8")
+LLADA_OC_QUESTION = (
+    "\nQuestion:\n{question}\nChoices:\nA. {A}\nB. {B}\nC. {C}\nD. {D}\nWhen you're ready to "
+    "answer, please use the format 'The correct answer is (X)' where X is the correct letter "
+    "choice from 'ABCD'.")
+#: the seed OpenCompass's ``GPQADataset_.load`` gives ``random`` before shuffling the answers
+LLADA_OC_SEED = 0
+
+
+def process_docs_llada_oc(dataset):
+    """``GPQADataset_.load``: in the split's order, one ``Random(0)`` shuffles each question's
+    answers (correct first, then the three incorrect ones) into A-D; ``answer`` is the letter
+    of the first choice equal to the correct answer. Built once, eagerly, so that the shuffle
+    does not depend on how often or in which order the rows are read."""
+    import datasets
+
+    rng = random.Random(LLADA_OC_SEED)
+    rows = []
+    for doc in dataset:
+        choices = [doc["Correct Answer"], doc["Incorrect Answer 1"], doc["Incorrect Answer 2"],
+                   doc["Incorrect Answer 3"]]
+        rng.shuffle(choices)
+        letter = "ABCD"[choices.index(doc["Correct Answer"])]
+        rows.append({"question": doc["Question"], **dict(zip("ABCD", choices)), "answer": letter})
+    return datasets.Dataset.from_list(rows)
+
+
+def doc_to_text_llada_oc(doc: dict) -> str:
+    return LLADA_OC_FIVE_SHOT + LLADA_OC_QUESTION.format(**doc)
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``gpqa_diamond_llada_oc``: ``GPQA_Simple_Eval_postprocess_`` then ``GPQAEvaluator``
+    (the extracted text is the answer letter, exactly)."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = pa.oc_choice_correct(pa.oc_gpqa_prediction(str(generation)), doc["answer"])
+    out = {"exact_match": float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: gpqa_diamond_llada_oc's metric_list: exact match, then the decoding costs
+LLADA_OC_METRICS = metric_list("exact_match")

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import re
 import string
-from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
-from lm_eval.api.task import ConfigurableTask
-
+from pvf_lmeval.lmeval.task_fewshot import GroupFewshotTask
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, mean_of_group_means, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
@@ -62,35 +60,10 @@ fewshot_to_text = partial(format_cot_example, including_answer=False)
 fewshot_to_target = partial(format_cot_target, including_answer=True)
 
 
-class MMLUProTask(ConfigurableTask):
-    """A ConfigurableTask whose few-shot pool is the validation questions of the doc's category."""
+class MMLUProTask(GroupFewshotTask):
+    """A task whose few-shot pool is the validation questions of the doc's category."""
 
-    def __init__(self, config: dict | None = None, **kwargs):
-        config = {k: v for k, v in (config or {}).items() if k != "class"}
-        self._pools: dict | None = None
-        super().__init__(config=config, **kwargs)
-
-    def _pool(self, category: str) -> list:
-        if self._pools is None:
-            self._pools = defaultdict(list)
-            for doc in self.sampler.df:  # the first_n sampler keeps the split's order
-                self._pools[doc["category"]].append(doc)
-        pool = self._pools.get(category)
-        if not pool:
-            raise ValueError(f"mmlu_pro_pvf: no few-shot ({self.config.fewshot_split}) questions "
-                             f"of category {category!r}")
-        return pool
-
-    def fewshot_context(self, doc, num_fewshot, *args, **kwargs):
-        if num_fewshot and hasattr(self, "sampler"):
-            all_docs = self.sampler.df
-            pool = self._pool(doc["category"])
-            self.sampler.df = pool
-            try:
-                return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
-            finally:
-                self.sampler.df = all_docs
-        return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
+    group_field = "category"
 
 
 def extract_answer(text: str) -> str:
@@ -138,3 +111,48 @@ def process_results_pvf_paper(doc: dict, results: list) -> dict:
 
 #: the YAMLs' metric_list: exact match, then the decoding costs
 METRICS = metric_list("exact_match")
+
+
+# ----------------------------------------------------------------------------- LLaDA's OpenCompass row
+
+#: OpenCompass mmlu_pro_0shot_cot_gen_08c1de's QUERY_TEMPLATE as it reaches the model (the
+#: config's ``.strip()``ped string; ``{options}``: :func:`options_llada_oc`)
+LLADA_OC_PROMPT = (
+    "Answer the following multiple choice question. The last line of your response should be of "
+    "the following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of Options(e.g. "
+    "one of ABCDEFGHIJKLMNOP). Think step by step before answering.\n\nQuestion:\n\n{question}\n\n"
+    "Options:\n\n{options}")
+#: the letters OpenCompass's MMLU-Pro reader gives the options, by position
+OC_LETTERS = "ABCDEFGHIJKLMNOP"
+
+
+def options_llada_oc(doc: dict) -> str:
+    """OpenCompass's ``options_str``: "L. option" a line, an ``N/A`` option left out (its letter
+    skipped, not reused), the whole stripped."""
+    lines = [f"{letter}. {opt}\n" for letter, opt in zip(OC_LETTERS, doc["options"]) if opt != "N/A"]
+    return "".join(lines).strip()
+
+
+def doc_to_text_llada_oc(doc: dict) -> str:
+    """``mmlu_pro_llada_oc``: the question and its options in OpenCompass's template."""
+    return LLADA_OC_PROMPT.format(question=doc["question"], options=options_llada_oc(doc))
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``mmlu_pro_llada_oc``: OpenCompass's ``match_answer_pattern`` (the letter after the first
+    "answer:", any case) and ``AccEvaluator`` (that letter is the answer, case included); per
+    question and as the mean of the category accuracies."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = float(pa.oc_choice_correct(pa.oc_mmlu_pro_prediction(str(generation)), doc["answer"]))
+    out = {"exact_match": right, "category_mean": (doc["category"], right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: mmlu_pro_llada_oc's metric_list: exact match over the questions, the mean of the category
+#: accuracies (the figure OpenCompass prints as mmlu_pro), then the decoding costs
+LLADA_OC_METRICS = metric_list("exact_match", {"metric": "category_mean",
+                                               "aggregation": mean_of_group_means,
+                                               "higher_is_better": True})

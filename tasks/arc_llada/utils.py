@@ -1,0 +1,47 @@
+"""ARC-Challenge as LLaDA's EVAL.md Instruct row ran it on OpenCompass (ML-GSAI/LLaDA @ b7e6c35,
+``opencompass/opencompass/configs/datasets/ARC_c/ARC_c_gen_1e0de5.py``, ``datasets/arc.py``):
+the validation ("Dev") questions that have exactly four choices, lettered A-D in their order;
+scored by OpenCompass's ``first_option_postprocess`` and ``AccEvaluator``.
+
+Data: the hub only (``allenai/ai2_arc``, ``ARC-Challenge``).
+"""
+
+from __future__ import annotations
+
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
+
+LETTERS = "ABCD"
+#: OpenCompass ARC_c_gen_1e0de5's prompt (one user turn)
+LLADA_OC_PROMPT = "Question: {question}\nA. {A}\nB. {B}\nC. {C}\nD. {D}\nAnswer:"
+
+
+def process_docs_llada_oc(dataset):
+    """``ARCDataset.load``: only the questions with four choices; each gets its choices as
+    ``A``-``D`` and ``label``, the letter of the answer's position among the choice labels
+    (ARC labels some questions 1-4)."""
+    def fields(doc: dict) -> dict:
+        texts, labels = doc["choices"]["text"], doc["choices"]["label"]
+        return {**dict(zip(LETTERS, texts)), "label": LETTERS[labels.index(doc["answerKey"])]}
+
+    four = dataset.filter(lambda doc: len(doc["choices"]["text"]) == 4)
+    return four.map(fields)
+
+
+def doc_to_text_llada_oc(doc: dict) -> str:
+    return LLADA_OC_PROMPT.format(question=doc["question"], **{k: doc[k] for k in LETTERS})
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``arc_challenge_llada_oc``: the first option ``first_option_postprocess`` finds (options
+    "ABCD") is the answer's letter (``AccEvaluator``)."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = pa.oc_choice_correct(pa.oc_first_option(str(generation), LETTERS), doc["label"])
+    out = {"exact_match": float(right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: the YAML's metric_list: exact match, then the decoding costs
+METRICS = metric_list("exact_match")

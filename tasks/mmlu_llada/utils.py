@@ -1,0 +1,65 @@
+"""MMLU as LLaDA's EVAL.md Instruct row ran it on OpenCompass (ML-GSAI/LLaDA @ b7e6c35,
+``opencompass/opencompass/configs/datasets/mmlu/mmlu_gen_a484b3.py``, ``datasets/mmlu.py``):
+ONE task over the 57 subjects (OpenCompass runs one dataset per subject); each question gets its
+subject's five dev questions as exemplars (``FixKRetriever``, ids 0-4), each exemplar asked as
+"Question: ... Answer:" and the question itself as "Q: ... A:", under the subject's hint; scored
+by OpenCompass's ``first_option_postprocess`` and ``AccEvaluator``.
+
+Data: the hub only (``cais/mmlu``, ``all``: the test and dev splits of every subject).
+"""
+
+from __future__ import annotations
+
+from pvf_lmeval.lmeval.task_fewshot import GroupFewshotTask
+from pvf_lmeval.lmeval.task_metrics import cost_metrics, mean_of_group_means, metric_list
+
+LETTERS = "ABCD"
+#: the subject's hint, opening every turn
+HINT = ("There is a single choice question about {subject}. Answer the question by replying "
+        "A, B, C or D.")
+
+
+class MMLUTask(GroupFewshotTask):
+    """A task whose few-shot pool is the dev questions of the doc's subject."""
+
+    group_field = "subject"
+
+
+def _ask(doc: dict, question: str, answer: str) -> str:
+    choices = "".join(f"\n{letter}. {text}" for letter, text in zip(LETTERS, doc["choices"]))
+    hint = HINT.format(subject=doc["subject"].replace("_", " "))
+    return f"{hint}\n{question} {doc['question']}{choices}\n{answer} "
+
+
+def doc_to_text_llada_oc(doc: dict) -> str:
+    """The question's turn (the config's ``prompt_template``)."""
+    return _ask(doc, "Q:", "A:")
+
+
+def fewshot_to_text_llada_oc(doc: dict) -> str:
+    """An exemplar's question turn (the config's ``ice_template``)."""
+    return _ask(doc, "Question:", "Answer:")
+
+
+def doc_to_target_llada_oc(doc: dict) -> str:
+    """The answer's letter (an exemplar's assistant turn)."""
+    return LETTERS[doc["answer"]]
+
+
+def process_results_llada_oc(doc: dict, results: list) -> dict:
+    """``mmlu_llada_oc``: the first option ``first_option_postprocess`` finds (options "ABCD") is
+    the answer's letter (``AccEvaluator``); per question and per subject."""
+    from pvf_lmeval.lmeval import published_answers as pa
+
+    generation = results[0]
+    right = float(pa.oc_choice_correct(pa.oc_first_option(str(generation), LETTERS),
+                                       doc_to_target_llada_oc(doc)))
+    out = {"exact_match": right, "subject_mean": (doc["subject"], right)}
+    out.update(cost_metrics(generation))
+    return out
+
+
+#: the YAML's metric_list: exact match over the questions (OpenCompass's ``mmlu-weighted``), the
+#: mean of the subject accuracies (its ``mmlu``), then the decoding costs
+METRICS = metric_list("exact_match", {"metric": "subject_mean", "aggregation": mean_of_group_means,
+                                      "higher_is_better": True})

@@ -12,7 +12,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutation.sh"
 
 
 @pytest.mark.parametrize("env, args, message", [
-    ({}, ["decoding", "stat"], "mutation.sh: AREA 'stat' must be one of: decoding, stats, kv, gate"),
+    ({}, ["decoding", "stat"], "mutation.sh: AREA 'stat' must be one of: decoding, lmeval, stats, kv, gate"),
     ({"STAGES": "fast"}, ["gate"], "mutation.sh: STAGES='fast' must be one of: fast,full, full"),
 ])
 def test_bad_arguments_are_one_line_errors(env, args, message, tmp_path):

@@ -10,7 +10,7 @@
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
 #   FAST_TEST_FILES=... / STAGES=full ...                   # another first stage / none
 #   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out (default:
-#                                                           # the area's slowest; "" for none)
+#                                                           # the area's LEFT_OUT list; "" for none)
 #
 # Two stages. Every mutant first runs the area's fast unit tests (hand-built tables, no model)
 # that reach the mutated function, in the scratch copy mutation/AREA.fast/; a mutant they do not
@@ -29,7 +29,7 @@ PY=${PY:-$ROOT/.venv/bin/python}
 JOBS=${JOBS:-1}
 NICE=${NICE:-10}
 
-declare -A MUTATE TESTS FAST SLOW
+declare -A MUTATE TESTS FAST LEFT_OUT
 MUTATE[decoding]="pvf_lmeval/decoding/*.py"
 FAST[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
   tests/test_decoding_explore.py tests/test_decoding_freedave.py tests/test_decoding_pvf.py
@@ -52,7 +52,7 @@ TESTS[decoding]="${FAST[decoding]} tests/test_likelihood.py tests/test_calibrate
 # those that run the package in a subprocess: mutmut records which tests reach a function in
 # its own process only (so it never picks them for a mutant), and its trampolines in a
 # subprocess that starts elsewhere cannot find their configuration (the tests fail there)
-SLOW[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
+LEFT_OUT[decoding]="tests/test_decoding_rules.py::test_reference_batch_sizes_identical
   tests/test_decoding_rules.py::test_capitalised_ids_of_a_real_tokenizer
   tests/test_param_specs.py::test_a_new_decoder_is_its_step_module_and_one_registry_line"
 # the adapter: settings, planner, sink, caches, presets (stats.py is its own area)
@@ -65,7 +65,7 @@ FAST[lmeval]="tests/test_settings.py tests/test_param_specs.py tests/test_lm_uni
 TESTS[lmeval]="${FAST[lmeval]} tests/test_likelihood.py tests/test_online_vocab.py
   tests/test_hostile_inputs.py tests/test_report_batch_identity.py tests/test_tasks_answers.py
   tests/test_lm_hflm_args.py tests/test_notices.py"
-SLOW[lmeval]="tests/test_param_specs.py::test_a_new_decoder_is_its_step_module_and_one_registry_line
+LEFT_OUT[lmeval]="tests/test_param_specs.py::test_a_new_decoder_is_its_step_module_and_one_registry_line
   tests/test_task_presets.py::test_the_cli_decodes_arith_var_with_the_arith_preset
   tests/test_response_cache.py::test_the_cli_stops_at_a_planted_row_in_one_line
   tests/test_lm_errors.py::test_bad_model_args_through_the_cli"
@@ -192,7 +192,7 @@ run_stage() {       # run_stage DIR todo-fast|todo-full: mutmut on what the stag
 
 for area in "${areas[@]}"; do
     files=${FILES:-${MUTATE[$area]}}
-    deselect=${DESELECT-${SLOW[$area]:-}}
+    deselect=${DESELECT-${LEFT_OUT[$area]:-}}
     echo "== $area: mutating $files${SAMPLE:+ (a random $SAMPLE% of its mutants)}"
     if [ "$STAGES" = fast,full ]; then
         prepare "$ROOT/mutation/$area.fast" "$files" "${FAST_TEST_FILES:-${FAST[$area]}}" "$deselect"

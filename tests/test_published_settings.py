@@ -21,7 +21,8 @@ import pytest
 
 from helpers.prerequisites import family_tier
 from pvf_lmeval.lmeval import published_answers as pa
-from pvf_lmeval.lmeval.published import PUBLISHED, markdown_table, published
+from pvf_lmeval.lmeval.published import (DREAM_INSTRUCT, LLADA_15, PUBLISHED, markdown_table,
+                                          published)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "published"
@@ -53,6 +54,15 @@ SCRIPT_ROW = {
        for d in ("static", "fastdllm", "freedave", "pvf")},
 }
 
+#: LLaDA 1.5's rows (EVAL.md's LLaDA 1.5 table) -> the examples/llada_1p5_gen_*.py rows
+LLADA15_SCRIPT_ROW = {
+    "llada15-gsm8k-256-16": "llada15_gsm8k_len256_blk16_conf",
+    "llada15-math-1024-128": "llada15_math_len1024_blk128_conf",
+    "llada15-gpqa-256-16": "llada15_gpqa_len256_blk16",
+    "llada15-humaneval-512-32": "llada15_humaneval_len512_blk32_conf",
+}
+SCRIPT_ROW.update(LLADA15_SCRIPT_ROW)
+
 
 #: the bundled variant that stands for a command's lm-eval task (tasks/gpqa_llada/)
 SCRIPT_TASK = {"gpqa_main_n_shot_llada": "gpqa_main_n_shot"}
@@ -67,6 +77,13 @@ def test_every_row_is_checked_against_a_script():
 
 
 # ----------------------------------------------------------------------------- prompts
+
+
+def _template_family(row) -> str | None:
+    """The chat template a row's prompts are rendered with (chat_templates.json), None without."""
+    if row.chat == "none":
+        return None
+    return {LLADA_15: "llada15", DREAM_INSTRUCT: "dream"}.get(row.model, "llada")
 
 
 def _tokenizer(family: str):
@@ -185,12 +202,13 @@ def local_items(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
 
 
-def _contexts(row) -> list[str]:
+def _contexts(row, family: str | None = None) -> list[str]:
+    """The contexts lm-eval builds for the row's command, rendered with the row's chat template
+    (``family``: another of chat_templates.json's)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    family = ("dream" if "Dream" in row.model else "llada") if row.chat != "none" else None
-    lm = PromptRecorder(family)
+    lm = PromptRecorder(family or _template_family(row))
     lm_eval.simple_evaluate(model=lm, task_manager=TaskManager(include_path=str(REPO / "tasks"),
                                                                include_defaults=False),
                             predict_only=True, random_seed=0, numpy_random_seed=1234,
@@ -202,9 +220,8 @@ def _prompt_setting(name: str) -> tuple:
     """What decides a row's prompts: its script row, the lm-eval flags of its command (task,
     few-shot count, chat form) and the chat template's family; not its decoding."""
     row = published(name)
-    family = ("dream" if "Dream" in row.model else "llada") if row.chat != "none" else None
     flags = {k: tuple(v) if isinstance(v, list) else v for k, v in _cli_flags(row).items()}
-    return SCRIPT_ROW[name], tuple(sorted(flags.items())), family
+    return SCRIPT_ROW[name], tuple(sorted(flags.items())), _template_family(row)
 
 
 #: one prompt check per distinct prompt setting (the rows of a script row that differ only in
@@ -275,6 +292,36 @@ def test_the_other_fewshot_form_breaks_fastdllms_prompt(local_items):
     assert all(g != w for g, w in zip(_contexts(row), want))
 
 
+def test_llada15_rows_are_the_llada15_configs():
+    """Each LLaDA 1.5 row's script row is its examples/llada_1p5_gen_*.py config, whose model
+    is GSAI-ML/LLaDA-1.5 (opencompass/configs/models/dllm/llada_15_instruct_8b.py), with the
+    Instruct rows' dataset configs: the same prompts as the Instruct row of each dataset."""
+    instruct = {"gsm8k": "llada_instruct_gsm8k_len256_blk8", "math": "llada_instruct_math_len512_blk64",
+                "gpqa": "llada_instruct_gpqa_len64",
+                "humaneval": "llada_instruct_humaneval_len512_blk512_logits"}
+    for name, script in LLADA15_SCRIPT_ROW.items():
+        row, setting = published(name), SETTINGS[script]
+        bench = name.split("-")[1]
+        assert setting["model"] == {"path": LLADA_15, "abbr": "llada-1.5-8b-instruct"} and row.model == LLADA_15
+        assert setting["config"].startswith(f"opencompass/examples/llada_1p5_gen_{bench}_length")
+        assert row.task == published({"gsm8k": "llada-instruct-gsm8k-256-8", "math": "llada-instruct-math-512-64",
+                                      "gpqa": "llada-instruct-gpqa-pure",
+                                      "humaneval": "llada-instruct-humaneval-pure"}[bench]).task
+        theirs = {p["item"]: p["prompt"] for p in PROMPTS[instruct[bench]]}
+        assert [p["prompt"] for p in PROMPTS[script]] == [theirs[p["item"]] for p in PROMPTS[script]]
+
+
+@pytest.mark.parametrize("name", list(LLADA15_SCRIPT_ROW))
+def test_llada15_prompts_do_not_depend_on_which_llada_template(name, local_items):
+    """LLaDA-1.5's chat template was read from a public copy (chat_templates.json llada15): it
+    differs from LLaDA-8B-Instruct's, yet renders these rows' turns (user and assistant, then
+    the generation prompt) to the same bytes, so the rows' prompts are the script's under
+    either."""
+    copy, instruct = TEMPLATES["llada15"]["template"], TEMPLATES["llada"]["template"]
+    assert copy != instruct
+    assert _contexts(published(name), "llada") == [w["prompt"] for w in PROMPTS[SCRIPT_ROW[name]]]
+
+
 # ----------------------------------------------------------------------------- settings
 
 #: each row's decoding, written from the published sources (not read from the code)
@@ -293,6 +340,16 @@ EXPECTED = {
     "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
                                 "confidence_eos_eot_inf=true",
 }
+
+EXPECTED.update({
+    "llada15-gsm8k-256-16": "decoder=static,gen_length=256,block_length=16,steps=256,"
+                            "confidence_eos_eot_inf=true",
+    "llada15-math-1024-128": "decoder=static,gen_length=1024,block_length=128,steps=1024,"
+                             "confidence_eos_eot_inf=true",
+    "llada15-gpqa-256-16": "decoder=static,gen_length=256,block_length=16,steps=256",
+    "llada15-humaneval-512-32": "decoder=static,gen_length=512,block_length=32,steps=512,"
+                                "confidence_eos_eot_inf=true",
+})
 
 
 def _script_settings(name: str) -> dict:

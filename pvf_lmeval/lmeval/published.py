@@ -25,10 +25,12 @@ import dataclasses
 
 LLADA_INSTRUCT = "GSAI-ML/LLaDA-8B-Instruct"
 LLADA_BASE = "GSAI-ML/LLaDA-8B-Base"
+LLADA_15 = "GSAI-ML/LLaDA-1.5"
 DREAM_INSTRUCT = "Dream-org/Dream-v0-Instruct-7B"
 CHATS = ("none", "single_turn", "multi_turn")
 #: the sources, by the commit the settings were read from
 LLADA_EVAL = "LLaDA EVAL.md (ML-GSAI/LLaDA @ b7e6c35)"
+LLADA15_EVAL = "LLaDA EVAL.md, LLaDA 1.5's table (ML-GSAI/LLaDA @ b7e6c35)"
 FAST_DLLM = "Fast-dLLM README (NVlabs/Fast-dLLM @ 24cc59e)"
 PVF_PAPER = "PVF paper, Table 1 (authors' code Joeyetinghan/pvf @ e5224c2)"
 
@@ -160,6 +162,36 @@ def _llada_ppl_rows() -> list[Published]:
     return rows
 
 
+#: what every LLaDA 1.5 row runs on: the checkpoint's own chat template
+LLADA15_TEMPLATE_NOTE = ("LLaDA-1.5's hub tokenizer_config.json was not readable offline; the "
+                         "prompts were checked with a public copy's chat template (tests/data/"
+                         "published/chat_templates.json llada15), which renders them as "
+                         "LLaDA-8B-Instruct's does")
+
+
+def _llada15_rows() -> list[Published]:
+    """EVAL.md's LLaDA 1.5 table on OpenCompass (examples/llada_1p5_gen_*.py): the Instruct
+    rows' dataset configs and tasks, LLaDA-1.5's checkpoint, gen_steps = gen_length."""
+    rows = [("gsm8k", 256, 16, True, "GSM8K (OpenCompass, 4 fixed CoT shots)", "83.8", "83.6",
+             "gsm8k_llada_oc", 4, ""),
+            ("math", 1024, 128, True, "MATH (OpenCompass, zero-shot)", "42.6", "42.3",
+             "math_llada_oc", 0, ""),
+            ("gpqa", 256, 16, False, "GPQA Diamond (OpenCompass, 5 fixed worked exemplars in one "
+             "user turn)", "36.9", "34.8", "gpqa_diamond_llada_oc", 0, ""),
+            ("humaneval", 512, 32, True, "HumanEval (OpenCompass, zero-shot)", "52.4", "51.2",
+             "humaneval_llada_oc", 0, "")]
+    out = []
+    for bench, gen, block, conf, what, internal, oc, task, shots, note in rows:
+        switch = ", confidence_eos_eot_inf" if conf else ""
+        decoding = _static(gen, block, confidence_eos_eot_inf=True) if conf else _static(gen, block)
+        out.append(Published(
+            f"llada15-{bench}-{gen}-{block}", LLADA15_EVAL,
+            f"LLaDA 1.5, {what}, gen {gen}, block {block}{switch}",
+            f"{internal} (internal), {oc} (OpenCompass)", LLADA_15, task, shots, "multi_turn",
+            decoding, note="; ".join(n for n in (note, LLADA15_TEMPLATE_NOTE) if n)))
+    return out
+
+
 def _rows() -> list[Published]:
     rows = [
         Published("llada-instruct-gsm8k-256-8", LLADA_EVAL,
@@ -270,7 +302,7 @@ def _rows() -> list[Published]:
                 f"pvf-paper-{family}-{bench}-{method}", PVF_PAPER,
                 f"{model.split('/')[1]}, {benches[bench]} 0-shot, gen 512, block 64, {method}",
                 figure, model, f"{bench}_pvf_paper", 0, "multi_turn", _pvf_paper(decoder, bench)))
-    return rows + _llada_ppl_rows()
+    return rows + _llada15_rows() + _llada_ppl_rows()
 
 
 #: every published row by name, in the documentation's order

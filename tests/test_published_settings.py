@@ -60,6 +60,7 @@ LLADA15_SCRIPT_ROW = {
     "llada15-math-1024-128": "llada15_math_len1024_blk128_conf",
     "llada15-gpqa-256-16": "llada15_gpqa_len256_blk16",
     "llada15-humaneval-512-32": "llada15_humaneval_len512_blk32_conf",
+    "llada15-ifeval-256-16": "llada15_ifeval_len256_blk16_conf",
 }
 SCRIPT_ROW.update(LLADA15_SCRIPT_ROW)
 
@@ -194,12 +195,26 @@ def local_items(tmp_path, monkeypatch):
             docs = [{k: d[k] for k in ("input", "target")} for d in ITEMS["bbh_test"]
                     if d["subtask"] == name]
             return datasets.Dataset.from_list(docs)
+        if path == "google/IFEval":
+            return datasets.DatasetDict({"train": datasets.Dataset.from_list(ITEMS["ifeval_train"])})
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
         return hub(path, *args, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    _no_nltk_downloads(monkeypatch)
+
+
+def _no_nltk_downloads(monkeypatch):
+    """lm-eval's IFEval checkers fetch nltk's punkt_tab when they are first imported: never
+    from a test (the corpus avoids the two checkers that need it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("nltk") is not None:
+        import nltk
+
+        monkeypatch.setattr(nltk, "download", lambda *args, **kwargs: False)
 
 
 def _contexts(row, family: str | None = None) -> list[str]:
@@ -255,6 +270,8 @@ def _items_of(row) -> str:
         return "gpqa_diamond_train"
     if row.task.startswith("bbh_llada"):
         return "bbh_test"
+    if row.task.startswith("ifeval"):
+        return "ifeval_train"
     if "mmlu_pro" in row.task:
         return "mmlu_pro_test"
     return "math_test" if "math" in row.task else "gsm8k_test"
@@ -271,6 +288,8 @@ def test_rows_sharing_a_script_row_share_their_prompt_setting():
 @pytest.mark.parametrize("name", list(PROMPT_GROUPS))
 def test_prompts_are_the_published_scripts_bytes(name, local_items):
     row = published(name)
+    if row.task == "ifeval_llada_oc":
+        _require_ifeval_extra()
     want = PROMPTS[SCRIPT_ROW[name]]
     items = _items_of(row)
     key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else ITEM_NAME.get(items, lambda i, d: i)
@@ -304,6 +323,8 @@ def test_llada15_rows_are_the_llada15_configs():
         bench = name.split("-")[1]
         assert setting["model"] == {"path": LLADA_15, "abbr": "llada-1.5-8b-instruct"} and row.model == LLADA_15
         assert setting["config"].startswith(f"opencompass/examples/llada_1p5_gen_{bench}_length")
+        if bench == "ifeval":           # no Instruct row
+            continue
         assert row.task == published({"gsm8k": "llada-instruct-gsm8k-256-8", "math": "llada-instruct-math-512-64",
                                       "gpqa": "llada-instruct-gpqa-pure",
                                       "humaneval": "llada-instruct-humaneval-pure"}[bench]).task
@@ -349,6 +370,8 @@ EXPECTED.update({
     "llada15-gpqa-256-16": "decoder=static,gen_length=256,block_length=16,steps=256",
     "llada15-humaneval-512-32": "decoder=static,gen_length=512,block_length=32,steps=512,"
                                 "confidence_eos_eot_inf=true",
+    "llada15-ifeval-256-16": "decoder=static,gen_length=256,block_length=16,steps=256,"
+                             "confidence_eos_eot_inf=true",
 })
 
 
@@ -915,6 +938,81 @@ def test_new_gsm8k_mmlu_pro_humaneval_tasks_score_with_the_published_rules(local
     assert he.completion_llada_oc_base(doc, body) == CODE_DOC["prompt"] + "    return a + b"
 
 
+# ----------------------------------------------------------------------------- IFEval
+
+OCIF = ANSWERS["opencompass_ifeval"]
+
+
+def _require_ifeval_extra():
+    """Skip unless lm-eval's IFEval checkers import (``pip install "lm-eval[ifeval]"``)."""
+    missing = pa.ifeval_missing()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (lm-eval[ifeval])")
+
+
+@pytest.fixture
+def ifeval_checkers(monkeypatch):
+    """lm-eval's IFEval checkers, without an nltk download, and langdetect seeded as the
+    reference run was (it draws at random per call otherwise, in OpenCompass and lm-eval)."""
+    _require_ifeval_extra()
+    _no_nltk_downloads(monkeypatch)
+    import langdetect
+
+    monkeypatch.setattr(langdetect.DetectorFactory, "seed", OCIF["langdetect_seed"])
+
+
+def test_opencompass_ifeval_verdicts_on_the_corpus(ifeval_checkers):
+    """``test_instruction_following_strict`` / ``_loose`` per (item, output) of the corpus: 22
+    of the 25 registered instruction types (not those that need nltk's punkt model or
+    langdetect on short texts); strict and loose differ on 16 of 48 outputs."""
+    from lm_eval.tasks.ifeval import instructions_registry
+
+    docs = {d["key"]: d for d in ITEMS["ifeval_train"]}
+    used = {i for d in docs.values() for i in d["instruction_id_list"]}
+    assert set(instructions_registry.INSTRUCTION_DICT) - used == {
+        "length_constraints:number_sentences", "change_case:capital_word_frequency",
+        "language:response_language"}
+    cases = OCIF["cases"]
+    assert sum(c["strict"] != c["loose"] for c in cases) == 16
+    got = [(pa.oc_ifeval_follows(docs[c["key"]], c["output"], loose=False),
+            pa.oc_ifeval_follows(docs[c["key"]], c["output"], loose=True)) for c in cases]
+    assert got == [(c["strict"], c["loose"]) for c in cases]
+
+
+def test_ifeval_task_scores_as_ifevaluator(local_items, ifeval_checkers):
+    """The task's four metrics over the corpus, aggregated as its metric_list says, are
+    ``IFEvaluator.score``'s four figures (percentages there, fractions here)."""
+    task = _loaded("ifeval_llada_oc")
+    docs = {d["key"]: d for d in task.test_docs()}
+    assert [d["key"] for d in task.test_docs()] == [d["key"] for d in ITEMS["ifeval_train"]]
+    per_case = [task.process_results(docs[c["key"]], [c["output"]]) for c in OCIF["cases"]]
+    aggregate = {m["metric"]: m["aggregation"] for m in task.config.metric_list}
+    figures = {"prompt_level_strict_acc": "Prompt-level-strict-accuracy",
+               "inst_level_strict_acc": "Inst-level-strict-accuracy",
+               "prompt_level_loose_acc": "Prompt-level-loose-accuracy",
+               "inst_level_loose_acc": "Inst-level-loose-accuracy"}
+    assert [m["metric"] for m in task.config.metric_list][:4] == list(figures)
+    for ours, theirs in figures.items():
+        agg = aggregate[ours]
+        agg = agg if callable(agg) else (lambda xs: sum(xs) / len(xs))
+        assert round(agg([r[ours] for r in per_case]) * 100, 9) == round(OCIF["ifevaluator_score"][theirs], 9)
+    assert task.config.generation_kwargs["until"] == [] and task.config.num_fewshot in (None, 0)
+
+
+def test_ifeval_task_stops_in_one_line_without_its_extra(local_items, monkeypatch):
+    """Without lm-eval[ifeval] the task stops when its documents are read (before any
+    decoding), in one line naming the extra."""
+    from pvf_lmeval.one_line import _one_line
+
+    monkeypatch.setattr(pa, "ifeval_missing", lambda: ["langdetect", "immutabledict"])
+    with pytest.raises(ImportError) as error:
+        _loaded("ifeval_llada_oc")
+    assert _one_line(error.value) == ('pvf-dlm: ifeval_llada_oc: langdetect, immutabledict not '
+                                      'installed; its scoring needs them (pip install '
+                                      '"lm-eval[ifeval]")')
+    assert error.value.pvf_one_line
+
+
 # ----------------------------------------------------------------------------- a run
 
 
@@ -949,6 +1047,39 @@ def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
     if args["decoder"] == "static":      # one position per call, to the end of the canvas
         assert meta["nfe"] == 32
     assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]
+
+
+def test_the_ifeval_row_runs_through_lm_eval_on_the_tiny_model(local_items, ifeval_checkers):
+    """llada15-ifeval-256-16's model args and flags through lm-eval and pvf-dlm on tiny-llada
+    (32 positions instead of 256): one user turn, no stop string, the whole canvas decoded one
+    position per call, and IFEvaluator's four figures in the results."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published("llada15-ifeval-256-16")
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada", gen_length="32", steps="32", block_length="16")
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()))
+    out = lm_eval.simple_evaluate(model=lm, limit=1, bootstrap_iters=0, log_samples=True,
+                                  task_manager=TaskManager(include_path=str(REPO / "tasks"),
+                                                           include_defaults=False), **_cli_flags(row))
+    sample = out["samples"][row.task][0]
+    context, gen_kwargs = sample["arguments"][0]
+    assert context.count("<|start_header_id|>user") == 1 and gen_kwargs["until"] == []
+    meta = sample["resps"][0][0].meta
+    assert meta["gen_length"] == 32 and meta["nfe"] == 32
+    # one item of three instructions: prompt level all or none, instruction level in thirds;
+    # loose reads the response as written too, so it follows whatever strict follows
+    got = {k.split(",")[0]: v for k, v in out["results"][row.task].items() if "_acc," in k}
+    assert len(ITEMS["ifeval_train"][0]["instruction_id_list"]) == 3
+    for level in ("strict", "loose"):
+        assert got[f"prompt_level_{level}_acc"] in (0.0, 1.0)
+        assert round(got[f"inst_level_{level}_acc"] * 3, 9) in (0, 1, 2, 3)
+    assert got["inst_level_loose_acc"] >= got["inst_level_strict_acc"]
 
 
 def test_a_likelihood_row_scores_through_the_plugin_on_the_tiny_model():

@@ -179,7 +179,14 @@ def _llada15_rows() -> list[Published]:
             ("gpqa", 256, 16, False, "GPQA Diamond (OpenCompass, 5 fixed worked exemplars in one "
              "user turn)", "36.9", "34.8", "gpqa_diamond_llada_oc", 0, ""),
             ("humaneval", 512, 32, True, "HumanEval (OpenCompass, zero-shot)", "52.4", "51.2",
-             "humaneval_llada_oc", 0, "")]
+             "humaneval_llada_oc", 0, ""),
+            ("ifeval", 256, 16, True, "IFEval (OpenCompass, the prompt as one user turn)", "66.2",
+             "65.2", "ifeval_llada_oc", 0,
+             "OpenCompass prints four figures (prompt-level strict, instruction-level strict, "
+             "prompt-level loose, instruction-level loose accuracy: the task's "
+             "prompt_level_strict_acc, inst_level_strict_acc, prompt_level_loose_acc, "
+             "inst_level_loose_acc); EVAL.md does not say which it reports. Scoring needs "
+             "lm-eval[ifeval] (the task stops before decoding without it)")]
     out = []
     for bench, gen, block, conf, what, internal, oc, task, shots, note in rows:
         switch = ", confidence_eos_eot_inf" if conf else ""

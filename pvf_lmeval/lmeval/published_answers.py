@@ -10,7 +10,8 @@ function it equals; the tests compare them with those functions' outputs on a fi
 - the PVF authors' evaluation (Joeyetinghan/pvf @ e5224c2, ``src/dataset/gsm8k_eval.py``,
   ``humaneval_eval.py``, ``MATH_eval.py``, ``mmlu_pro_eval.py``);
 - Fast-dLLM's HumanEval post-processing (NVlabs/Fast-dLLM @ 24cc59e, ``llada/postprocess_code.py``,
-  ``llada/sanitize.py``).
+  ``llada/sanitize.py``);
+- OpenCompass's IFEval scoring (the same copy, ``datasets/IFEval/``), on lm-eval's checkers.
 """
 
 from __future__ import annotations
@@ -189,6 +190,50 @@ def oc_bbh_freeform(text: str) -> str:
         line = line[:-1].strip()
     bold = re.search(r"\*\*(.*?)\*\*", line)
     return bold.group(1) if bold else line
+
+
+# ------------------------------------------------------------------------- OpenCompass IFEval
+
+#: the packages lm-eval's IFEval checkers import: its ``ifeval`` extra
+IFEVAL_PACKAGES = ("langdetect", "immutabledict", "nltk")
+
+
+def ifeval_missing() -> list[str]:
+    """The packages of :data:`IFEVAL_PACKAGES` that are not installed."""
+    import importlib.util
+
+    return [p for p in IFEVAL_PACKAGES if importlib.util.find_spec(p) is None]
+
+
+def _oc_ifeval_responses(response: str) -> list[str]:
+    """``test_instruction_following_loose``'s eight readings of a response: as written, without
+    its first line, its last line, or both (stripped), each also without asterisks."""
+    lines = response.split("\n")
+    cut = [response, "\n".join(lines[1:]).strip(), "\n".join(lines[:-1]).strip(),
+           "\n".join(lines[1:-1]).strip()]
+    return [cut[0], cut[0].replace("*", ""), *cut[1:], *(c.replace("*", "") for c in cut[1:])]
+
+
+def oc_ifeval_follows(doc: dict, response: str, loose: bool) -> list[bool]:
+    """Per instruction of an IFEval ``doc`` (``instruction_id_list``, ``kwargs``, ``prompt``),
+    whether ``response`` follows it: OpenCompass's ``test_instruction_following_strict`` (the
+    response, when not blank) or ``_loose`` (any of :func:`_oc_ifeval_responses`'s readings
+    that is not blank), each instruction's checker built from its kwargs without the ``None``
+    ones, as ``IFEvaluator`` drops them (lm-eval's own ``ifeval`` also drops 0 and empty
+    values), then from the prompt where the checker takes it. The checkers are lm-eval 0.4.13's
+    (``lm_eval/tasks/ifeval/``), which decide as OpenCompass's copy of Google's does."""
+    from lm_eval.tasks.ifeval import instructions_registry
+
+    responses = _oc_ifeval_responses(response) if loose else [response]
+    out = []
+    for instruction_id, kwargs in zip(doc["instruction_id_list"], doc["kwargs"]):
+        checker = instructions_registry.INSTRUCTION_DICT[instruction_id](instruction_id)
+        checker.build_description(**{k: v for k, v in kwargs.items() if v is not None})
+        args = checker.get_instruction_args()
+        if args and "prompt" in args:
+            checker.build_description(prompt=doc["prompt"])
+        out.append(any(r.strip() and checker.check_following(r) for r in responses))
+    return out
 
 
 # ------------------------------------------------------------------------- PVF authors

@@ -90,6 +90,13 @@ def mean_of_group_means(items) -> float:
     return math.fsum(math.fsum(v) / len(v) for v in groups.values()) / len(groups)
 
 
+def mean_of_concatenated(items) -> float:
+    """Aggregate lists of verdicts as the mean over all their elements together: a score per
+    instruction rather than per prompt (IFEval's instruction-level accuracy)."""
+    flat = [v for item in items for v in item]
+    return math.fsum(flat) / len(flat)
+
+
 #: the cost rows of a task's results table, in its order: (metric, higher is better); the
 #: rates aggregate as ratios of sums, the rest as means
 COSTS = (("nfe", False), ("tpf", True), ("branch_rows", False), ("gen_tokens", True),

@@ -944,10 +944,11 @@ OCIF = ANSWERS["opencompass_ifeval"]
 
 
 def _require_ifeval_extra():
-    """Skip unless lm-eval's IFEval checkers import (``pip install "lm-eval[ifeval]"``)."""
+    """lm-eval's IFEval checkers import: their packages are in the ``test`` extra, so a missing
+    one is a broken install and fails."""
     missing = pa.ifeval_missing()
     if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (lm-eval[ifeval])")
+        pytest.fail(f"{', '.join(missing)} not installed: pip install -e '.[test]'", pytrace=False)
 
 
 @pytest.fixture

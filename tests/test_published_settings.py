@@ -1034,7 +1034,7 @@ def test_eval_llada_answer_text_and_pvf_dlms():
     the text before the first end-of-text or end-of-turn id, cut without special tokens. On
     the corpus pvf-dlm's answer is eval_llada.py's on a canvas that holds only end-of-text
     from there on; the two differ where text follows an end token and survives the stop
-    strings (4 of the 25 templates), as docs/reference-differences.md states."""
+    strings (4 of the 27 templates), as docs/reference-differences.md states."""
     from pvf_lmeval.decoding import DecodeResult
     from pvf_lmeval.lmeval.sink import Sink
     from pvf_lmeval.models.loader import FIXTURES_DIR, _special_ids, load_tokenizer

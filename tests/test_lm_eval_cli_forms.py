@@ -45,7 +45,18 @@ PACKAGE_TASKS = {**dict.fromkeys((
     "humaneval_fastdllm", "humaneval_pvf_paper", "gsm8k_llada_oc_base", "math_llada_oc_base",
     "humaneval_llada_oc_base", "minerva_math_llada", "math_pvf_paper", "mmlu_pro_pvf_paper",
     "mmlu_pro_llada_oc", "arc_challenge_llada_oc", "mmlu_llada_oc",
-    "gpqa_diamond_llada_oc", "bbh_llada_oc_base", "ifeval_llada_oc"),
+    "gpqa_diamond_llada_oc", "bbh_llada_oc_base", "ifeval_llada_oc",
+    # the bbh_llada group's subtasks (tasks/bbh_llada/_bbh_llada.yaml)
+    *(f"bbh_llada_{s}" for s in (
+        "boolean_expressions", "causal_judgement", "date_understanding", "disambiguation_qa",
+        "dyck_languages", "formal_fallacies", "geometric_shapes", "hyperbaton",
+        "logical_deduction_five_objects", "logical_deduction_seven_objects",
+        "logical_deduction_three_objects", "movie_recommendation", "multistep_arithmetic_two",
+        "navigate", "object_counting", "penguins_in_a_table", "reasoning_about_colored_objects",
+        "ruin_names", "salient_translation_error_detection", "snarks", "sports_understanding",
+        "temporal_sequences", "tracking_shuffled_objects_five_objects",
+        "tracking_shuffled_objects_seven_objects", "tracking_shuffled_objects_three_objects",
+        "web_of_lies", "word_sorting"))),
     "generate_until"),
     "gpqa_main_n_shot_llada": "multiple_choice"}
 SHOTS = 2

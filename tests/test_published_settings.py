@@ -40,6 +40,7 @@ SCRIPT_ROW = {
     **{f"llada-base-gsm8k-{n}": "llada_base_lmeval_gsm8k" for n in (256, 512, 1024)},
     **{f"llada-base-humaneval-{n}": "llada_base_lmeval_humaneval" for n in (256, 512, 1024)},
     **{f"llada-base-math-{n}": "llada_base_lmeval_minerva_math" for n in (256, 512, 1024)},
+    **{f"llada-base-bbh-{n}": "llada_base_lmeval_bbh" for n in (256, 512, 1024)},
     **{f"llada-base-oc-{b}-256": f"llada_base_oc_{b}_len256" for b in ("gsm8k", "math", "humaneval")},
     "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
     "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
@@ -257,6 +258,9 @@ PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
 #: how its rows name them (prompts.json "item")
 KEPT = {"arc_challenge_validation": lambda d: len(d["choices"]["text"]) == 4}
 ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"]}
+#: a group's requests come subtask by subtask in the group's order (bbh_llada: 0.4.8's bbh,
+#: alphabetical), each subtask's items in their order: (index, item) pairs in that order
+GROUP_ORDER = {"bbh_llada": lambda pairs: sorted(pairs, key=lambda p: p[1]["subtask"])}
 
 
 def _items_of(row) -> str:
@@ -295,7 +299,8 @@ def test_prompts_are_the_published_scripts_bytes(name, local_items):
     key = PVF_ITEM_KEY[items] if name.startswith("pvf-paper") else ITEM_NAME.get(items, lambda i, d: i)
     docs = [d for d in ITEMS[items] if KEPT.get(items, lambda d: True)(d)]
     contexts = _contexts(row)
-    by_item = {key(i, d): g for (i, d), g in zip(enumerate(docs), contexts)}
+    pairs = GROUP_ORDER.get(row.task, list)(list(enumerate(docs)))
+    by_item = {key(i, d): g for (i, d), g in zip(pairs, contexts)}
     assert len(contexts) == len(by_item) == len(want) == len(docs)
     for w in want:       # the published order (the PVF authors shuffle) read by item
         assert by_item[w["item"]] == w["prompt"], (name, w["item"])
@@ -515,10 +520,16 @@ def test_stop_strings_are_the_published_scripts(local_items):
         until = want.setdefault(published(name).task, _published_until(SCRIPT_ROW[name]))
         assert until == _published_until(SCRIPT_ROW[name]), name   # a task serves one rule
     tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
-    tasks = tm.load(sorted(want))["tasks"]
-    got = {t.config.task: t.config.generation_kwargs["until"]
-           for t in (tasks.values() if isinstance(tasks, dict) else tasks)}
-    assert got == want
+    loaded = tm.load(sorted(want))
+    tasks = loaded["tasks"]
+    # a group's subtasks serve its rows (bbh_llada)
+    group_of = {leaf: g for g, leaves in loaded.get("group_map", {}).items() for leaf in leaves}
+    got = {}
+    for t in (tasks.values() if isinstance(tasks, dict) else tasks):
+        got.setdefault(group_of.get(t.config.task, t.config.task), []).append(
+            t.config.generation_kwargs["until"])
+    assert {k: v[0] for k, v in got.items()} == want
+    assert all(u == v[0] for v in got.values() for u in v)
 
 
 def test_commands_name_the_chat_form_and_the_unsafe_code_switch():
@@ -1107,3 +1118,131 @@ def test_a_likelihood_row_scores_through_the_plugin_on_the_tiny_model():
     totals = lm.get_model_info()["pvf"]["totals"]["truthfulqa_mc2"]
     assert totals["mc_num"] == 16 and totals["greedy_checks"] == 0
     assert totals["branch_rows"] == 2 * totals["canvases"] > 0
+
+
+# ----------------------------------------------------------------------------- lm-eval 0.4.8's bbh
+
+B048 = ANSWERS["lmeval048_bbh"]
+
+
+def test_lmeval048_bbh_answers_and_scores_on_the_corpus():
+    """bbh_llada's answer and exact_match are lm-eval 0.4.8's ``get-answer`` filter (the first
+    "the answer is " match up to the line's last character, stripped; "[invalid]" without
+    one) and ``exact_match``: on 220 (output, target) pairs, and on every answer
+    ``eval_llada.py`` returned in the corpus passes."""
+    utils = _task_utils("bbh_llada")
+    got = [(utils.answer_lmeval048(c["output"]),
+            utils.process_results_lmeval048({"target": c["target"]}, [c["output"]])["exact_match"])
+           for c in B048["scoring"]]
+    assert got == [(c["filtered"], c["exact_match"]) for c in B048["scoring"]]
+    items = ITEMS["bbh_test"]
+    samples = [s for p in B048["passes"] for s in p["samples"]]
+    got = [(utils.answer_lmeval048(s["answer"]),
+            utils.process_results_lmeval048(items[s["item"]], [s["answer"]])["exact_match"])
+           for s in samples]
+    assert got == [(s["filtered"], s["exact_match"]) for s in samples]
+    assert {s["exact_match"] for s in samples} == {0.0, 1.0}
+
+
+def test_lmeval048_bbh_exemplars_are_the_cot_prompts_as_048_split_them():
+    """0.4.8's exemplar answers repeat the prompt's "Let's think step by step." in every
+    subtask but boolean_expressions (settings.json's contexts show both forms)."""
+    utils = _task_utils("bbh_llada")
+    prompts = {w["task"]: w["prompt"] for w in PROMPTS["llada_base_lmeval_bbh"]}
+    for subtask in utils.SUBTASKS:
+        description, samples = utils.lmeval048_exemplars(subtask)
+        assert len(samples) == 3
+        shots = "".join(f"Q: {s['input']}\nA: Let's think step by step.\n {s['target']}\n\n"
+                        for s in samples)
+        assert prompts[f"bbh_cot_fewshot_{subtask}"].startswith(description + shots), subtask
+        twice = all(s["target"].startswith("Let's think step by step.") for s in samples)
+        assert twice == (subtask != "boolean_expressions"), subtask
+    with pytest.raises(ValueError, match="bbh_llada: subtask 'nope' is not one of boolean_"):
+        utils.load_lmeval048("nope")
+
+
+@pytest.fixture
+def bbh_subset(local_items, monkeypatch):
+    """The BBH items with the corpus passes' unequal subtask sizes (the first 1 or 2 items)."""
+    import datasets
+
+    hub = datasets.load_dataset
+
+    def load_dataset(path=None, *args, **kwargs):
+        data = hub(path, *args, **kwargs)
+        if path == "SaylorTwift/bbh":
+            return data.select(range(B048["subset"][kwargs.get("name", args[0] if args else None)]))
+        return data
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+
+
+def test_lmeval048_bbh_group_figure(bbh_subset):
+    """bbh_llada through lm-eval on the passes' items (1 or 2 per subtask), each answered with
+    what ``eval_llada.py`` returned for it: every subtask's exact_match and the group's
+    figure are 0.4.8's, the mean over all questions (subtasks weighted by size), which is not
+    the mean of the subtask figures here."""
+    from lm_eval.api.model import LM
+    from lm_eval.evaluator import evaluate
+    from lm_eval.tasks import TaskManager
+
+    items = ITEMS["bbh_test"]
+    index = {(d["subtask"], d["input"]): i for i, d in enumerate(items)}
+
+    class Answers(LM):
+        answers: dict = {}
+
+        def generate_until(self, requests, disable_tqdm=False):
+            return [self.answers[index[r.task_name.removeprefix("bbh_llada_"), r.doc["input"]]]
+                    for r in requests]
+
+        def loglikelihood(self, requests, disable_tqdm=False):
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):
+            raise NotImplementedError
+
+    tm = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    task_dict = tm.load(["bbh_llada"])
+    lm = Answers()
+    unweighted = []
+    for p in B048["passes"]:
+        lm.answers = {s["item"]: s["answer"] for s in p["samples"]}
+        results = evaluate(lm, task_dict, bootstrap_iters=0)["results"]
+        got = {name.replace("bbh_llada", "bbh_cot_fewshot") if name != "bbh_llada" else "bbh":
+               r["exact_match,none"] for name, r in results.items()}
+        assert got == pytest.approx(p["figures"], abs=1e-12), p["shift"]
+        subtasks = [v for k, v in p["figures"].items() if k != "bbh"]
+        unweighted.append(abs(sum(subtasks) / len(subtasks) - p["figures"]["bbh"]))
+    assert max(unweighted) > 0.01
+
+
+def test_eval_llada_answer_text_and_pvf_dlms():
+    """``eval_llada.py`` cuts the canvas text at the stop strings with its special tokens in
+    it, then drops them, and keeps what follows the first end-of-text; pvf-dlm's answer is
+    the text before the first end-of-text or end-of-turn id, cut without special tokens. On
+    the corpus pvf-dlm's answer is eval_llada.py's on a canvas that holds only end-of-text
+    from there on; the two differ where text follows an end token and survives the stop
+    strings (4 of the 27 templates), as docs/reference-differences.md states."""
+    from pvf_lmeval.decoding import DecodeResult
+    from pvf_lmeval.lmeval.sink import Sink
+    from pvf_lmeval.models.loader import FIXTURES_DIR, _special_ids, load_tokenizer
+
+    folder = FIXTURES_DIR / "tiny-llada"
+    tok = load_tokenizer(folder)
+    _, eos, _ = _special_ids(json.loads((folder / "config.json").read_text()), tok)
+    sink = Sink(tokenizer=tok, model_name="t", model_family="llada", vocab=None, options=None,
+                ranks=None)
+    until = SETTINGS["llada_base_lmeval_bbh"]["lm_eval_gen_kwargs"]["until"]
+    for case in B048["cuts"]:
+        ids = case["output_ids"] + [tok.eos_token_id] * 8
+        end = next(k for k, t in enumerate(ids) if t in eos)
+        out = DecodeResult(tokens=ids, nfe=1, branch_rows=1, routes=["base"] * len(ids),
+                           committed=len(ids), gen_tokens=end, gen_length=len(ids), wall_s=0.0,
+                           early_stop=False, tokens_base=len(ids))
+        assert sink.text(out, until)[0] == case["answer_eos"], case["output"]
+    differ = {c["template"] for c in B048["cuts"] if c["answer"] != c["answer_eos"]}
+    assert differ == {"So the answer is {t}<|eot_id|>.",
+                      "So the answer is {t}.<|endoftext|>So the answer is {w}.",
+                      "So the answer is {t}.<|eot_id|>\n<|endoftext|>\nQ",
+                      "<|eot_id|>\n<|eot_id|>\nSo the answer is {t}."}

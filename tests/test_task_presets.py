@@ -77,9 +77,10 @@ LIKELIHOOD_TASKS = {"gpqa_main_n_shot_llada"}
 
 
 def _bundled_tasks() -> dict[str, Path]:
-    """The bundled generation tasks (every bundled task but the likelihood ones)."""
+    """The bundled generation tasks (every bundled task but the likelihood ones; a group's
+    ``task:`` list names tasks of their own files)."""
     tasks = {line.split(":", 1)[1].strip(): f for f in (REPO / "tasks").glob("*/*.yaml")
-             for line in f.read_text().splitlines() if line.startswith("task:")}
+             for line in f.read_text().splitlines() if line.startswith("task: ")}
     assert LIKELIHOOD_TASKS <= set(tasks)
     for name in LIKELIHOOD_TASKS:
         assert "output_type: multiple_choice" in tasks.pop(name).read_text()

@@ -199,6 +199,24 @@ def _llada15_rows() -> list[Published]:
     return out
 
 
+#: LLaDA-8B-Base's BBH on lm-eval (eval_llada_lm_eval.sh's --tasks bbh, lm-eval 0.4.8's group):
+#: EVAL.md's figure per gen = steps = block length
+LLADA_BASE_BBH = {256: "45.0", 512: "50.4", 1024: "49.7"}
+LLADA_BASE_BBH_NOTE = ("task bbh_llada: lm-eval 0.4.8's bbh prompts (0.4.13's bbh drops the "
+                       "space before each exemplar's answer and the repeated \"Let's think step "
+                       "by step.\" that opens 26 subtasks' exemplar answers); the figure is "
+                       "exact_match over all questions (0.4.8's size-weighted group mean)")
+
+
+def _llada_base_bbh_rows() -> list[Published]:
+    """``bbh_llada``: 0.4.8's 27 ``bbh_cot_fewshot`` subtasks, 3 exemplars each, no template."""
+    return [Published(f"llada-base-bbh-{gen}", LLADA_EVAL,
+                      "LLaDA-8B-Base on lm-eval, BBH 3-shot chain of thought (lm-eval 0.4.8's "
+                      f"bbh), gen = steps = block = {gen}", figure, LLADA_BASE, "bbh_llada", 3, "none",
+                      _static(gen, gen), note=LLADA_BASE_BBH_NOTE)
+            for gen, figure in LLADA_BASE_BBH.items()]
+
+
 def _rows() -> list[Published]:
     rows = [
         Published("llada-instruct-gsm8k-256-8", LLADA_EVAL,
@@ -262,6 +280,7 @@ def _rows() -> list[Published]:
                 LLADA_BASE, task, shots, "none", _static(gen, gen),
                 note="exact_match and math_verify need lm-eval[math] (NaN without)"
                 if bench == "math" else ""))
+    rows += _llada_base_bbh_rows()
     oc_base = (("gsm8k", "gsm8k_llada_oc_base", 4, "GSM8K (4 fixed CoT shots as plain text)",
                 "71.9"),
                ("math", "math_llada_oc_base", 4, "MATH (4 fixed shots as plain text, stop "

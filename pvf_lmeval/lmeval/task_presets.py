@@ -49,8 +49,20 @@ TASK_PRESETS = {
     "arc_challenge_llada_oc": "mmlu_pro",
     "mmlu_llada_oc": "mmlu_pro",
     "gpqa_diamond_llada_oc": "mmlu_pro",
+    # free prose under instructions: the knowledge family's (prose, its planning band)
+    "ifeval_llada_oc": "mmlu_pro",
     # chain-of-thought reasoning to a short answer: GSM8K's family (math-word)
     "bbh_llada_oc_base": "gsm8k",
+    **{f"bbh_llada_{subtask}": "gsm8k" for subtask in (     # the bbh_llada group's subtasks
+        "boolean_expressions", "causal_judgement", "date_understanding", "disambiguation_qa",
+        "dyck_languages", "formal_fallacies", "geometric_shapes", "hyperbaton",
+        "logical_deduction_five_objects", "logical_deduction_seven_objects",
+        "logical_deduction_three_objects", "movie_recommendation", "multistep_arithmetic_two",
+        "navigate", "object_counting", "penguins_in_a_table", "reasoning_about_colored_objects",
+        "ruin_names", "salient_translation_error_detection", "snarks", "sports_understanding",
+        "temporal_sequences", "tracking_shuffled_objects_five_objects",
+        "tracking_shuffled_objects_seven_objects", "tracking_shuffled_objects_three_objects",
+        "web_of_lies", "word_sorting")},
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",

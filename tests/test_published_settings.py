@@ -45,6 +45,9 @@ SCRIPT_ROW = {
     "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
     "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
     "llada-base-oc-bbh-256": "llada_base_oc_bbh_len256",
+    "llada-instruct-mbpp-pure": "llada_instruct_mbpp_len256_conf",
+    "llada-base-oc-mbpp-256": "llada_base_oc_mbpp_len256",
+    "llada15-mbpp-512-32": "llada15_mbpp_len512_blk32_conf",
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -177,6 +180,9 @@ def local_items(tmp_path, monkeypatch):
             docs = [{k: d[k] for k in ("input", "target")} for d in ITEMS["bbh_test"]
                     if d["subtask"] == name]
             return datasets.Dataset.from_list(docs)
+        if path == "google-research-datasets/mbpp" and \
+                kwargs.get("name", args[0] if args else None) == "full":
+            return datasets.DatasetDict({"test": datasets.Dataset.from_list(ITEMS["mbpp_test"])})
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
@@ -224,10 +230,13 @@ PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
 #: the items a script keeps of an item set (OpenCompass's ARCDataset: four choices only), and
 #: how its rows name them (prompts.json "item")
 KEPT = {"arc_challenge_validation": lambda d: len(d["choices"]["text"]) == 4}
-ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"]}
+ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"],
+             "mbpp_test": lambda i, d: d["task_id"]}
 
 
 def _items_of(row) -> str:
+    if row.task.startswith("mbpp"):
+        return "mbpp_test"
     if row.code:
         return "humaneval"
     if "arc_challenge" in row.task:
@@ -292,6 +301,11 @@ EXPECTED = {
     "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
     "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
                                 "confidence_eos_eot_inf=true",
+    "llada-instruct-mbpp-pure": "decoder=static,gen_length=256,block_length=256,steps=256,"
+                                "confidence_eos_eot_inf=true",
+    "llada-base-oc-mbpp-256": "decoder=static,gen_length=256,block_length=256,steps=256",
+    "llada15-mbpp-512-32": "decoder=static,gen_length=512,block_length=32,steps=512,"
+                           "confidence_eos_eot_inf=true",
 }
 
 
@@ -918,3 +932,57 @@ def test_a_likelihood_row_scores_through_the_plugin_on_the_tiny_model():
     totals = lm.get_model_info()["pvf"]["totals"]["truthfulqa_mc2"]
     assert totals["mc_num"] == 16 and totals["greedy_checks"] == 0
     assert totals["branch_rows"] == 2 * totals["canvases"] > 0
+
+
+# ----------------------------------------------------------------------------- MBPP
+
+MBPP = ANSWERS["opencompass_mbpp"]
+
+
+@pytest.mark.parametrize("case", MBPP["process_answer"], ids=range(len(MBPP["process_answer"])))
+def test_opencompass_mbpp_program(case):
+    """``MBPPEvaluator._process_answer`` on the corpus."""
+    assert pa.oc_mbpp_program(case["text"]) == case["answer"]
+
+
+def test_mbpp_rows_read_the_test_split_as_opencompass_and_run_code():
+    """OpenCompass's MBPPDataset: lines 11-510 of mbpp.jsonl are the test problems (train[:10]
+    the rest), the asserts joined by newlines; the rows' commands confirm running code and
+    name the checkpoints."""
+    for name in ("llada-instruct-mbpp-pure", "llada-base-oc-mbpp-256", "llada15-mbpp-512-32"):
+        found = SETTINGS[SCRIPT_ROW[name]]
+        assert found["loaded_train_task_ids"] == list(range(1, 11))
+        assert found["loaded_test_task_ids"] == [d["task_id"] for d in ITEMS["mbpp_test"]]
+        assert [d["test_list"] for d in found["loaded_docs"]] == \
+            ["\n".join(d["test_list"]) for d in ITEMS["mbpp_test"]]
+        row = published(name)
+        assert row.code and row.command().endswith("--confirm_run_unsafe_code")
+    # the configs' model paths: the Instruct one is a local folder of the authors'
+    assert [SETTINGS[SCRIPT_ROW[n]]["model_path"] for n in ("llada-base-oc-mbpp-256",
+                                                            "llada15-mbpp-512-32")] == \
+        [published("llada-base-oc-mbpp-256").model, published("llada15-mbpp-512-32").model]
+    assert SETTINGS["llada15_mbpp_len512_blk32_conf"]["chat_templates_agree"]
+
+
+#: where the sandbox's verdict differs from OpenCompass's one-namespace exec, by answer: a
+#: program importing numpy (the sandbox shows the standard library only) and results that are
+#: no plain data (an iterator, a map: unchecked, where the exec compared them and failed them)
+MBPP_DIFFERENT = {"import numpy\ndef sort_matrix(M):\n    return sorted(M, key=sum)\n": "failed",
+                  "def remove_Occ(s, ch):\n    return iter(s)\n": "unchecked",
+                  "def sort_matrix(M):\n    return map(list, sorted(M, key=sum))\n": "unchecked"}
+
+
+def test_mbpp_tasks_score_as_opencompass_through_the_sandbox(local_items):
+    """Each answer of the corpus to the items passes in the sandbox exactly where
+    MBPPEvaluator's own execution() passed it, but for the named differences."""
+    for task in ("mbpp_llada_oc", "mbpp_llada_oc_base"):
+        loaded = _loaded(task)
+        docs = {d["task_id"]: d for d in loaded.test_docs()}
+        for case in MBPP["one_namespace"] if task == "mbpp_llada_oc" else MBPP["one_namespace"][:2]:
+            got = loaded.process_results(docs[case["item"]], [case["text"]])
+            passed = case["result"] == "pass" and case["text"] not in MBPP_DIFFERENT
+            assert got["pass@1"] == float(passed), case
+            if case["text"] in MBPP_DIFFERENT:
+                assert got["verdict"] == [MBPP_DIFFERENT[case["text"]]]
+            else:       # their "failed" covers a program that does not compile
+                assert got["verdict"][0] in (("passed",) if passed else ("failed", "syntax"))

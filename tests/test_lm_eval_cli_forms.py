@@ -46,7 +46,7 @@ PACKAGE_TASKS = {**dict.fromkeys((
     "humaneval_llada_oc_base", "minerva_math_llada", "math_pvf_paper", "mmlu_pro_pvf_paper",
     "mmlu_pro_llada_oc", "arc_challenge_llada_oc", "mmlu_llada_oc",
     "gpqa_diamond_llada_oc", "bbh_llada_oc_base",
-    "mbpp_llada_oc", "mbpp_llada_oc_base"),
+    "mbpp_llada_oc", "mbpp_llada_oc_base", "mbpp_llada"),
     "generate_until"),
     "gpqa_main_n_shot_llada": "multiple_choice"}
 SHOTS = 2

@@ -48,6 +48,7 @@ SCRIPT_ROW = {
     "llada-instruct-mbpp-pure": "llada_instruct_mbpp_len256_conf",
     "llada-base-oc-mbpp-256": "llada_base_oc_mbpp_len256",
     "llada15-mbpp-512-32": "llada15_mbpp_len512_blk32_conf",
+    **{f"llada-base-mbpp-{n}": "llada_base_lmeval_mbpp" for n in (256, 512, 1024)},
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -986,3 +987,20 @@ def test_mbpp_tasks_score_as_opencompass_through_the_sandbox(local_items):
                 assert got["verdict"] == [MBPP_DIFFERENT[case["text"]]]
             else:       # their "failed" covers a program that does not compile
                 assert got["verdict"][0] in (("passed",) if passed else ("failed", "syntax"))
+
+
+def test_lmeval048_mbpp_is_0413s_prompt_and_scores_as_code_eval_through_the_sandbox(local_items):
+    """``mbpp_llada``: lm-eval 0.4.8's ``mbpp`` requests, which 0.4.13's ``mbpp`` builds too
+    (checked on the items), scored as 0.4.8's ``code_eval`` (the answer, then the first three
+    asserts) scored each answer of the corpus, but for the named difference (numpy)."""
+    assert SETTINGS["llada_base_lmeval_mbpp"]["lm_eval_0413_builds_the_same_prompts"]
+    assert SETTINGS["llada_base_lmeval_mbpp"]["lm_eval"] == "0.4.8"
+    utils = _task_utils("mbpp_llada")
+    docs = {d["task_id"]: d for d in ITEMS["mbpp_test"]}
+    for case in ANSWERS["lmeval048_mbpp"]["scores"]:
+        doc = docs[case["item"]]
+        assert case["reference"] == "\n".join(doc["test_list"][:3])
+        got = utils.process_results_lmeval048(doc, [case["answer"]], workers=1)
+        numpy = case["answer"].startswith("import numpy")
+        assert got["pass@1"] == (0.0 if numpy else case["pass@1"]), case
+        assert got["verdict"] == (["failed"] if numpy else got["verdict"])

@@ -175,11 +175,25 @@ MBPP_LLADA15_NOTE = ("LLaDA-1.5's hub tokenizer_config.json was not readable off
                      "copy of LLaDA-1.5's, which render them alike")
 
 
+#: what the lm-eval MBPP rows' scoring does otherwise than lm-eval 0.4.8's code_eval
+MBPP_LMEVAL_NOTE = ("scored in pvf_lmeval.sandbox, not by HF evaluate's code_eval (an "
+                    "unsandboxed exec of the answer and the first three asserts; 3 s of wall "
+                    "time, here 3 CPU seconds per process): an answer importing numpy fails, "
+                    "a check that needs a value that cannot cross is the verdict unchecked. "
+                    "lm-eval 0.4.13's own mbpp builds the same prompts")
+
+
 def _mbpp_rows() -> list[Published]:
     """EVAL.md's MBPP rows on OpenCompass (mbpp_gen_830460: three fixed exemplars): the
-    Instruct pure-diffusion row, the Base row (stop "[DONE]") and LLaDA 1.5's."""
+    Instruct pure-diffusion row, the Base row (stop "[DONE]") and LLaDA 1.5's; and
+    LLaDA-8B-Base's on lm-eval 0.4.8 (eval_llada_lm_eval.sh's ``--tasks mbpp``, 3 shots)."""
     chat = "MBPP (OpenCompass, 3 fixed exemplars as chat turns)"
-    return [
+    lmeval = [Published(f"llada-base-mbpp-{gen}", LLADA_EVAL,
+                        f"LLaDA-8B-Base on lm-eval, MBPP 3-shot (lm-eval 0.4.8's mbpp), "
+                        f"gen = steps = block = {gen}", figure, LLADA_BASE, "mbpp_llada", 3,
+                        "none", _static(gen, gen), note=MBPP_LMEVAL_NOTE)
+              for gen, figure in ((256, "40.2"), (512, "39.2"), (1024, "40.0"))]
+    return lmeval + [
         Published("llada-instruct-mbpp-pure", LLADA_EVAL,
                   f"LLaDA-8B-Instruct, {chat}, pure diffusion gen = block = steps = 256, "
                   "confidence_eos_eot_inf", "41.0 (internal), 39.6 (OpenCompass)",

@@ -1,6 +1,8 @@
-"""MBPP as LLaDA's EVAL.md rows ran it on OpenCompass (``mbpp_gen_830460``, ML-GSAI/LLaDA @
-b7e6c35): ``mbpp_llada_oc`` (LLaDA-8B-Instruct, LLaDA 1.5: the exemplars as chat turns) and
-``mbpp_llada_oc_base`` (LLaDA-8B-Base: plain text, stop at "[DONE]").
+"""MBPP as LLaDA's EVAL.md rows ran it: on OpenCompass (``mbpp_gen_830460``, ML-GSAI/LLaDA @
+b7e6c35), ``mbpp_llada_oc`` (LLaDA-8B-Instruct, LLaDA 1.5: the exemplars as chat turns) and
+``mbpp_llada_oc_base`` (LLaDA-8B-Base: plain text, stop at "[DONE]"); on lm-eval 0.4.8
+(``eval_llada_lm_eval.sh``), ``mbpp_llada`` (LLaDA-8B-Base: 0.4.8's ``mbpp`` prompt, its
+``code_eval`` pass@1: the answer as it is, then the first three asserts, 3 s).
 
 - data: lm-eval's ``mbpp`` set (``google-research-datasets/mbpp``, ``full``, its ``test``
   split: task ids 11-510, the problems OpenCompass's ``MBPPDataset`` takes as lines 11-510 of
@@ -26,7 +28,9 @@ from pathlib import Path
 from pvf_lmeval.humaneval.scoring import VERDICT, generations, score_jobs
 from pvf_lmeval.lmeval.task_metrics import metric_list
 
-OC = json.loads((Path(__file__).resolve().parent / "llada_oc_samples.json").read_text())
+HERE = Path(__file__).resolve().parent
+OC = json.loads((HERE / "llada_oc_samples.json").read_text())
+LMEVAL048 = json.loads((HERE / "lmeval048_samples.json").read_text())
 #: CPU seconds per process: MBPPEvaluator's limit (``execution(programs, i, 10)`` runs the
 #: program under a 9 s timer, ``timeout - 1``); the whole check's wall-clock limit is 2 * 9 + 5 s
 TIMEOUT = 9.0
@@ -79,6 +83,25 @@ def score(doc: dict, results: list, *, timeout: float = TIMEOUT, workers: int | 
 
 def process_results(doc: dict, results: list) -> dict:
     return score(doc, results)
+
+
+def lmeval048_samples() -> list[dict]:
+    """``mbpp_llada``'s exemplars: lm-eval 0.4.8's ``list_fewshot_samples`` (``is_fewshot``
+    makes ``doc_to_target`` their code and "[DONE]")."""
+    return [dict(sample) for sample in LMEVAL048["samples"]]
+
+
+#: lm-eval 0.4.8's code_eval limit (``timeout=3.0`` s of wall time), as CPU seconds per process
+LMEVAL048_TIMEOUT = 3.0
+
+
+def process_results_lmeval048(doc: dict, results: list, *, workers: int | None = None) -> dict:
+    """``mbpp_llada``: code_eval's program is the answer (cut at "[DONE]") followed by
+    ``doc_to_target``, the first three ``test_list`` asserts; here the answer runs in the
+    sandbox and those asserts in its checker."""
+    gens = generations(results)
+    jobs = [dict(program=str(g), asserts=list(doc["test_list"][:3])) for g in gens]
+    return score_jobs(gens, jobs, [1], timeout=LMEVAL048_TIMEOUT, workers=workers)
 
 
 #: pass@1 and the verdicts, then the decoding costs

@@ -55,6 +55,11 @@ def test_the_names_a_check_asks_for():
         assert_names(["assert f(1 =="])
 
 
+def test_a_problem_without_asserts_is_an_error_not_a_pass():
+    with pytest.raises(SandboxError, match="this problem has no assert lines to check"):
+        check(RIGHT, [])
+
+
 # ------------------------------------------------------------------ verdicts
 
 @pytest.mark.parametrize("program, asserts, verdict", [

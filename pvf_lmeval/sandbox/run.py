@@ -229,9 +229,12 @@ def check_asserts(program: str, *, asserts, setup: str = "", timeout: float = 3.
     plain-data value to its literal, a standard-library module to the checker's own import;
     builtins are the checker's own, whatever the program defines. A check that needs a value
     that cannot cross (an instance passed in or returned) is reason ``unchecked``, never a
-    pass. Limits as :func:`check_candidate`.
+    pass; a problem without asserts is a :class:`SandboxError`. Limits as
+    :func:`check_candidate`.
     """
     asserts = [str(a) for a in asserts]
+    if not asserts:     # nothing to check: any program that loads would pass
+        raise SandboxError("pvf_lmeval.sandbox: this problem has no assert lines to check")
     names = assert_names(asserts, setup)
     return _check({"program": program, "names": names},
                   {"setup": setup, "asserts": asserts, "names": names},

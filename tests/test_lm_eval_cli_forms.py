@@ -56,7 +56,8 @@ PACKAGE_TASKS = {**dict.fromkeys((
         "ruin_names", "salient_translation_error_detection", "snarks", "sports_understanding",
         "temporal_sequences", "tracking_shuffled_objects_five_objects",
         "tracking_shuffled_objects_seven_objects", "tracking_shuffled_objects_three_objects",
-        "web_of_lies", "word_sorting"))),
+        "web_of_lies", "word_sorting")),
+    "mbpp_llada_oc", "mbpp_llada_oc_base", "mbpp_llada"),
     "generate_until"),
     "gpqa_main_n_shot_llada": "multiple_choice"}
 SHOTS = 2

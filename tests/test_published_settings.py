@@ -47,6 +47,10 @@ SCRIPT_ROW = {
     "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
     "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
     "llada-base-oc-bbh-256": "llada_base_oc_bbh_len256",
+    "llada-instruct-mbpp-pure": "llada_instruct_mbpp_len256_conf",
+    "llada-base-oc-mbpp-256": "llada_base_oc_mbpp_len256",
+    "llada15-mbpp-512-32": "llada15_mbpp_len512_blk32_conf",
+    **{f"llada-base-mbpp-{n}": "llada_base_lmeval_mbpp" for n in (256, 512, 1024)},
     **{f"fastdllm-{b}-{n}-{c}": f"fastdllm_{b}_len{n}" for b in ("gsm8k", "humaneval")
        for n in (256, 512)
        for c in ("baseline", "cache", "parallel", "cache-parallel", "dual-parallel")},
@@ -198,6 +202,9 @@ def local_items(tmp_path, monkeypatch):
             return datasets.Dataset.from_list(docs)
         if path == "google/IFEval":
             return datasets.DatasetDict({"train": datasets.Dataset.from_list(ITEMS["ifeval_train"])})
+        if path == "google-research-datasets/mbpp" and \
+                kwargs.get("name", args[0] if args else None) == "full":
+            return datasets.DatasetDict({"test": datasets.Dataset.from_list(ITEMS["mbpp_test"])})
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
@@ -257,13 +264,16 @@ PVF_ITEM_KEY = {"humaneval": lambda i, d: d["task_id"],
 #: the items a script keeps of an item set (OpenCompass's ARCDataset: four choices only), and
 #: how its rows name them (prompts.json "item")
 KEPT = {"arc_challenge_validation": lambda d: len(d["choices"]["text"]) == 4}
-ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"]}
+ITEM_NAME = {"arc_challenge_validation": lambda i, d: d["id"],
+             "mbpp_test": lambda i, d: d["task_id"]}
 #: a group's requests come subtask by subtask in the group's order (bbh_llada: 0.4.8's bbh,
 #: alphabetical), each subtask's items in their order: (index, item) pairs in that order
 GROUP_ORDER = {"bbh_llada": lambda pairs: sorted(pairs, key=lambda p: p[1]["subtask"])}
 
 
 def _items_of(row) -> str:
+    if row.task.startswith("mbpp"):
+        return "mbpp_test"
     if row.code:
         return "humaneval"
     if "arc_challenge" in row.task:
@@ -365,6 +375,11 @@ EXPECTED = {
     "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
     "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
                                 "confidence_eos_eot_inf=true",
+    "llada-instruct-mbpp-pure": "decoder=static,gen_length=256,block_length=256,steps=256,"
+                                "confidence_eos_eot_inf=true",
+    "llada-base-oc-mbpp-256": "decoder=static,gen_length=256,block_length=256,steps=256",
+    "llada15-mbpp-512-32": "decoder=static,gen_length=512,block_length=32,steps=512,"
+                           "confidence_eos_eot_inf=true",
 }
 
 EXPECTED.update({
@@ -1246,3 +1261,74 @@ def test_eval_llada_answer_text_and_pvf_dlms():
                       "So the answer is {t}.<|endoftext|>So the answer is {w}.",
                       "So the answer is {t}.<|eot_id|>\n<|endoftext|>\nQ",
                       "<|eot_id|>\n<|eot_id|>\nSo the answer is {t}."}
+
+
+# ----------------------------------------------------------------------------- MBPP
+
+MBPP = ANSWERS["opencompass_mbpp"]
+
+
+@pytest.mark.parametrize("case", MBPP["process_answer"], ids=range(len(MBPP["process_answer"])))
+def test_opencompass_mbpp_program(case):
+    """``MBPPEvaluator._process_answer`` on the corpus."""
+    assert pa.oc_mbpp_program(case["text"]) == case["answer"]
+
+
+def test_mbpp_rows_read_the_test_split_as_opencompass_and_run_code():
+    """OpenCompass's MBPPDataset: lines 11-510 of mbpp.jsonl are the test problems (train[:10]
+    the rest), the asserts joined by newlines; the rows' commands confirm running code and
+    name the checkpoints."""
+    for name in ("llada-instruct-mbpp-pure", "llada-base-oc-mbpp-256", "llada15-mbpp-512-32"):
+        found = SETTINGS[SCRIPT_ROW[name]]
+        assert found["loaded_train_task_ids"] == list(range(1, 11))
+        assert found["loaded_test_task_ids"] == [d["task_id"] for d in ITEMS["mbpp_test"]]
+        assert [d["test_list"] for d in found["loaded_docs"]] == \
+            ["\n".join(d["test_list"]) for d in ITEMS["mbpp_test"]]
+        row = published(name)
+        assert row.code and row.command().endswith("--confirm_run_unsafe_code")
+    # the configs' model paths: the Instruct one is a local folder of the authors'
+    assert [SETTINGS[SCRIPT_ROW[n]]["model_path"] for n in ("llada-base-oc-mbpp-256",
+                                                            "llada15-mbpp-512-32")] == \
+        [published("llada-base-oc-mbpp-256").model, published("llada15-mbpp-512-32").model]
+    assert SETTINGS["llada15_mbpp_len512_blk32_conf"]["chat_templates_agree"]
+
+
+#: where the sandbox's verdict differs from OpenCompass's one-namespace exec, by answer: a
+#: program importing numpy (the sandbox shows the standard library only) and results that are
+#: no plain data (an iterator, a map: unchecked, where the exec compared them and failed them)
+MBPP_DIFFERENT = {"import numpy\ndef sort_matrix(M):\n    return sorted(M, key=sum)\n": "failed",
+                  "def remove_Occ(s, ch):\n    return iter(s)\n": "unchecked",
+                  "def sort_matrix(M):\n    return map(list, sorted(M, key=sum))\n": "unchecked"}
+
+
+def test_mbpp_tasks_score_as_opencompass_through_the_sandbox(local_items):
+    """Each answer of the corpus to the items passes in the sandbox exactly where
+    MBPPEvaluator's own execution() passed it, but for the named differences."""
+    for task in ("mbpp_llada_oc", "mbpp_llada_oc_base"):
+        loaded = _loaded(task)
+        docs = {d["task_id"]: d for d in loaded.test_docs()}
+        for case in MBPP["one_namespace"] if task == "mbpp_llada_oc" else MBPP["one_namespace"][:2]:
+            got = loaded.process_results(docs[case["item"]], [case["text"]])
+            passed = case["result"] == "pass" and case["text"] not in MBPP_DIFFERENT
+            assert got["pass@1"] == float(passed), case
+            if case["text"] in MBPP_DIFFERENT:
+                assert got["verdict"] == [MBPP_DIFFERENT[case["text"]]]
+            else:       # their "failed" covers a program that does not compile
+                assert got["verdict"][0] in (("passed",) if passed else ("failed", "syntax"))
+
+
+def test_lmeval048_mbpp_is_0413s_prompt_and_scores_as_code_eval_through_the_sandbox(local_items):
+    """``mbpp_llada``: lm-eval 0.4.8's ``mbpp`` requests, which 0.4.13's ``mbpp`` builds too
+    (checked on the items), scored as 0.4.8's ``code_eval`` (the answer, then the first three
+    asserts) scored each answer of the corpus, but for the named difference (numpy)."""
+    assert SETTINGS["llada_base_lmeval_mbpp"]["lm_eval_0413_builds_the_same_prompts"]
+    assert SETTINGS["llada_base_lmeval_mbpp"]["lm_eval"] == "0.4.8"
+    utils = _task_utils("mbpp_llada")
+    docs = {d["task_id"]: d for d in ITEMS["mbpp_test"]}
+    for case in ANSWERS["lmeval048_mbpp"]["scores"]:
+        doc = docs[case["item"]]
+        assert case["reference"] == "\n".join(doc["test_list"][:3])
+        got = utils.process_results_lmeval048(doc, [case["answer"]], workers=1)
+        numpy = case["answer"].startswith("import numpy")
+        assert got["pass@1"] == (0.0 if numpy else case["pass@1"]), case
+        assert got["verdict"] == (["failed"] if numpy else got["verdict"])

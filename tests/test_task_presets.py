@@ -132,7 +132,7 @@ def test_a_builtin_task_and_its_bundled_replica_share_a_preset():
         for builtin in builtins:
             assert task_preset(builtin) == task_preset(task), (builtin, task)
         replicated |= set(builtins)
-    assert len(replicated) == 19            # gsm8k, gsm8k_cot, humaneval(_instruct), 14 + 1 math
+    assert len(replicated) == 20            # gsm8k, gsm8k_cot, humaneval(_instruct), 14 + 1 math, mbpp
     assert set(TASK_PRESETS) == set(_bundled_tasks()) | replicated
 
 

@@ -32,6 +32,9 @@ ACCURACY = {
     "humaneval_pvf/humaneval_pvf.yaml": ["pass@1", "verdict"],
     "humaneval_pvf/humaneval_instruct_pvf.yaml": ["pass@1", "verdict"],
     "humaneval_pvf/humaneval_pvf_sampled.yaml": ["pass@1", "pass@5", "pass@10", "verdict"],
+    "mbpp_llada/mbpp_llada_oc.yaml": ["pass@1", "verdict"],
+    "mbpp_llada/mbpp_llada_oc_base.yaml": ["pass@1", "verdict"],
+    "mbpp_llada/mbpp_llada.yaml": ["pass@1", "verdict"],
 }
 
 

@@ -1,5 +1,6 @@
-"""HumanEval scoring: the unbiased pass@k estimator (:mod:`.pass_at_k`). The programs themselves
-are checked by :mod:`pvf_lmeval.sandbox`, whose entry points the task utils import directly."""
+"""Code-task scoring (HumanEval, MBPP): the unbiased pass@k estimator (:mod:`.pass_at_k`) and
+the ``process_results`` core of the task utils (:mod:`.scoring`). The programs themselves are
+checked by :mod:`pvf_lmeval.sandbox`."""
 
 from .pass_at_k import pass_at_k
 

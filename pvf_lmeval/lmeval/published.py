@@ -62,7 +62,7 @@ class Published:
     @property
     def code(self) -> bool:
         """Whether the task runs model-written code (lm-eval wants --confirm_run_unsafe_code)."""
-        return self.task.startswith("humaneval")
+        return self.task.startswith(("humaneval", "mbpp"))
 
     def model_args(self) -> str:
         """``--model_args``: the checkpoint, then the decoding keys in table order."""
@@ -217,6 +217,56 @@ def _llada_base_bbh_rows() -> list[Published]:
             for gen, figure in LLADA_BASE_BBH.items()]
 
 
+#: what the MBPP rows' scoring does otherwise than OpenCompass's MBPPEvaluator
+MBPP_NOTE = ("scored in pvf_lmeval.sandbox: the asserts run in a process of their own against "
+             "the program's names through plain-literal proxies, so a check that needs a value "
+             "that cannot cross (an object passed in or returned) is the verdict unchecked, not "
+             "passed, where OpenCompass's one-namespace exec may pass it; 9 CPU seconds per "
+             "process where OpenCompass allows 9 s of wall time. Problems: the hub's MBPP test "
+             "split (task ids 11-510); OpenCompass reads lines 11-510 of its own mbpp.jsonl, "
+             "which could not be compared offline")
+#: the LLaDA 1.5 row's prompts were checked under both chat templates
+MBPP_LLADA15_NOTE = ("LLaDA-1.5's hub tokenizer_config.json was not readable offline; the "
+                     "prompts were checked with LLaDA-8B-Instruct's chat template and a public "
+                     "copy of LLaDA-1.5's, which render them alike")
+
+
+#: what the lm-eval MBPP rows' scoring does otherwise than lm-eval 0.4.8's code_eval
+MBPP_LMEVAL_NOTE = ("scored in pvf_lmeval.sandbox, not by HF evaluate's code_eval (an "
+                    "unsandboxed exec of the answer and the first three asserts; 3 s of wall "
+                    "time, here 3 CPU seconds per process): an answer importing numpy fails, "
+                    "a check that needs a value that cannot cross is the verdict unchecked. "
+                    "lm-eval 0.4.13's own mbpp builds the same prompts")
+
+
+def _mbpp_rows() -> list[Published]:
+    """EVAL.md's MBPP rows on OpenCompass (mbpp_gen_830460: three fixed exemplars): the
+    Instruct pure-diffusion row, the Base row (stop "[DONE]") and LLaDA 1.5's; and
+    LLaDA-8B-Base's on lm-eval 0.4.8 (eval_llada_lm_eval.sh's ``--tasks mbpp``, 3 shots)."""
+    chat = "MBPP (OpenCompass, 3 fixed exemplars as chat turns)"
+    lmeval = [Published(f"llada-base-mbpp-{gen}", LLADA_EVAL,
+                        f"LLaDA-8B-Base on lm-eval, MBPP 3-shot (lm-eval 0.4.8's mbpp), "
+                        f"gen = steps = block = {gen}", figure, LLADA_BASE, "mbpp_llada", 3,
+                        "none", _static(gen, gen), note=MBPP_LMEVAL_NOTE)
+              for gen, figure in ((256, "40.2"), (512, "39.2"), (1024, "40.0"))]
+    return lmeval + [
+        Published("llada-instruct-mbpp-pure", LLADA_EVAL,
+                  f"LLaDA-8B-Instruct, {chat}, pure diffusion gen = block = steps = 256, "
+                  "confidence_eos_eot_inf", "41.0 (internal), 39.6 (OpenCompass)",
+                  LLADA_INSTRUCT, "mbpp_llada_oc", 3, "multi_turn",
+                  _static(256, 256, confidence_eos_eot_inf=True), note=MBPP_NOTE),
+        Published("llada-base-oc-mbpp-256", LLADA_EVAL,
+                  "LLaDA-8B-Base on OpenCompass, MBPP (3 fixed exemplars as plain text, stop "
+                  "\"[DONE]\"), gen = steps = block = 256", "38.8", LLADA_BASE,
+                  "mbpp_llada_oc_base", 3, "none", _static(256, 256), note=MBPP_NOTE),
+        Published("llada15-mbpp-512-32", LLADA15_EVAL,
+                  f"LLaDA 1.5, {chat}, gen 512, block 32, confidence_eos_eot_inf",
+                  "42.8 (internal), 42.6 (OpenCompass)", LLADA_15, "mbpp_llada_oc", 3,
+                  "multi_turn", _static(512, 32, confidence_eos_eot_inf=True),
+                  note=f"{MBPP_NOTE}; {MBPP_LLADA15_NOTE}"),
+    ]
+
+
 def _rows() -> list[Published]:
     rows = [
         Published("llada-instruct-gsm8k-256-8", LLADA_EVAL,
@@ -328,7 +378,7 @@ def _rows() -> list[Published]:
                 f"pvf-paper-{family}-{bench}-{method}", PVF_PAPER,
                 f"{model.split('/')[1]}, {benches[bench]} 0-shot, gen 512, block 64, {method}",
                 figure, model, f"{bench}_pvf_paper", 0, "multi_turn", _pvf_paper(decoder, bench)))
-    return rows + _llada15_rows() + _llada_ppl_rows()
+    return rows + _llada15_rows() + _mbpp_rows() + _llada_ppl_rows()
 
 
 #: every published row by name, in the documentation's order

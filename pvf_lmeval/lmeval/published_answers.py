@@ -4,7 +4,7 @@ function it equals; the tests compare them with those functions' outputs on a fi
 (``tests/data/published/``).
 
 - OpenCompass, as LLaDA's EVAL.md Instruct and Base rows ran it (ML-GSAI/LLaDA @ b7e6c35,
-  ``opencompass/opencompass/datasets/gsm8k.py``, ``humaneval.py``, ``math.py``,
+  ``opencompass/opencompass/datasets/gsm8k.py``, ``humaneval.py``, ``math.py``, ``mbpp.py``,
   ``evaluator/math_evaluator.py``, ``utils/text_postprocessors.py``,
   ``openicl/icl_evaluator/icl_hf_evaluator.py``);
 - the PVF authors' evaluation (Joeyetinghan/pvf @ e5224c2, ``src/dataset/gsm8k_eval.py``,
@@ -234,6 +234,38 @@ def oc_ifeval_follows(doc: dict, response: str, loose: bool) -> list[bool]:
             checker.build_description(prompt=doc["prompt"])
         out.append(any(r.strip() and checker.check_following(r) for r in responses))
     return out
+
+
+#: ``MBPPEvaluator._process_answer``'s patterns, tried in order (``re.DOTALL``); the first that
+#: matches gives its group 1
+_OC_MBPP_PATTERNS = tuple(re.compile(p, re.S) for p in (
+    r"\[BEGIN\]\s*'(.*)'\s*\[DONE\]", r"BEGIN\s*'(.*)'\s*\[DONE\]", r"\[BEGIN\]\s*'(.*)'\s*DONE",
+    r"BEGIN\s*'(.*)'\s*DONE", r"\[BEGIN\]\s*'(.*)\s*\[DONE\]", r"BEGIN\s*'(.*)\s*\[DONE\]",
+    r"\[BEGIN\]\s*'(.*)\s*DONE", r"BEGIN\s*'(.*)\s*DONE", r"\[BEGIN\]\s*(.*)\s*\[DONE\]",
+    r"BEGIN\s*(.*)\s*\[DONE\]", r"\[BEGIN\]\s*(.*)\s*DONE", r"BEGIN\s*(.*)\s*DONE",
+    r"```python\s*(.*)\s*```", r"```\s*(.*)\s*```", r"```python\s*(.*)\s*$", r"```\s*(.*)\s*$",
+    r"(.*)\s*```.*", r"\[BEGIN\]\s*'(.*)", r"\[BEGIN\](.*)", r"'(.*)'\s*\[DONE\]"))
+_OC_MBPP_DONE = re.compile(r"'?\s*\[?DONE\]?")
+
+
+def oc_mbpp_program(text: str) -> str:
+    """``MBPPEvaluator._process_answer`` (MBPP, every OpenCompass row): group 1 of the first of
+    its patterns that matches (``[BEGIN] '...' [DONE]`` and its variants, then fences), else the
+    text; then the part before any fence, before the first ``DONE`` (with an optional quote,
+    whitespace and brackets before and after it), ``\\_`` read as ``_``, stripped, one
+    leading and one trailing quote removed. The program its asserts run against."""
+    for pattern in _OC_MBPP_PATTERNS:
+        found = pattern.search(text)
+        if found:
+            text = found.group(1)
+            break
+    text = _OC_MBPP_DONE.split(text.split("```")[0])[0]
+    text = text.replace("\\_", "_").strip()
+    if text.startswith("'"):
+        text = text[1:]
+    if text.endswith("'"):
+        text = text[:-1]
+    return text
 
 
 # ------------------------------------------------------------------------- PVF authors

@@ -63,12 +63,17 @@ TASK_PRESETS = {
         "temporal_sequences", "tracking_shuffled_objects_five_objects",
         "tracking_shuffled_objects_seven_objects", "tracking_shuffled_objects_three_objects",
         "web_of_lies", "word_sorting")},
+    # the published MBPP settings' tasks: code
+    "mbpp_llada_oc": "humaneval",
+    "mbpp_llada_oc_base": "humaneval",
+    "mbpp_llada": "humaneval",
     # lm-eval's built-ins that the bundled tasks above replicate
     "gsm8k": "gsm8k",
     "gsm8k_cot": "gsm8k",
     "minerva_math500": "math",
     "humaneval": "humaneval",
     "humaneval_instruct": "humaneval",
+    "mbpp": "humaneval",
     **{f"mmlu_pro_{category}": "mmlu_pro" for category in (
         "biology", "business", "chemistry", "computer_science", "economics", "engineering",
         "health", "history", "law", "math", "other", "philosophy", "physics", "psychology")},

@@ -11,18 +11,27 @@ resource limits, point stdout and stderr at /dev/null and close every descriptor
 given. ``python inside.py probe`` does the mount and the drop alone (bwrap's start-up check).
 Then:
 
-- ``candidate`` runs the model's program (prompt + completion) and serves calls of its entry
-  point: it reads ``("call", args, kwargs)`` from ``IN_FD`` and answers on ``OUT_FD`` with
-  ``("return", value)`` or ``("raise", type name, message)``. Its first message says how the
-  program loaded: ``("ready",)``, ``("syntax", detail)`` or ``("raised", type, message)``.
-  Nothing it sends is trusted: it is model-controlled code from its first line on.
-- ``checker`` runs the dataset's code, which is trusted: the prompt (so its helper functions
-  exist here too), then the test with the entry point bound to a proxy that forwards each
-  call to the candidate. It writes its verdict to ``VERDICT_FD``: ``("passed",)`` when
-  ``check(proxy)`` returned, else ``("failed", kind, detail)`` with kind ``syntax``,
-  ``failed``, ``memory``, ``ended`` (the candidate's process went away mid-check) or
-  ``unchecked`` (the problem itself cannot be checked this way); ``("error", detail)`` if
-  the checker program itself failed.
+- ``candidate`` runs the model's program (prompt + completion) and serves calls of its
+  functions: it reads ``("call", name, args, kwargs)`` from ``IN_FD`` and answers on ``OUT_FD``
+  with ``("return", value)``, ``("raise", type name, message)`` or, for a result that is not
+  plain data where the job names ``names``, ``("opaque", detail)``. Its first message says how
+  the program loaded: ``("ready",)`` (a job with ``entry_point``: that one function is served),
+  ``("ready", kinds)`` (a job with ``names``: what the program's globals hold under each name,
+  :func:`_kind`), ``("syntax", detail)`` or ``("raised", type, message)``. Nothing it sends is
+  trusted: it is model-controlled code from its first line on.
+- ``checker`` runs the dataset's code, which is trusted. With ``entry_point`` (HumanEval): the
+  prompt (so its helper functions exist here too), then the test with the entry point bound to
+  a proxy that forwards each call to the candidate, then ``check(proxy)``. With ``asserts``
+  (MBPP): the ``setup`` code, then each assert line in a namespace where the names the job
+  lists resolve as the candidate's globals do, but plain (:func:`_bind`): a function to a
+  proxy, a plain-data value to its literal, a standard-library module to the checker's own
+  import; builtins are always the checker's own. It writes its verdict to ``VERDICT_FD``:
+  ``("passed",)`` when the check returned, else ``("failed", kind, detail)`` with kind
+  ``syntax``, ``failed``, ``memory``, ``ended`` (the candidate's process went away mid-check),
+  ``opaque`` (``asserts`` only: the check needed a value that cannot cross as plain data, in
+  either direction) or ``unchecked`` (the problem itself cannot be checked this way);
+  ``("error", detail)`` if the checker program itself failed. Ending and values that cannot
+  cross are sticky: a test that swallows the exception still gets that verdict.
 """
 
 import json
@@ -131,13 +140,17 @@ def _describe(exc):
         msg = msg if type(msg) is str else "<unprintable message>"
     except BaseException:  # noqa: BLE001  (a message that cannot be printed)
         msg = "<unprintable message>"
+    return _type_name(exc, "<unnamed exception>"), _one_line(msg)
+
+
+def _type_name(value, unnamed="<unnamed type>"):
+    """The name of ``value``'s class, read from the class itself (no attribute look-up a
+    metaclass could redirect); ``unnamed`` where that is not a string."""
     try:
-        name = type.__dict__["__name__"].__get__(type(exc))   # the class's own name, no lookup
+        name = type.__dict__["__name__"].__get__(type(value))
     except BaseException:  # noqa: BLE001
         name = None
-    if type(name) is not str:
-        name = "<unnamed exception>"
-    return name, _one_line(msg)
+    return name if type(name) is str else unnamed
 
 
 def _say(name, message):
@@ -148,6 +161,26 @@ def _say(name, message):
 
 
 # ------------------------------------------------------------------------- candidate
+
+def _kind(g, name):
+    """What the program's globals ``g`` hold under ``name``, as plain data: ``("callable",)``,
+    ``("module", its name)``, ``("value", tagged tree)``, ``("opaque", type name)`` or
+    ``("missing",)``."""
+    if name not in g:
+        return ("missing",)
+    value = g[name]
+    if type(value) is type(sys):
+        module = value.__name__
+        return ("module", module if type(module) is str else "")
+    if callable(value):
+        return ("callable",)
+    try:
+        tree = literals.to_tree(value, lenient=True)
+        literals.dumps(("value", tree))
+    except (literals.NotPlainData, ValueError, RecursionError, MemoryError):
+        return ("opaque", _type_name(value))
+    return ("value", tree)
+
 
 def candidate(job, in_fd, out_fd):
     try:
@@ -162,33 +195,46 @@ def candidate(job, in_fd, out_fd):
     del job["program"]
     send, recv = literals.send, literals.recv
     to_tree = literals.to_tree
-    entry = job["entry_point"]
+    entry = job.get("entry_point")
+    names = job.get("names", ())
     g = {}
     try:
         exec(code, g)
-        fn = g[entry]
-        if not callable(fn):
-            raise TypeError(f"{entry} is not callable")
+        if entry is not None:
+            fns = {entry: g[entry]}
+            if not callable(fns[entry]):
+                raise TypeError(f"{entry} is not callable")
+            hello = ("ready",)
+        else:
+            kinds = tuple((name, _kind(g, name)) for name in names)
+            fns = {name: g[name] for name, kind in kinds if kind == ("callable",)}
+            hello = ("ready", kinds)
     except BaseException as e:  # noqa: BLE001  (anything the program raised, SystemExit too)
         send(out_fd, ("raised",) + _describe(e))
         return
-    send(out_fd, ("ready",))
+    send(out_fd, hello)
     while True:
         try:
             msg = recv(in_fd)
         except literals.PeerGone:
             return
-        if msg[0] != "call" or len(msg) != 3:
+        if msg[0] != "call" or len(msg) != 4 or msg[1] not in fns:
             return
-        args = literals.from_tree(msg[1])
-        kwargs = literals.from_tree(msg[2])
+        args = literals.from_tree(msg[2])
+        kwargs = literals.from_tree(msg[3])
         try:
-            value = fn(*args, **kwargs)
+            value = fns[msg[1]](*args, **kwargs)
         except BaseException as e:  # noqa: BLE001
             reply = ("raise",) + _describe(e)
         else:
             try:
                 reply = ("return", to_tree(value, lenient=True))
+            except literals.NotPlainData as e:
+                reply = ("raise", "TypeError", _one_line(f"the result cannot cross: {e}")) \
+                    if entry is not None else ("opaque", _one_line(e))
+            except (ValueError, RecursionError, MemoryError) as e:
+                reply = ("raise", "TypeError", _one_line(f"the result cannot cross: {e}"))
+            try:
                 literals.dumps(reply)
             except (literals.NotPlainData, ValueError, RecursionError, MemoryError) as e:
                 reply = ("raise", "TypeError", _one_line(f"the result cannot cross: {e}"))
@@ -206,7 +252,7 @@ class CandidateEnded(Exception):
 
 
 class Uncheckable(Exception):
-    """The check passed the candidate something that cannot cross as plain data."""
+    """The check needed a value that cannot cross as plain data."""
 
 
 def _rebuild_exception(name, message):
@@ -220,65 +266,180 @@ def _rebuild_exception(name, message):
     return CandidateError(f"{name}: {message}")
 
 
-def _make_proxy(in_fd, out_fd):
-    def candidate(*args, **kwargs):
+class _Link:
+    """The checker's end of the pipes to the candidate. It remembers that the candidate ended
+    and that a value could not cross (``ended``, ``uncrossable``): the verdict says so even when
+    the test code swallows the exception it raised. ``opaque_results``: whether the candidate
+    may answer that a result cannot cross (``asserts``); with ``entry_point`` it answers a
+    TypeError instead, and a candidate's claim otherwise is a protocol error, so that no
+    program can make its problem look uncheckable."""
+
+    def __init__(self, in_fd, out_fd, opaque_results):
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self.opaque_results = opaque_results
+        self.ended = self.uncrossable = None
+
+    def refuse(self, why):
+        self.uncrossable = self.uncrossable or _one_line(why)
+        raise Uncheckable(why)
+
+    def call(self, name, args, kwargs):
+        if self.ended:
+            raise CandidateEnded(self.ended)
         try:
-            request = ("call", literals.to_tree(args), literals.to_tree(kwargs))
+            request = ("call", name, literals.to_tree(args), literals.to_tree(kwargs))
         except literals.NotPlainData as e:
-            raise Uncheckable(f"an argument cannot cross as plain data: {e}") from None
+            for arg in (*args, *kwargs.values()):   # a global of the program's, named
+                if type(arg) is _Opaque:
+                    arg._refuse()
+            self.refuse(f"an argument cannot cross as plain data: {e}")
         try:
-            literals.send(out_fd, request)
-            reply = literals.recv(in_fd)
+            literals.send(self.out_fd, request)
+            reply = literals.recv(self.in_fd)
         except (literals.PeerGone, BrokenPipeError):
-            raise CandidateEnded("the candidate's process ended before answering") from None
+            self.ended = "the candidate's process ended before answering"
+            raise CandidateEnded(self.ended) from None
         if reply[0] == "return" and len(reply) == 2:
             return literals.from_tree(reply[1])
         if reply[0] == "raise" and len(reply) == 3:
             raise _rebuild_exception(reply[1], reply[2])
+        if reply[0] == "opaque" and len(reply) == 2 and self.opaque_results:
+            self.refuse(f"the result of {name} cannot cross: {_say(reply[1], '')}")
         raise literals.ProtocolError(f"unexpected reply {reply[0]!r}")
-    return candidate
+
+    def proxy(self, name):
+        def candidate(*args, **kwargs):
+            return self.call(name, args, kwargs)
+        return candidate
+
+
+class _Opaque:
+    """Stands for a global of the candidate's that is not plain data (an instance, a module
+    outside the standard library): any use of it, passing it to the candidate included, is a
+    value that cannot cross."""
+
+    def __init__(self, link, name, what):
+        object.__setattr__(self, "_why", (link, f"{name} is {what}, not plain data"))
+
+    def _refuse(self, *args, **kwargs):
+        link, why = object.__getattribute__(self, "_why")
+        link.refuse(why)
+
+    __getattr__ = __setattr__ = __call__ = __bool__ = __len__ = __iter__ = _refuse
+    __getitem__ = __contains__ = __hash__ = __index__ = __int__ = __float__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __str__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+
+
+def _bind(ns, kinds, names, link):
+    """Bind in ``ns`` what the candidate's globals hold under each of ``names``, as its greeting
+    ``kinds`` says (:func:`_kind`): a function (or class) to a proxy, a plain value to its
+    literal, a standard-library module to the checker's own import of it, anything else to an
+    :class:`_Opaque`; a missing name stays unbound (a NameError, as in one namespace)."""
+    import importlib
+
+    if type(kinds) is not tuple or len(kinds) != len(names):
+        raise literals.ProtocolError("the greeting does not describe the names asked for")
+    for item, name in zip(kinds, names):
+        if type(item) is not tuple or len(item) != 2 or item[0] != name or \
+                type(item[1]) is not tuple or not item[1]:
+            raise literals.ProtocolError("the greeting does not describe the names asked for")
+        tag, rest = item[1][0], item[1][1:]
+        if tag == "callable" and not rest:
+            ns[name] = link.proxy(name)
+        elif tag == "value" and len(rest) == 1:
+            ns[name] = literals.from_tree(rest[0])
+        elif tag == "module" and len(rest) == 1 and type(rest[0]) is str and \
+                rest[0].partition(".")[0] in sys.stdlib_module_names:
+            ns[name] = importlib.import_module(rest[0])
+        elif tag in ("module", "opaque") and len(rest) == 1:
+            what = "module" if tag == "module" else "object"
+            ns[name] = _Opaque(link, name, f"a {_say(rest[0], '')} {what}")
+        elif tag != "missing" or rest:
+            raise literals.ProtocolError(f"unknown kind for {name}")
+
+
+def _greeting(in_fd):
+    """The candidate's first message, or the verdict ``("failed", kind, detail)`` that it
+    implies (it did not load, or sent no greeting)."""
+    try:
+        hello = literals.recv(in_fd)
+    except literals.PeerGone:
+        return None, ("ended", "the candidate's process ended before it loaded")
+    except literals.ProtocolError as e:
+        return None, ("failed", _one_line(e))
+    if hello[0] == "syntax":
+        return None, ("syntax", _one_line(hello[1] if len(hello) > 1 else ""))
+    if hello[0] == "raised" and len(hello) == 3:
+        kind = "memory" if hello[1] == "MemoryError" else "failed"
+        return None, (kind, _one_line("while loading: " + _say(hello[1], hello[2])))
+    if hello[0] != "ready" or len(hello) > 2:
+        return None, ("failed", "the candidate's process sent no greeting")
+    return hello, None
+
+
+def _judge(run, link, opaque):
+    """The verdict ``(kind, detail)`` of ``run()`` (the trusted check; ``None`` when it passes):
+    what the link remembers first, then the exception. ``opaque``: the kind for a value that
+    cannot cross (``opaque`` for ``asserts``, ``unchecked`` for ``entry_point``). ``run``
+    returns a suffix for the detail of an exception (which assert raised it), or ``None``."""
+    where = []
+    try:
+        run(where)
+        error = None
+    except BaseException as e:  # noqa: BLE001  (judged below)
+        error = e
+    if link.uncrossable:
+        return opaque, link.uncrossable
+    if link.ended:
+        return "ended", link.ended
+    if error is None:
+        return None
+    detail = _one_line(_say(*_describe(error)) + "".join(where))
+    return ("memory" if isinstance(error, MemoryError) else "failed"), detail
 
 
 def checker(job, in_fd, out_fd, verdict_fd):
     def verdict(*message):
         literals.send(verdict_fd, message)
 
-    try:
-        hello = literals.recv(in_fd)
-    except literals.PeerGone:
-        return verdict("failed", "ended", "the candidate's process ended before it loaded")
-    except literals.ProtocolError as e:
-        return verdict("failed", "failed", _one_line(e))
-    if type(hello) is not tuple or not hello:
-        return verdict("failed", "failed", "the candidate's process sent no greeting")
-    if hello[0] == "syntax":
-        return verdict("failed", "syntax", _one_line(hello[1] if len(hello) > 1 else ""))
-    if hello[0] == "raised" and len(hello) == 3:
-        kind = "memory" if hello[1] == "MemoryError" else "failed"
-        return verdict("failed", kind, _one_line("while loading: " + _say(hello[1], hello[2])))
-    if hello != ("ready",):
-        return verdict("failed", "failed", "the candidate's process sent no greeting")
-    proxy = _make_proxy(in_fd, out_fd)
+    hello, failed = _greeting(in_fd)
+    if failed:
+        return verdict("failed", *failed)
+    asserts = job.get("asserts")
+    link = _Link(in_fd, out_fd, opaque_results=asserts is not None)
     ns = {}
     try:
-        exec(compile(job["prompt"], "<prompt>", "exec"), ns)
-        ns[job["entry_point"]] = proxy
-        exec(compile(job["test"], "<test>", "exec"), ns)
-        check = ns["check"]
+        if asserts is None:
+            if hello != ("ready",):
+                return verdict("failed", "failed", "the candidate's process sent no greeting")
+            exec(compile(job["prompt"], "<prompt>", "exec"), ns)
+            ns[job["entry_point"]] = link.proxy(job["entry_point"])
+            exec(compile(job["test"], "<test>", "exec"), ns)
+            check = ns["check"]
+            run = lambda where: check(link.proxy(job["entry_point"]))  # noqa: E731
+        else:
+            tests = [compile(a, f"<assert {i + 1}>", "exec") for i, a in enumerate(asserts)]
+            exec(compile(job["setup"], "<setup>", "exec"), ns)
     except BaseException as e:  # noqa: BLE001  (trusted code that does not run: not the model's fault)
         return verdict("failed", "unchecked", _one_line("the prompt or test does not run: "
                                                         + _say(*_describe(e))))
-    try:
-        check(proxy)
-    except Uncheckable as e:
-        return verdict("failed", "unchecked", _one_line(e))
-    except CandidateEnded as e:
-        return verdict("failed", "ended", _one_line(e))
-    except MemoryError as e:
-        return verdict("failed", "memory", _one_line(_say(*_describe(e))))
-    except BaseException as e:  # noqa: BLE001
-        return verdict("failed", "failed", _one_line(_say(*_describe(e))))
-    verdict("passed")
+    if asserts is not None:
+        if len(hello) != 2:
+            return verdict("failed", "failed", "the candidate's process sent no greeting")
+        try:
+            _bind(ns, hello[1], job["names"], link)
+        except literals.ProtocolError as e:
+            return verdict("failed", "failed", _one_line(e))
+
+        def run(where):
+            for i, test in enumerate(tests):
+                where[:] = [f" (assert {i + 1} of {len(tests)})"]
+                exec(test, ns)
+    judged = _judge(run, link, "unchecked" if asserts is None else "opaque")
+    if judged is None:
+        return verdict("passed")
+    verdict("failed", *judged)
 
 
 def main(argv):

@@ -1,11 +1,12 @@
 """Host side: check one candidate program against a problem's test, in two sandboxes.
 
-:func:`check_candidate` starts two isolated processes (:mod:`.bubblewrap`) running
-:mod:`.inside`: the *candidate* (the model's program) and the *checker* (the dataset's prompt
-and test, trusted), joined by two pipes that carry only plain literals (:mod:`.literals`).
-The verdict comes from the checker alone, on a third pipe that only it holds: **passed**
-means the checker's ``check(candidate)`` returned normally and its process exited 0 within
-the wall-clock limit. Nothing the candidate does can write that verdict.
+:func:`check_candidate` (HumanEval: ``check(entry_point)``) and :func:`check_asserts` (MBPP:
+a problem's ``assert`` lines against the program's top-level names) start two isolated
+processes (:mod:`.bubblewrap`) running :mod:`.inside`: the *candidate* (the model's program)
+and the *checker* (the dataset's code, trusted), joined by two pipes that carry only plain
+literals (:mod:`.literals`). The verdict comes from the checker alone, on a third pipe that
+only it holds: **passed** means the checker's test returned normally and its process exited 0
+within the wall-clock limit. Nothing the candidate does can write that verdict.
 
 :class:`ExecResult` ``reason`` is one of :data:`REASONS`:
 
@@ -16,17 +17,23 @@ the wall-clock limit. Nothing the candidate does can write that verdict.
 - ``syntax``: the program does not compile;
 - ``timeout``: the CPU-time limit (RLIMIT_CPU, of either process) or the wall-clock limit;
 - ``memory``: a MemoryError (the address-space limit, RLIMIT_AS) decided the check;
-- ``signal``: the candidate's process was killed by a signal other than the CPU limit's.
+- ``signal``: the candidate's process was killed by a signal other than the CPU limit's;
+- ``unchecked`` (:func:`check_asserts` only): the check needed a value that cannot cross as
+  plain data (an object passed to the program or returned by it, a global of the program's
+  that is no function, plain value or standard-library module): not passed, and counted
+  apart, since running both in one namespace might have passed it.
 
 :class:`SandboxError` is raised, instead of a score, when the sandbox cannot be started or
-the problem cannot be checked across processes (its test passes the candidate something
-that is not plain data): that is the machine's or the dataset's fault, not the model's.
-:class:`~.bubblewrap.IsolationUnavailable` (a SandboxError) when no isolation is available.
+the problem cannot be checked across processes (a HumanEval test that passes the candidate
+something that is not plain data, a test that does not run): that is the machine's or the
+dataset's fault, not the model's. :class:`~.bubblewrap.IsolationUnavailable` (a
+SandboxError) when no isolation is available.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import math
 import os
@@ -40,10 +47,10 @@ from dataclasses import dataclass
 from . import literals
 from .bubblewrap import Isolation, SandboxError, isolation, seccomp_fd
 
-__all__ = ["ExecResult", "SandboxError", "REASONS", "check_candidate", "check_candidates",
-           "default_workers"]
+__all__ = ["ExecResult", "SandboxError", "REASONS", "assert_names", "check_asserts",
+           "check_candidate", "check_candidates", "default_workers"]
 
-REASONS = ("passed", "failed", "syntax", "timeout", "memory", "signal")
+REASONS = ("passed", "failed", "syntax", "timeout", "memory", "signal", "unchecked")
 #: files (inodes) a sandboxed process may create in its /tmp: a few hundred bytes of kernel
 #: memory each, which the tmpfs's size does not count
 TMPFS_INODES = 4096
@@ -183,6 +190,61 @@ def check_candidate(program: str, *, prompt: str, test: str, entry_point: str,
     check, programs that sleep or block included. ``memory_mb`` is each process's address
     space, ``fsize_mb`` the largest file it may write, ``tmpfs_mb`` the size of its /tmp.
     """
+    return _check({"program": program, "entry_point": entry_point},
+                  {"prompt": prompt, "test": test, "entry_point": entry_point},
+                  timeout=timeout, wall_timeout=wall_timeout, memory_mb=memory_mb,
+                  fsize_mb=fsize_mb, tmpfs_mb=tmpfs_mb)
+
+
+def assert_names(asserts, setup: str = "") -> list[str]:
+    """The names ``asserts`` read that neither ``setup`` binds nor Python builtins name: those
+    the candidate's program must define. :class:`SandboxError` if the code does not parse."""
+    try:
+        trees = [ast.parse(setup)] + [ast.parse(a) for a in asserts]
+    except (SyntaxError, ValueError) as e:
+        raise SandboxError(f"pvf_lmeval.sandbox: this problem's test does not parse: "
+                           f"{type(e).__name__}: {e}") from None
+    bound = set(dir(builtins))
+    for node in ast.walk(trees[0]):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update(a.asname or a.name.split(".")[0] for a in node.names)
+    used = {node.id for tree in trees[1:] for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return sorted(used - bound)
+
+
+def check_asserts(program: str, *, asserts, setup: str = "", timeout: float = 3.0,
+                  wall_timeout: float | None = None, memory_mb: int = 1024, fsize_mb: int = 16,
+                  tmpfs_mb: int = 64) -> ExecResult:
+    """Check ``program`` with a problem's ``assert`` lines (MBPP's ``test_list``), run after
+    ``setup`` (its ``test_setup_code``) in the checker, one by one.
+
+    The names the asserts read (:func:`assert_names`) resolve, in the checker, to what the
+    program's globals hold under them, as plain data: a function or class to a proxy that
+    calls it in the candidate's process with literal arguments and returns a literal, a
+    plain-data value to its literal, a standard-library module to the checker's own import;
+    builtins are the checker's own, whatever the program defines. A check that needs a value
+    that cannot cross (an instance passed in or returned) is reason ``unchecked``, never a
+    pass; a problem without asserts is a :class:`SandboxError`. Limits as
+    :func:`check_candidate`.
+    """
+    asserts = [str(a) for a in asserts]
+    if not asserts:     # nothing to check: any program that loads would pass
+        raise SandboxError("pvf_lmeval.sandbox: this problem has no assert lines to check")
+    names = assert_names(asserts, setup)
+    return _check({"program": program, "names": names},
+                  {"setup": setup, "asserts": asserts, "names": names},
+                  timeout=timeout, wall_timeout=wall_timeout, memory_mb=memory_mb,
+                  fsize_mb=fsize_mb, tmpfs_mb=tmpfs_mb)
+
+
+def _check(cand_job: dict, chk_job: dict, *, timeout: float, wall_timeout: float | None,
+           memory_mb: int, fsize_mb: int, tmpfs_mb: int) -> ExecResult:
+    """The candidate's job and the checker's in two sandboxes; the verdict from the checker."""
     t0 = time.monotonic()
     iso = isolation()
     cpu_s = max(1, math.ceil(timeout))
@@ -203,11 +265,10 @@ def check_candidate(program: str, *, prompt: str, test: str, entry_point: str,
     ours = [to_cand_r, to_cand_w, to_chk_r, to_chk_w, verdict_r, verdict_w]
     started: list[_Sandboxed] = []
     try:
-        cand = _Sandboxed(iso, "candidate", {"program": program, "entry_point": entry_point,
-                                             "limits": limits}, [to_cand_r, to_chk_w], tmpfs)
+        cand = _Sandboxed(iso, "candidate", {**cand_job, "limits": limits},
+                          [to_cand_r, to_chk_w], tmpfs)
         started.append(cand)
-        chk = _Sandboxed(iso, "checker", {"prompt": prompt, "test": test,
-                                          "entry_point": entry_point, "limits": limits},
+        chk = _Sandboxed(iso, "checker", {**chk_job, "limits": limits},
                          [to_chk_r, to_cand_w, verdict_w], tmpfs)
         started.append(chk)
         for fd in (to_cand_r, to_cand_w, to_chk_r, to_chk_w, verdict_w):
@@ -258,6 +319,8 @@ def _classify(verdict_raw: bytes, chk_rc, cand_rc, cpu_s: int, result) -> ExecRe
         return result("signal" if chk_rc and chk_rc > 128 else "failed",
                       f"the checker ended without a verdict ({how})")
     _, kind, detail = verdict
+    if kind == "opaque":
+        return result("unchecked", detail)
     if kind == "unchecked":
         raise SandboxError(f"pvf_lmeval.sandbox: this problem cannot be checked across "
                            f"processes: {detail}")
@@ -285,14 +348,16 @@ def default_workers() -> int:
 
 def check_candidates(jobs, *, workers: int | None = None, **limits) -> list[ExecResult]:
     """:func:`check_candidate` over many jobs (dicts of its keyword arguments, ``program``
-    included), ``workers`` at a time, results in order."""
+    included; a job with ``asserts`` is :func:`check_asserts`'s), ``workers`` at a time,
+    results in order."""
     jobs = [dict(j) for j in jobs]
     if jobs:
         isolation()  # refuse once, before starting anything
     workers = workers or default_workers()
 
     def one(job):
-        return check_candidate(job.pop("program"), **job, **limits)
+        check = check_asserts if "asserts" in job else check_candidate
+        return check(job.pop("program"), **job, **limits)
 
     if workers <= 1 or len(jobs) <= 1:
         return [one(j) for j in jobs]

@@ -25,20 +25,18 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
-import math
 import os
 import re
 from pathlib import Path
 
+from pvf_lmeval.humaneval.scoring import (VERDICT, generations, k_list, score_jobs,  # noqa: F401
+                                          verdict_counts)
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
-from pvf_lmeval.lmeval.task_metrics import RATES, SummedRate, cost_metrics, metric_list
+from pvf_lmeval.lmeval.task_metrics import metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
 
-log = logging.getLogger("pvf_lmeval")
 HUB_DATASET = "openai/openai_humaneval"
-NAN = float("nan")
 #: CPU seconds per process (RLIMIT_CPU; lm-eval's code_eval allows 3.0 s of wall time); the
 #: wall-clock limit of a whole check is 2 * timeout + 5 s, for programs that sleep or block
 DEFAULT_TIMEOUT = 3.0
@@ -58,17 +56,6 @@ def read_problems(path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _k_list(value) -> list[int]:
-    if value is None:
-        return [1]
-    if isinstance(value, (int, str)):
-        value = [value]
-    ks = [int(k) for k in value]
-    if not ks or min(ks) < 1:
-        raise ValueError(f"humaneval: pass_at_k must be a list of k >= 1, got {value!r}")
-    return ks
-
-
 def load(**kwargs):
     """``custom_dataset``: the local copy (``pvf-data fetch``), else the hub when online.
 
@@ -79,7 +66,7 @@ def load(**kwargs):
 
     from pvf_lmeval.data import DataMissingError, dataset_file
 
-    ks = _k_list(kwargs.get("pass_at_k"))
+    ks = k_list(kwargs.get("pass_at_k"))
     try:
         path = dataset_file("humaneval")
     except DataMissingError as missing:
@@ -177,61 +164,12 @@ def check_jobs(doc: dict, programs) -> list[dict]:
 
 # ------------------------------------------------------------------------------ scoring
 
-_warned: set[int] = set()
-
-
-def pass_at_k_values(n: int, c: int, ks) -> dict:
-    """``{"pass@k": unbiased estimate}`` for each k; NaN (and a warning once) when k > n."""
-    from pvf_lmeval.humaneval import pass_at_k
-
-    out = {}
-    for k in _k_list(ks):
-        if k > n:
-            if k not in _warned:
-                _warned.add(k)
-                log.warning("humaneval: pass@%d needs at least %d samples per problem, got %d: "
-                            "reporting NaN", k, k, n)
-            out[f"pass@{k}"] = NAN
-        else:
-            out[f"pass@{k}"] = pass_at_k(n, c, k)
-    return out
-
-
-def _costs(generations: list) -> dict:
-    """SPEC cost metrics of a problem's samples: means of the means, rates over the summed parts."""
-    per = [cost_metrics(g) for g in generations]
-    out = {}
-    for key in per[0]:
-        if key in RATES:
-            out[key] = SummedRate(math.fsum(p[key].for_aggregation[0] for p in per),
-                                  math.fsum(p[key].for_aggregation[1] for p in per))
-        else:
-            out[key] = math.fsum(p[key] for p in per) / len(per)
-    return out
-
-
 def score(doc: dict, results: list, completion, *, timeout: float = DEFAULT_TIMEOUT,
           workers: int | None = None) -> dict:
     """``process_results`` body: costs from the raw generations' ``.meta``, then pass@k."""
-    from pvf_lmeval.sandbox import check_candidates
-
-    gens = results[0]
-    gens = [gens] if isinstance(gens, str) else list(gens)
-    out = _costs(gens)  # read .meta first, from the objects the model returned
-    runs = check_candidates(check_jobs(doc, [completion(doc, str(g)) for g in gens]),
-                            workers=workers, timeout=timeout)
-    out.update(pass_at_k_values(len(runs), sum(r.passed for r in runs), doc.get("pass_at_k")))
-    out["verdict"] = [r.reason for r in runs]
-    return out
-
-
-def verdict_counts(items) -> str:
-    """Aggregation of ``verdict``: how many samples got each verdict, in
-    ``pvf_lmeval.sandbox.REASONS`` order, e.g. ``"passed 3, failed 1, syntax 1"``."""
-    from pvf_lmeval.sandbox import REASONS
-
-    verdicts = [v for item in items for v in ([item] if isinstance(item, str) else item)]
-    return ", ".join(f"{r} {verdicts.count(r)}" for r in REASONS if r in verdicts)
+    gens = generations(results)
+    return score_jobs(gens, check_jobs(doc, [completion(doc, str(g)) for g in gens]),
+                      doc.get("pass_at_k"), timeout=timeout, workers=workers)
 
 
 def process_results(doc: dict, results: list) -> dict:
@@ -269,9 +207,6 @@ def keep_all(resps, docs):
     return [list(r) for r in resps]
 
 
-#: the sandbox's verdict of each sample (passed, failed, syntax, timeout, memory, signal): the
-#: results table shows how many samples got each
-VERDICT = {"metric": "verdict", "aggregation": verdict_counts, "higher_is_better": True}
 #: the YAMLs' metric_list: pass@1 and the verdicts, then the decoding costs
 METRICS = metric_list("pass@1", VERDICT)
 #: humaneval_pvf_sampled's: pass@1, pass@5, pass@10 and the verdicts, then the decoding costs

@@ -279,7 +279,12 @@ def test_the_masked_decoders_refuse_a_uniform_state_model_in_one_line(folders):
 
 def test_expert_and_tensor_parallel_on_two_real_processes(folders):
     """Expert parallel: one process's logits bit for bit; all (attention replicated, the dense
-    MLPs and the head split): within 1e-5; the ranks alike."""
+    MLPs and the head split): within 2e-5 of each row's largest logit; the ranks alike.
+
+    The other families' bound is 1e-5 (tests/test_parallel.py). This random released-shape
+    folder's rows peak at 2.7 (a trained model's at about 20), so the same rounding of the split
+    sums is a larger share of them: measured 5.6e-6 with torch's AVX2 kernels and 1.1e-5 with
+    its AVX-512 ones (the kernels picked by the CPU)."""
     from helpers import parallel_jobs as jobs
     from helpers.ranks import RankPool
 
@@ -293,7 +298,7 @@ def test_expert_and_tensor_parallel_on_two_real_processes(folders):
             if layers == "experts":
                 assert torch.equal(first, one)
             else:
-                assert _relative(first, one) < 1e-5
+                assert _relative(first, one) < 2e-5
     finally:
         pool.close()
 

@@ -118,10 +118,11 @@ def qwen3_oracle(folder: Path):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """Every feed-forward width a multiple of 32: a CPU elementwise kernel (the gate's
-    activation) computes the last partial vector stride of a tensor in scalar code, so at other
-    widths a row's activation depends on how many rows share its product, and bit-for-bit
-    comparisons across batches or routings would test that instead of the shadow."""
+    """Every feed-forward width and LLaDA2's expert count multiples of 32: a CPU elementwise
+    kernel (the gate's activation, LLaDA2's sigmoid router scores) computes the last partial
+    stride of two vectors of a tensor in scalar code (32 float32 values with AVX-512 kernels, 16
+    with AVX2), so at other widths a row's values depend on how many rows share the call, and
+    bit-for-bit comparisons across batches or routings would test that instead of the shadow."""
     root = tmp_path_factory.mktemp("shadow")
     return {"llada-temp": make_temp_checkpoint(root / "llada", "llada", seed=3),
             "sdar": make_sdar_folder(root / "sdar", seed=4),
@@ -131,7 +132,7 @@ def folders(tmp_path_factory):
                                              expert_intermediate_size=32,
                                              shared_expert_intermediate_size=32),
             "llada2": make_llada2_folder(root / "llada2", seed=7, intermediate_size=64,
-                                         moe_intermediate_size=32),
+                                         moe_intermediate_size=32, num_experts=32),
             "lladamoe-1": make_lladamoe_folder(root / "lladamoe-1", seed=11, num_hidden_layers=1,
                                                moe_layer_freq=[1], expert_intermediate_size=32,
                                                shared_expert_intermediate_size=32),

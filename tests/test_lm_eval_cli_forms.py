@@ -44,7 +44,7 @@ PACKAGE_TASKS = {**dict.fromkeys((
     "gsm8k_llada_oc", "gsm8k_pvf_paper", "math_llada_oc", "humaneval_llada_oc",
     "humaneval_fastdllm", "humaneval_pvf_paper", "gsm8k_llada_oc_base", "math_llada_oc_base",
     "humaneval_llada_oc_base", "minerva_math_llada", "math_pvf_paper", "mmlu_pro_pvf_paper",
-    "mmlu_pro_llada_oc", "arc_challenge_llada_oc", "mmlu_llada_oc",
+    "mmlu_pro_llada_oc", "arc_challenge_llada_oc", "mmlu_llada_oc", "hellaswag_llada_oc",
     "gpqa_diamond_llada_oc", "bbh_llada_oc_base", "ifeval_llada_oc",
     # the bbh_llada group's subtasks (tasks/bbh_llada/_bbh_llada.yaml)
     *(f"bbh_llada_{s}" for s in (

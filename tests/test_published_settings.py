@@ -45,6 +45,7 @@ SCRIPT_ROW = {
     "llada-instruct-mmlu-pro-pure": "llada_instruct_mmlu_pro_len256",
     "llada-instruct-arc-c-pure": "llada_instruct_arc_c_len512",
     "llada-instruct-mmlu-3": "llada_instruct_mmlu_len3",
+    "llada-instruct-hellaswag-3": "llada_instruct_hellaswag_len3",
     "llada-instruct-gpqa-pure": "llada_instruct_gpqa_len64",
     "llada-base-oc-bbh-256": "llada_base_oc_bbh_len256",
     "llada-instruct-mbpp-pure": "llada_instruct_mbpp_len256_conf",
@@ -205,6 +206,9 @@ def local_items(tmp_path, monkeypatch):
         if path == "google-research-datasets/mbpp" and \
                 kwargs.get("name", args[0] if args else None) == "full":
             return datasets.DatasetDict({"test": datasets.Dataset.from_list(ITEMS["mbpp_test"])})
+        if path == "Rowan/hellaswag":
+            items = datasets.Dataset.from_list(ITEMS["hellaswag_validation"])
+            return datasets.DatasetDict({"validation": items})
         if path == "cais/mmlu" and kwargs.get("name", args[0] if args else None) == "all":
             return datasets.DatasetDict({split: datasets.Dataset.from_list(ITEMS[f"mmlu_{split}"])
                                          for split in ("test", "dev")})
@@ -280,6 +284,8 @@ def _items_of(row) -> str:
         return "arc_challenge_validation"
     if row.task.startswith("mmlu_llada"):
         return "mmlu_test"
+    if row.task.startswith("hellaswag"):
+        return "hellaswag_validation"
     if row.task.startswith("gpqa_diamond"):
         return "gpqa_diamond_train"
     if row.task.startswith("bbh_llada"):
@@ -373,6 +379,7 @@ EXPECTED = {
     "llada-instruct-mmlu-pro-pure": "decoder=static,gen_length=256,block_length=256,steps=256",
     "llada-instruct-arc-c-pure": "decoder=static,gen_length=512,block_length=512,steps=512",
     "llada-instruct-mmlu-3": "decoder=static,gen_length=3,block_length=3,steps=3",
+    "llada-instruct-hellaswag-3": "decoder=static,gen_length=3,block_length=3,steps=3",
     "llada-instruct-gpqa-pure": "decoder=static,gen_length=64,block_length=64,steps=64,"
                                 "confidence_eos_eot_inf=true",
     "llada-instruct-mbpp-pure": "decoder=static,gen_length=256,block_length=256,steps=256,"
@@ -867,6 +874,40 @@ def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):
     assert mmlu.process_results(doc, ["b"])["exact_match"] == 0.0
 
 
+#: the first line of OpenCompass's hellaswag.jsonl as AISBench's page of OpenCompass's
+#: hellaswag.zip prints it (zhongzhouTan-coder/benchmark @ 8b3dba6,
+#: ais_bench/benchmark/configs/datasets/hellaswag/README.md)
+OC_HELLASWAG_FIRST_LINE = {
+    "query": "Roof shingle removal: A man is sitting on a roof. He",
+    "choices": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
+    "gold": 3}
+
+
+def test_opencompass_hellaswag_task_reads_the_items_as_opencompass(local_items):
+    """On Rowan/hellaswag's validation rows (two of the hub's, two hand-made: WikiHow's bracket
+    tags, an activity label holding ": ", field names in braces) the task's docs carry the
+    lines of OpenCompass's hellaswag.jsonl (``query``, ``choices``, ``gold``: lm-eval's
+    ``process_docs``) and what ``HellaswagDataset_V2.load`` makes of them (the context after the
+    query's first ": ", the answer's letter); it scores with ``first_option_postprocess``."""
+    task = _loaded("hellaswag_llada_oc")
+    docs = list(task.test_docs())
+    setting = SETTINGS["llada_instruct_hellaswag_len3"]
+    assert [{k: d[k] for k in ("query", "choices", "gold")} for d in docs] == \
+        setting["opencompass_jsonl"]
+    assert setting["opencompass_jsonl"][0] == OC_HELLASWAG_FIRST_LINE
+    assert [{k: d[k] for k in ("ctx", "A", "B", "C", "D", "label")} for d in docs] == \
+        setting["loaded_docs"]
+    assert setting["datasets"][0]["type"] == "HellaswagDataset_V2"
+    doc = docs[0]                                       # answer D
+    assert task.process_results(doc, ["D"])["exact_match"] == 1.0
+    assert task.process_results(doc, ["The answer is D."])["exact_match"] == 1.0
+    assert task.process_results(doc, ["B is wrong, D is right"])["exact_match"] == 0.0
+    assert task.process_results(doc, ["d"])["exact_match"] == 0.0     # no option letter
+    assert task.process_results(doc, [""])["exact_match"] == 0.0
+    assert task.process_results(docs[3], ["A"])["exact_match"] == 1.0
+
+
 def _task_utils(folder: str):
     import importlib.util
 
@@ -1074,6 +1115,36 @@ def test_a_row_runs_through_lm_eval_on_the_tiny_model(name, local_items):
     if args["decoder"] == "static":      # one position per call, to the end of the canvas
         assert meta["nfe"] == 32
     assert "exact_match" in out["results"][row.task] or "exact_match,none" in out["results"][row.task]
+
+
+def test_the_hellaswag_row_runs_through_lm_eval_on_the_tiny_model(local_items):
+    """llada-instruct-hellaswag-3's model args and flags as they stand (three positions, three
+    calls) through lm-eval and pvf-dlm on tiny-llada: one user turn, no stop string, the answer
+    scored by first_option_postprocess against the item's letter."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from helpers.prerequisites import require_bundled_weights
+    from pvf_lmeval.lmeval.lm import PVFDiffusionLM
+
+    require_bundled_weights("tiny-llada")
+    row = published("llada-instruct-hellaswag-3")
+    args = dict(kv.split("=", 1) for kv in row.model_args().split(","))
+    args.update(pretrained="tiny-llada")
+    lm = PVFDiffusionLM.create_from_arg_string(",".join(f"{k}={v}" for k, v in args.items()))
+    out = lm_eval.simple_evaluate(model=lm, limit=2, bootstrap_iters=0, log_samples=True,
+                                  task_manager=TaskManager(include_path=str(REPO / "tasks"),
+                                                           include_defaults=False), **_cli_flags(row))
+    for sample, doc in zip(out["samples"][row.task], ITEMS["hellaswag_validation"]):
+        context, gen_kwargs = sample["arguments"][0]
+        assert context.count("<|start_header_id|>user") == 1 and gen_kwargs["until"] == []
+        assert context.endswith(
+            "\nAnswer:<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+        meta = sample["resps"][0][0].meta
+        assert meta["gen_length"] == 3 and meta["nfe"] == 3
+        answer = sample["filtered_resps"][0]
+        want = pa.oc_first_option(answer) == "ABCD"[int(doc["label"])]
+        assert sample["exact_match"] == float(want)
 
 
 def test_the_ifeval_row_runs_through_lm_eval_on_the_tiny_model(local_items, ifeval_checkers):

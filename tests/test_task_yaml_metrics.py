@@ -29,6 +29,7 @@ ACCURACY = {
     "gsm8k_pvf/gsm8k_cot_pvf_chat.yaml": ["exact_match", "exact_match_flexible"],
     "math500_pvf/math500_pvf.yaml": ["exact_match", "math_verify"],
     "mmlu_pro_pvf/mmlu_pro_pvf_chat.yaml": ["exact_match"],
+    "hellaswag_llada/hellaswag_llada_oc.yaml": ["exact_match"],
     "humaneval_pvf/humaneval_pvf.yaml": ["pass@1", "verdict"],
     "humaneval_pvf/humaneval_instruct_pvf.yaml": ["pass@1", "verdict"],
     "humaneval_pvf/humaneval_pvf_sampled.yaml": ["pass@1", "pass@5", "pass@10", "verdict"],

@@ -267,6 +267,13 @@ def _mbpp_rows() -> list[Published]:
     ]
 
 
+#: what the HellaSwag row reads otherwise than OpenCompass
+HELLASWAG_NOTE = ("OpenCompass reads its own hellaswag.jsonl; the task builds that file's fields "
+                  "from the hub's Rowan/hellaswag validation split with lm-eval's hellaswag "
+                  "process_docs, which give the file's lines where they were compared (not the "
+                  "whole file: its row order and count are not known here)")
+
+
 def _rows() -> list[Published]:
     rows = [
         Published("llada-instruct-gsm8k-256-8", LLADA_EVAL,
@@ -311,6 +318,11 @@ def _rows() -> list[Published]:
                   note="OpenCompass prints mmlu (the task's subject_mean, the mean of the 57 "
                        "subject accuracies) and mmlu-weighted (exact_match); EVAL.md does not "
                        "say which it reports"),
+        Published("llada-instruct-hellaswag-3", LLADA_EVAL,
+                  "LLaDA-8B-Instruct, HellaSwag (OpenCompass, zero-shot \"Which ending makes the "
+                  "most sense?\" prompt; the validation contexts), gen = block = steps = 3",
+                  "74.6 (internal), 75.3 (OpenCompass)", LLADA_INSTRUCT, "hellaswag_llada_oc", 0,
+                  "multi_turn", _static(3, 3), note=HELLASWAG_NOTE),
         Published("llada-instruct-gpqa-pure", LLADA_EVAL,
                   "LLaDA-8B-Instruct, GPQA Diamond (OpenCompass, 5 fixed worked exemplars in one "
                   "user turn), pure diffusion gen = block = steps = 64, confidence_eos_eot_inf",

@@ -48,6 +48,7 @@ TASK_PRESETS = {
     # multiple-choice knowledge questions answered in text: MMLU-Pro's family (knowledge)
     "arc_challenge_llada_oc": "mmlu_pro",
     "mmlu_llada_oc": "mmlu_pro",
+    "hellaswag_llada_oc": "mmlu_pro",
     "gpqa_diamond_llada_oc": "mmlu_pro",
     # free prose under instructions: the knowledge family's (prose, its planning band)
     "ifeval_llada_oc": "mmlu_pro",

@@ -47,7 +47,8 @@ FAST[decoding]="tests/test_decoding_threshold.py tests/test_decoding_static.py
 TESTS[decoding]="${FAST[decoding]} tests/test_likelihood.py tests/test_calibrate.py
   tests/test_kv_cache.py tests/test_online_vocab.py tests/test_batch_invariant_option.py
   tests/test_decoding_revocable_reference.py tests/test_decoding_revocable_families.py
-  tests/test_renoise.py tests/test_renoise_cache.py"
+  tests/test_renoise.py tests/test_renoise_cache.py tests/test_cfg_scale.py
+  tests/test_published_eos_switches.py"
 # tests left out of an area's lists: the slowest, whose mutants the table tests reach, and
 # those that run the package in a subprocess: mutmut records which tests reach a function in
 # its own process only (so it never picks them for a mutant), and its trampolines in a

@@ -86,7 +86,8 @@ def test_mc_stratum_stratifies_each_group_as_llada():
     assert torch.equal(masked.sum(-1), counts)
     for g in range(4):
         assert sorted(counts[8 * g:8 * g + 8].tolist()) == list(range(1, 9))
-    with pytest.raises(ValueError, match=r"^mc_stratum=3 must divide mc_num=8 "):
+    with pytest.raises(ValueError, match=r"^mc_stratum=3 must divide mc_num=8 \(draws are "
+                                         r"stratified in groups of mc_stratum\)$"):
         Estimator(mc_num=8, mc_stratum=3)
     assert math.isfinite(loglikelihood(GuidedModel(), [5], [1, 2],
                                        estimator=Estimator(mc_num=8, mc_stratum=4)).logprob)

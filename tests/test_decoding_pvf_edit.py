@@ -295,3 +295,16 @@ def test_bad_arguments_fail_in_one_line(args, message):
     with pytest.raises(ValueError) as err:
         make_params("pvf-edit", gen_length=64, block_length=32, **args)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("decoder", ["pvf-edit", "joint"])
+@pytest.mark.parametrize("post_edit_steps, rounds", [(None, 16), (0, 0), (2, 2)])
+def test_both_editing_decoders_edit_post_edit_steps_rounds_16_by_default(decoder, post_edit_steps,
+                                                                         rounds):
+    """A block whose prediction flips forever: one call fills it, then ``post_edit_steps``
+    editing rounds (SGLang's JointThreshold default: 16) each rewrite a token, and one more read
+    finds the limit and releases the block."""
+    extra = {"plan_vocab": VOCAB} if decoder == "pvf-edit" else {}
+    r, _ = run(decoder, _swapping(10, 20), gen_length=4, post_edit_steps=post_edit_steps, **extra)
+    assert (r.nfe, r.edits) == (1 + rounds + 1, rounds)
+    assert r.tokens[0] == (10 if rounds % 2 == 0 else 20)

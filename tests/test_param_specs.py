@@ -182,3 +182,13 @@ def _env() -> dict:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_a_free_text_parameter_is_coerced_to_its_text():
+    """A decoder may declare a ``str`` parameter without choices or parser (none of today's
+    does): its loose value is taken as text, and its ``off`` text turns it off."""
+    from pvf_lmeval.decoding.param_spec import Param
+
+    free = Param("label", str, None, "a free-text label")
+    assert free.coerce(5) == "5" and free.coerce("planning") == "planning"
+    assert Param("label", str, None, "a label", off="none").coerce("none") is None

@@ -69,7 +69,8 @@ TESTS[lmeval]="${FAST[lmeval]} tests/test_likelihood.py tests/test_online_vocab.
 LEFT_OUT[lmeval]="tests/test_param_specs.py::test_a_new_decoder_is_its_step_module_and_one_registry_line
   tests/test_task_presets.py::test_the_cli_decodes_arith_var_with_the_arith_preset
   tests/test_response_cache.py::test_the_cli_stops_at_a_planted_row_in_one_line
-  tests/test_lm_errors.py::test_bad_model_args_through_the_cli"
+  tests/test_lm_errors.py::test_bad_model_args_through_the_cli
+  tests/test_trace.py::test_page_in_headless_chromium"
 MUTATE[stats]="pvf_lmeval/lmeval/stats.py"
 FAST[stats]="tests/test_stat_totals.py"
 TESTS[stats]="${FAST[stats]} tests/test_lm_units.py"

@@ -52,6 +52,16 @@ def cost_metrics(generation) -> dict:
     return out
 
 
+
+def oc_letter_results(generation, label: str, letters: str = "ABCD") -> dict:
+    """Per-sample results of an OpenCompass multiple-choice generation task: ``exact_match`` when
+    the first option ``first_option_postprocess`` finds (options ``letters``) is ``label``
+    (``AccEvaluator``), then the generation's cost metrics."""
+    from . import published_answers as pa
+
+    right = pa.oc_choice_correct(pa.oc_first_option(str(generation), letters), label)
+    return {"exact_match": float(right), **cost_metrics(generation)}
+
 #: the per-sample costs of a likelihood task (:func:`likelihood_costs`)
 LIKELIHOOD_COSTS = ("nfe", "branch_rows", "canvases", "mc_num")
 

@@ -8,7 +8,7 @@ Data: the hub only (``allenai/ai2_arc``, ``ARC-Challenge``).
 
 from __future__ import annotations
 
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
+from pvf_lmeval.lmeval.task_metrics import metric_list, oc_letter_results
 
 LETTERS = "ABCD"
 #: OpenCompass ARC_c_gen_1e0de5's prompt (one user turn)
@@ -32,15 +32,8 @@ def doc_to_text_llada_oc(doc: dict) -> str:
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:
-    """``arc_challenge_llada_oc``: the first option ``first_option_postprocess`` finds (options
-    "ABCD") is the answer's letter (``AccEvaluator``)."""
-    from pvf_lmeval.lmeval import published_answers as pa
-
-    generation = results[0]
-    right = pa.oc_choice_correct(pa.oc_first_option(str(generation), LETTERS), doc["label"])
-    out = {"exact_match": float(right)}
-    out.update(cost_metrics(generation))
-    return out
+    """``arc_challenge_llada_oc``: OpenCompass's first option against the label, and the costs."""
+    return oc_letter_results(results[0], doc["label"], LETTERS)
 
 
 #: the YAML's metric_list: exact match, then the decoding costs

@@ -17,7 +17,7 @@ Data: the hub only (``Rowan/hellaswag``, ``validation``).
 
 from __future__ import annotations
 
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
+from pvf_lmeval.lmeval.task_metrics import metric_list, oc_letter_results
 
 LETTERS = "ABCD"
 #: OpenCompass hellaswag_gen_6faab5's prompt (one user turn)
@@ -52,15 +52,8 @@ def doc_to_text_llada_oc(doc: dict) -> str:
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:
-    """``hellaswag_llada_oc``: the first option ``first_option_postprocess`` finds (options
-    "ABCD") is the answer's letter (``AccEvaluator``)."""
-    from pvf_lmeval.lmeval import published_answers as pa
-
-    generation = results[0]
-    right = pa.oc_choice_correct(pa.oc_first_option(str(generation), LETTERS), doc["label"])
-    out = {"exact_match": float(right)}
-    out.update(cost_metrics(generation))
-    return out
+    """``hellaswag_llada_oc``: OpenCompass's first option against the label, and the costs."""
+    return oc_letter_results(results[0], doc["label"], LETTERS)
 
 
 #: the YAML's metric_list: exact match, then the decoding costs

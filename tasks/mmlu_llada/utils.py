@@ -11,7 +11,7 @@ Data: the hub only (``cais/mmlu``, ``all``: the test and dev splits of every sub
 from __future__ import annotations
 
 from pvf_lmeval.lmeval.task_fewshot import GroupFewshotTask
-from pvf_lmeval.lmeval.task_metrics import cost_metrics, mean_of_group_means, metric_list
+from pvf_lmeval.lmeval.task_metrics import mean_of_group_means, metric_list, oc_letter_results
 
 LETTERS = "ABCD"
 #: the subject's hint, opening every turn
@@ -49,13 +49,8 @@ def doc_to_target_llada_oc(doc: dict) -> str:
 def process_results_llada_oc(doc: dict, results: list) -> dict:
     """``mmlu_llada_oc``: the first option ``first_option_postprocess`` finds (options "ABCD") is
     the answer's letter (``AccEvaluator``); per question and per subject."""
-    from pvf_lmeval.lmeval import published_answers as pa
-
-    generation = results[0]
-    right = float(pa.oc_choice_correct(pa.oc_first_option(str(generation), LETTERS),
-                                       doc_to_target_llada_oc(doc)))
-    out = {"exact_match": right, "subject_mean": (doc["subject"], right)}
-    out.update(cost_metrics(generation))
+    out = oc_letter_results(results[0], doc_to_target_llada_oc(doc), LETTERS)
+    out["subject_mean"] = (doc["subject"], out["exact_match"])
     return out
 
 

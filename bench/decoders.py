@@ -9,6 +9,8 @@ Markdown table.
     python bench/decoders.py --limit 100 --fixtures tiny-llada
     python bench/decoders.py --task arith_var --batch-size 32 --slow-limit 200   # static, freedave
                                                                                  # on 200 items
+    python bench/decoders.py --only freedave --skip-threshold --start 200 --json b.json  # items 200..
+    python bench/decoders.py --merge a.json b.json   # one table from runs over consecutive items
 """
 
 from __future__ import annotations
@@ -101,6 +103,82 @@ def run_config(model, prompts, targets, extract, decoder, extra, gen_length, blo
     }
 
 
+def table_rows(raw: dict) -> list[str]:
+    """The Markdown table of ``raw`` ({fixture: {row label: figures}}); ratios against
+    threshold on the same items (its ``threshold_same_items``, else the run's threshold row when
+    that covers the same items), "—" without one."""
+    out = ["| fixture | decoder | items | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok "
+           "| ar tok | edits | s/request | NFE vs threshold | wall vs threshold |", "|" + "---|" * 14]
+    for name, results in raw.items():
+        for label, r in results.items():
+            base = r.get("threshold_same_items")
+            whole = results.get("threshold")
+            if base is None and whole is not None and _span(whole) == _span(r):
+                base = whole
+            if base is None:
+                nfe_ratio = wall_ratio = "—"
+            else:
+                nfe_ratio, wall_ratio = f"{r['nfe'] / base['nfe']:.2f}x", f"{r['wall'] / base['wall']:.2f}x"
+            first = r.get("first_item", 0)
+            items = str(r["items"]) if first == 0 else f"{r['items']} (from item {first})"
+            out.append(
+                f"| {name} | {label} | {items} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
+                f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['edits']:.1f} "
+                f"| {r['wall'] * 1000:.1f} ms "
+                f"| {nfe_ratio} | {wall_ratio} |")
+    return out
+
+
+def _span(r: dict) -> tuple[int, int]:
+    """The items a result covers, [first, end)."""
+    first = r.get("first_item", 0)
+    return first, first + r["items"]
+
+
+#: per-request means, merged weighted by items; TPF is a ratio of sums (tokens / NFE)
+_MEANS = ("acc", "nfe", "rows", "wall", "plan_tokens", "ar_tokens", "edits")
+
+
+def merge_figures(parts: list[dict]) -> dict:
+    """One result from results over consecutive, non-overlapping item ranges (any order):
+    means weighted by items, TPF as total tokens over total NFE, s.e. recomputed; the result
+    covers the union. Raises ValueError naming the gap or overlap."""
+    parts = sorted(parts, key=_span)
+    for a, b in zip(parts, parts[1:]):
+        if _span(a)[1] != _span(b)[0]:
+            raise ValueError(f"items {_span(a)[0]}..{_span(a)[1] - 1} and {_span(b)[0]}.."
+                             f"{_span(b)[1] - 1} are not consecutive")
+    n = sum(p["items"] for p in parts)
+    out = {k: sum(p[k] * p["items"] for p in parts) / n for k in _MEANS}
+    total_nfe = sum(p["nfe"] * p["items"] for p in parts)
+    out["tpf"] = sum(p["tpf"] * p["nfe"] * p["items"] for p in parts) / total_nfe
+    out["se"] = math.sqrt(out["acc"] * (1 - out["acc"]) / n)
+    out["items"], out["first_item"] = n, _span(parts[0])[0]
+    if all("threshold_same_items" in p for p in parts):
+        out["threshold_same_items"] = merge_figures(
+            [dict(p["threshold_same_items"], items=p["items"], first_item=_span(p)[0]) for p in parts])
+    return out
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """The raw figures of several ``--json`` files as one: each (fixture, row) merged over the
+    files that have it (``merge_figures``); rows in the order first seen."""
+    parts: dict[str, dict[str, list[dict]]] = {}
+    for run in runs:
+        for name, results in run.items():
+            for label, r in results.items():
+                parts.setdefault(name, {}).setdefault(label, []).append(r)
+    merged = {}
+    for name, rows in parts.items():
+        merged[name] = {}
+        for label, rs in rows.items():
+            try:
+                merged[name][label] = merge_figures(rs)
+            except ValueError as e:
+                raise SystemExit(f"--merge: {name} {label}: {e}") from None
+    return merged
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     benchlib.add_arguments(ap, task_option=True)
@@ -119,7 +197,18 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), "
                     "float32, bfloat16")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    ap.add_argument("--start", type=int, default=0,
+                    help="first held-out item (0-based); with --limit, the items start..limit-1")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="decode nothing: merge these --json files (runs over consecutive items of "
+                         "the same rows) into one table")
     args = ap.parse_args(argv)
+    if args.merge:
+        raw = merge_runs([json.loads(p.read_text()) for p in args.merge])
+        print("\n".join(table_rows(raw)))
+        if args.json:
+            args.json.write_text(json.dumps(raw, indent=1) + "\n")
+        return
     if args.skip_threshold and args.only is None:
         ap.error("--skip-threshold needs --only (the rows to run instead)")
     labels = [c[0] for c in CONFIGS + OPT_IN]
@@ -131,12 +220,12 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     extract = benchlib.extract_answer(args.task)
     docs = benchlib.held_out(args.limit, task=args.task)
-    rows_out, raw = [], {}
-    print(f"{args.task} held-out items: {len(docs)}; gen_length {args.gen_length}, block_length "
+    if not 0 <= args.start < len(docs):
+        ap.error(f"--start: {args.start} is not an item index; allowed: 0 to {len(docs) - 1}")
+    docs = docs[args.start:]
+    raw = {}
+    print(f"{args.task} held-out items: {len(docs)} from item {args.start}; gen_length {args.gen_length}, block_length "
           f"{args.block_length}; batch size {args.batch_size}; torch threads {torch.get_num_threads()}", flush=True)
-    header = ("| fixture | decoder | items | accuracy | ± s.e. | NFE | branch rows | TPF | plan tok "
-              "| ar tok | edits | s/request | NFE vs threshold | wall vs threshold |")
-    rows_out += [header, "|" + "---|" * 14]
     for name in args.fixtures:
         model = load_model(name, device=args.device, dtype=args.dtype)
         print(f"{name}: {model.device}, {next(model.net.parameters()).dtype}", flush=True)
@@ -151,25 +240,15 @@ def main(argv=None) -> None:
             results[label] = run_config(model, prompts[:n], targets[:n], extract, decoder, extra,
                                         args.gen_length, args.block_length, args.batch_size)
             results[label]["items"] = n
+            results[label]["first_item"] = args.start
             if n < len(prompts):     # threshold on the same items, for the ratios
                 if n not in subset_ref:
                     subset_ref[n] = run_config(model, prompts[:n], targets[:n], extract, "threshold",
                                                {}, args.gen_length, args.block_length, args.batch_size)
                 results[label]["threshold_same_items"] = subset_ref[n]
             print(f"{name} {label}: {results[label]}", file=sys.stderr, flush=True)
-        for label, r in results.items():
-            base = r.get("threshold_same_items", results.get("threshold"))
-            if base is None:
-                nfe_ratio = wall_ratio = "—"
-            else:
-                nfe_ratio, wall_ratio = f"{r['nfe'] / base['nfe']:.2f}x", f"{r['wall'] / base['wall']:.2f}x"
-            rows_out.append(
-                f"| {name} | {label} | {r['items']} | {r['acc']:.3f} | {r['se']:.3f} | {r['nfe']:.2f} | {r['rows']:.2f} "
-                f"| {r['tpf']:.2f} | {r['plan_tokens']:.1f} | {r['ar_tokens']:.1f} | {r['edits']:.1f} "
-                f"| {r['wall'] * 1000:.1f} ms "
-                f"| {nfe_ratio} | {wall_ratio} |")
         raw[name] = results
-    print("\n" + "\n".join(rows_out))
+    print("\n" + "\n".join(table_rows(raw)))
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1) + "\n")
 

@@ -80,3 +80,71 @@ def test_decoders_opt_in_row_runs_only_when_named(monkeypatch):
     decoders.main(["--fixtures", "tiny-llada", "--limit", "1", "--skip-threshold", "--only",
                    "pvf rules=paper+impact_includes_committed"])
     assert seen == [("pvf", "paper+impact_includes_committed")]
+
+
+def _figures(acc, nfe, tpf, items, first=None, **more):
+    r = {"acc": acc, "se": 0.0, "nfe": nfe, "rows": 2 * nfe, "tpf": tpf, "wall": 1.0, "plan_tokens": 0.0,
+         "ar_tokens": 0.0, "edits": 0.0, "items": items, **more}
+    if first is not None:
+        r["first_item"] = first
+    return r
+
+
+def test_decoders_merge_weights_by_items_and_sums_tokens_over_calls():
+    """Items 0..199 (a file from before --start, no first_item) and 200..999: 150 + 400 correct of
+    1,000; NFE 40 and 50 per request; tokens 40*1.5 and 50*2 per request."""
+    import decoders
+
+    merged = decoders.merge_figures([_figures(0.5, 50.0, 2.0, 800, 200), _figures(0.75, 40.0, 1.5, 200)])
+    assert merged["acc"] == pytest.approx(0.55)
+    assert merged["nfe"] == pytest.approx(48.0)
+    assert merged["rows"] == pytest.approx(96.0)
+    assert merged["tpf"] == pytest.approx((200 * 60 + 800 * 100) / (200 * 40 + 800 * 50))
+    assert merged["se"] == pytest.approx((0.55 * 0.45 / 1000) ** 0.5)
+    assert (merged["items"], merged["first_item"]) == (1000, 0)
+
+
+def test_decoders_merge_refuses_a_gap_or_an_overlap():
+    import decoders
+
+    with pytest.raises(ValueError, match="items 0..199 and 300..999 are not consecutive"):
+        decoders.merge_figures([_figures(0.5, 1.0, 1.0, 200), _figures(0.5, 1.0, 1.0, 700, 300)])
+    with pytest.raises(ValueError, match="items 0..199 and 100..199 are not consecutive"):
+        decoders.merge_figures([_figures(0.5, 1.0, 1.0, 200), _figures(0.5, 1.0, 1.0, 100, 100)])
+
+
+def test_decoders_merge_table_ratios_against_threshold_on_the_same_items(tmp_path, capsys):
+    """A row merged to the whole set takes the ratio against the whole-set threshold row of
+    another file; a row still short of it gets none."""
+    import decoders
+
+    a = {"tiny-llada": {"threshold": _figures(0.5, 20.0, 1.0, 10, wall=2.0),
+                        "static": _figures(0.5, 40.0, 1.0, 4)}}
+    b = {"tiny-llada": {"static": _figures(0.5, 80.0, 1.0, 6, 4, wall=4.0),
+                        "freedave": _figures(0.5, 30.0, 1.0, 6, 4)}}
+    for name, run in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(__import__("json").dumps(run))
+    decoders.main(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                   "--json", str(tmp_path / "m.json")])
+    out = capsys.readouterr().out
+    # static: NFE (4*40 + 6*80)/10 = 64 -> 3.20x threshold's 20; wall (4*1 + 6*4)/10 = 2.8 -> 1.40x
+    assert "| tiny-llada | static | 10 | 0.500 | 0.158 | 64.00 | 128.00 |" in out
+    assert "| 2800.0 ms | 3.20x | 1.40x |" in out
+    assert "| tiny-llada | freedave | 6 (from item 4) |" in out and out.rstrip().endswith("| — | — |")
+    assert __import__("json").loads((tmp_path / "m.json").read_text())["tiny-llada"]["static"]["nfe"] == 64.0
+
+
+def test_decoders_start_decodes_the_items_from_it(monkeypatch, capsys):
+    import decoders
+
+    seen = []
+    monkeypatch.setattr(decoders, "run_config", lambda model, prompts, targets, *a: seen.append(targets) or
+                        _figures(0.0, 1.0, 1.0, len(prompts)))
+    decoders.main(["--fixtures", "tiny-llada", "--limit", "5", "--start", "3", "--skip-threshold",
+                   "--only", "static"])
+    import benchlib
+    assert seen == [[d["target"] for d in benchlib.held_out(5)[3:]]]
+    assert "| tiny-llada | static | 2 (from item 3) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        decoders.main(["--limit", "5", "--start", "5", "--only", "static"])
+    assert "--start: 5 is not an item index; allowed: 0 to 4" in capsys.readouterr().err

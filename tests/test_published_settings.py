@@ -21,8 +21,8 @@ import pytest
 
 from helpers.prerequisites import family_tier
 from pvf_lmeval.lmeval import published_answers as pa
-from pvf_lmeval.lmeval.published import (DREAM_INSTRUCT, LLADA_15, PUBLISHED, markdown_table,
-                                          published)
+from pvf_lmeval.lmeval.published import (DREAM_INSTRUCT, LLADA_15, markdown_table,
+                                          published, published_rows)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "published"
@@ -74,12 +74,12 @@ SCRIPT_ROW.update(LLADA15_SCRIPT_ROW)
 #: the bundled variant that stands for a command's lm-eval task (tasks/gpqa_llada/)
 SCRIPT_TASK = {"gpqa_main_n_shot_llada": "gpqa_main_n_shot"}
 #: the likelihood rows -> their command in LLaDA's eval_llada_lm_eval.sh (by its --tasks)
-LIKELIHOOD_ROW = {name: SCRIPT_TASK.get(row.task, row.task) for name, row in PUBLISHED.items()
+LIKELIHOOD_ROW = {name: SCRIPT_TASK.get(row.task, row.task) for name, row in published_rows().items()
                   if "mc_num" in row.decoding}
 
 
 def test_every_row_is_checked_against_a_script():
-    assert sorted([*SCRIPT_ROW, *LIKELIHOOD_ROW]) == sorted(PUBLISHED)
+    assert sorted([*SCRIPT_ROW, *LIKELIHOOD_ROW]) == sorted(published_rows())
     assert not set(SCRIPT_ROW) & set(LIKELIHOOD_ROW)
 
 
@@ -480,12 +480,12 @@ def _ppl_commands() -> dict:
 
 def test_every_likelihood_command_has_its_rows():
     """A row per command; a command with guidance (cfg > 0) also has its row at cfg 0."""
-    commands = _ppl_commands()
+    commands, rows = _ppl_commands(), published_rows()
     assert sorted(set(LIKELIHOOD_ROW.values())) == sorted(commands)
     for task, command in commands.items():
         guided = float(command["model_args"]["cfg"]) > 0
-        assert (f"llada-base-{task}-cfg" in PUBLISHED) == guided, task
-        assert f"llada-base-{task}" in PUBLISHED, task
+        assert (f"llada-base-{task}-cfg" in rows) == guided, task
+        assert f"llada-base-{task}" in rows, task
 
 
 @pytest.mark.parametrize("name", list(LIKELIHOOD_ROW))

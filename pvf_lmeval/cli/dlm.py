@@ -101,13 +101,13 @@ def models_text() -> str:
 
 
 def published_text(name: str | None, markdown: bool = False) -> str:
-    from ..lmeval.published import PUBLISHED, markdown_table, published
+    from ..lmeval.published import markdown_table, published, published_rows
 
     if name is not None:
         return published(name).command() + "\n"
     if markdown:
         return markdown_table()
-    return _columns([(r.name, r.figure, r.setting) for r in PUBLISHED.values()],
+    return _columns([(r.name, r.figure, r.setting) for r in published_rows().values()],
                     ("name", "published figure", "setting"))
 
 

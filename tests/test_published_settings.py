@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.prerequisites import family_tier
+from helpers.prerequisites import family_tier, require_math_extra
 from pvf_lmeval.lmeval import published_answers as pa
 from pvf_lmeval.lmeval.published import (DREAM_INSTRUCT, LLADA_15, markdown_table,
                                           published, published_rows)
@@ -727,8 +727,7 @@ def test_opencompass_base_math_gold_is_the_boxed_answer():
 
 
 def test_opencompass_base_math_verify():
-    pytest.importorskip("math_verify")
-    pytest.importorskip("latex2sympy2_extended")
+    require_math_extra()
     rows = OCB["MATHVerifyEvaluator"]["rows"]
     assert [pa.oc_math_verify_correct(r["output"], r["gold"]) for r in rows] == \
         [r["correct"] for r in rows]
@@ -936,12 +935,11 @@ def test_lmeval048_minerva_answers_and_normalisation():
     assert got == [r["normalized"] for r in rows]
 
 
-@family_tier      # 6-8 s of sympy on the CPU; runs only where lm-eval[math] is installed
+@family_tier      # 6-8 s of sympy on the CPU
 def test_lmeval048_minerva_scores():
     """exact_match and math_verify as lm-eval 0.4.8's process_results gives them (needs
     lm-eval[math]: sympy, antlr4-python3-runtime 4.11, math_verify)."""
-    pytest.importorskip("antlr4")
-    pytest.importorskip("math_verify")
+    require_math_extra()
     mth = _task_utils("math500_pvf")
     rows = M048["rows"]
     got = [mth.process_results_lmeval048({"answer": r["answer"], "solution": r["solution"]},

@@ -2,7 +2,7 @@
 
 A missing bundled weight file, browser or required library is a *failure*: a broken install must
 not turn into a green run. A developer who lacks a piece on purpose opts out by naming it in
-``PVF_ALLOW_MISSING`` (comma-separated: ``weights``, ``browser``, ``plot``); the test then skips
+``PVF_ALLOW_MISSING`` (comma-separated: ``weights``, ``browser``, ``plot``, ``math``); the test then skips
 with a reason that names the variable. Under CI (``CI=true``) and with ``PVF_REQUIRE_BROWSER=1``
 (the browser) an opt-out is ignored.
 
@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-PIECES = ("weights", "browser", "plot")
+PIECES = ("weights", "browser", "plot", "math")
 
 
 def in_ci() -> bool:
@@ -72,3 +72,17 @@ compile_tier = pytest.mark.skipif(os.environ.get("PVF_COMPILE_TESTS") != "1",
 #: their runs through the lm_eval CLI (tests/test_family_cli.py): a 152k-id LM head per call
 family_tier = pytest.mark.skipif(os.environ.get("PVF_FAMILY_TESTS") != "1",
                                  reason="family tier: set PVF_FAMILY_TESTS=1 to run it")
+
+
+def require_math_extra() -> None:
+    """lm-eval's math extra as the MATH rows' scorers need it (in the test extra): math_verify,
+    latex2sympy2_extended, sympy and antlr 4.11, lm-eval's pin (4.13 parses some LaTeX answers
+    otherwise, so the published scores would not be reproduced)."""
+    from importlib.metadata import version
+
+    for module in ("math_verify", "latex2sympy2_extended", "sympy", "antlr4"):
+        require_module(module, "math", "pip install -e .[test] (lm-eval's math extra)")
+    got = version("antlr4-python3-runtime")
+    if not got.startswith("4.11"):
+        missing("math", f"antlr4-python3-runtime is {got}, not 4.11 (lm-eval[math]'s pin); "
+                        "pip install antlr4-python3-runtime==4.11")

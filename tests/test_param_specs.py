@@ -192,3 +192,36 @@ def test_a_free_text_parameter_is_coerced_to_its_text():
     free = Param("label", str, None, "a free-text label")
     assert free.coerce(5) == "5" and free.coerce("planning") == "planning"
     assert Param("label", str, None, "a label", off="none").coerce("none") is None
+
+
+@pytest.mark.parametrize("default, extra, want", [
+    (None, {}, "none"), (None, {"none_means": "the model's"}, "the model's"),
+    (True, {}, "true"), (False, {}, "false"), ((0.2, 0.6), {}, "0.2:0.6"), (32.0, {}, "32"),
+    (0.9, {}, "0.9"), (7, {}, "7"), ("plan", {}, "plan"), (0.9, {"preset": True}, "0.9 (or the preset's)"),
+])
+def test_default_text_spells_the_default_as_users_type_it(default, extra, want):
+    assert Param("p", type(default) if default is not None else float, default, "p",
+                 **extra).default_text() == want
+
+
+@pytest.mark.parametrize("kind, extra, want", [
+    (str, {"choices": ("a", "b")}, "a, b"), (bool, {}, "true, false"),
+    (int, {"bounds": ">= 1"}, "a positive integer"),
+    (int, {"bounds": ">= 0"}, "an integer >= 0"), (int, {}, ""),
+    (float, {"bounds": "[0, 1]"}, "[0, 1]"), (float, {"bounds": "> 0", "finite": True}, "a finite number > 0"),
+    (float, {"bounds": ">= 0"}, "a number >= 0"), (float, {}, ""), (str, {}, ""),
+])
+def test_allowed_words_derive_from_type_and_bounds(kind, extra, want):
+    assert Param("p", kind, None, "p", **extra).allowed_text() == want
+
+
+def test_allowed_words_of_a_row_capped_count_and_of_rules():
+    from pvf_lmeval.decoding.param_spec import ROWS, Cap, Rule
+
+    assert Param("width", int, 4, "w", bounds=">= 1", cap=ROWS).allowed_text() == "1 to 64"
+    assert Param("n", int, 4, "n", bounds=">= 1", cap=Cap(9)).allowed_text() == "a positive integer"
+    assert Param("p", float, 0.5, "p", bounds="[0, 1]", allowed="a probability").allowed_text() == \
+        "a probability"
+    rules = (Rule(lambda v: None, "p", "at most threshold"), Rule(lambda v: None, "q", "other"),
+             Rule(lambda v: None, "p", ""))
+    assert Param("p", float, 0.5, "p", bounds="[0, 1]").allowed_text(rules) == "[0, 1], at most threshold"

@@ -1045,6 +1045,45 @@ def test_opencompass_ifeval_verdicts_on_the_corpus(ifeval_checkers):
     assert got == [(c["strict"], c["loose"]) for c in cases]
 
 
+def test_opencompass_ifeval_gives_the_prompt_to_a_checker_that_takes_it(monkeypatch, ifeval_checkers):
+    """``test_instruction_following_*``: a checker whose arguments name ``prompt`` is rebuilt
+    with the item's prompt (none of the 25 registered ones does; the rule is the reference's),
+    the item's kwargs without their None values first."""
+    from lm_eval.tasks.ifeval import instructions_registry
+
+    built = []
+
+    class TakesPrompt:
+        def __init__(self, instruction_id):
+            self.prompt = None
+
+        def build_description(self, **kwargs):
+            built.append(kwargs)
+            self.prompt = kwargs.get("prompt", self.prompt)
+
+        def get_instruction_args(self):
+            return {"prompt": self.prompt}
+
+        def check_following(self, response):
+            return self.prompt is not None and response.startswith(self.prompt)
+
+    monkeypatch.setitem(instructions_registry.INSTRUCTION_DICT, "test:takes_prompt", TakesPrompt)
+    doc = {"prompt": "Say hi.", "instruction_id_list": ["test:takes_prompt"],
+           "kwargs": [{"n": 2, "unset": None}]}
+    assert pa.oc_ifeval_follows(doc, "Say hi. hi", loose=False) == [True]
+    assert built == [{"n": 2}, {"prompt": "Say hi."}]
+    assert pa.oc_ifeval_follows(doc, "hi", loose=False) == [False]
+
+
+def test_pvf_math_strip_drops_degrees_and_units():
+    """``strip_string`` (Hendrycks' normalisation): degree marks in both spellings, a right
+    ``\\text{ unit}``, dollars and ``\\left``/``\\right`` go."""
+    assert pa.pvf_math_strip("30^{\\circ}") == "30"
+    assert pa.pvf_math_strip("30^\\circ") == "30"
+    assert pa.pvf_math_strip("5\\text{ cm}") == "5"
+    assert pa.pvf_math_strip("\\$\\left(1,2\\right)") == "(1,2)"
+
+
 def test_ifeval_task_scores_as_ifevaluator(local_items, ifeval_checkers):
     """The task's four metrics over the corpus, aggregated as its metric_list says, are
     ``IFEvaluator.score``'s four figures (percentages there, fractions here)."""

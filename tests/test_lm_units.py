@@ -313,3 +313,37 @@ def test_builtin_models_resolve_next_to_the_plugin():
 
     assert get_model("pvf-dlm") is PVFDiffusionLM
     assert get_model("hf").__name__ == "HFLM"
+
+
+def test_reads_is_greedy_per_document_and_for_requests_without_one():
+    """One request alone of its (task, document) is read; the choices of a document are not;
+    the same object repeated counts once; an object without ``doc_id`` (the Python API's) is."""
+    from pvf_lmeval.lmeval.planner import reads_is_greedy
+
+    alone = SimpleNamespace(task_name="lambada", doc_id=0)
+    a, b = SimpleNamespace(task_name="piqa", doc_id=0), SimpleNamespace(task_name="piqa", doc_id=0)
+    other_task = SimpleNamespace(task_name="arc", doc_id=0)
+    no_doc = SimpleNamespace(args=("ctx", " cont"))
+    assert reads_is_greedy([alone, a, b, other_task, alone, no_doc]) == [
+        True, False, False, True, True, True]
+
+
+def test_do_sample_without_temperature_is_one_line(lm):
+    with pytest.raises(ValueError) as e:
+        lm.planner.request_params({**ARITH_KWARGS, "do_sample": True})
+    assert str(e.value) == (
+        "pvf-dlm: do_sample=True with temperature=0.0 (task generation_kwargs, --gen_kwargs or "
+        "the temperature model arg): sampling needs a temperature > 0 (HFLM refuses it too); give "
+        "one, e.g. --gen_kwargs do_sample=true,temperature=0.7, or do_sample=false for greedy decoding")
+    assert lm.planner.request_params({**ARITH_KWARGS, "do_sample": True,
+                                      "temperature": 0.5})[0].temperature == 0.5
+
+
+def test_a_request_without_a_task_is_planned_under_unknown(lm):
+    """lm-eval's Python API may pass bare requests: task "unknown", the document its index;
+    greedy requests are lm-eval-cacheable, sampled ones are not."""
+    bare = SimpleNamespace(args=(QUESTION, dict(ARITH_KWARGS)))
+    sampled = SimpleNamespace(args=(QUESTION, {**ARITH_KWARGS, "do_sample": True, "temperature": 0.5}))
+    plan = lm.planner.generation([bare, sampled], seed=0)
+    assert [(r.task, r.key, r.cached) for r in plan.requests] == [
+        ("unknown", "unknown/0/0", True), ("unknown", "unknown/1/0", False)]

@@ -189,6 +189,22 @@ def test_anything_but_an_answer_is_refused(blob, why):
     assert str(exc.value).startswith(why)
 
 
+def test_the_answer_check_bounds_depth_and_values_exactly():
+    """Statistics are depth 1, their values depth 2: lists or dicts down to depth 4 are read, one
+    level more is refused; 10,000 values in all are read, one more is refused."""
+    from pvf_lmeval.lmeval.response_cache import UntrustedCacheRow, read_answer
+
+    for deepest in ([[1]], {"b": {"c": 1}}, [{"c": 1}], {"b": [1]}):
+        assert read_answer(pickle.dumps(_text({"x": deepest}))).meta["x"] == deepest
+    for too_deep in ([[[1]]], {"b": {"c": {"d": 1}}}, [{"c": [1]}], {"b": [[1]]}):
+        with pytest.raises(UntrustedCacheRow, match="deeper or holds more values"):
+            read_answer(pickle.dumps(_text({"x": too_deep})))
+    stats = len(_text().meta)                  # the meta dict itself is one value too
+    assert read_answer(pickle.dumps(_text({"x": [0] * (10_000 - stats - 2)})))
+    with pytest.raises(UntrustedCacheRow, match="deeper or holds more values"):
+        read_answer(pickle.dumps(_text({"x": [0] * (10_000 - stats - 1)})))
+
+
 def test_a_row_built_to_explode_the_check_is_refused():
     """Shared references make a small pickle of a huge tree (each list holds the one before it
     twice): the check counts values, so it stops instead of walking 2^40 of them."""

@@ -7,6 +7,8 @@
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   SAMPLE=12 [SEED=0] scripts/mutation.sh decoding        # a random 12% of the mutants, the
 #                                                           # score with its 95% interval
+#   NAMES="pvf_lmeval.decoding.eb.x_f__mutmut_3 ..." ...  # only these mutants (a sample's
+#                                                           # survivors again, after new tests)
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
 #   FAST_TEST_FILES=... / STAGES=full ...                   # another first stage / none
 #   DESELECT="tests/test_x.py::test_slow ..." ...           # leave these tests out (default:
@@ -61,7 +63,8 @@ MUTATE[lmeval]="pvf_lmeval/lmeval/[!s]*.py pvf_lmeval/lmeval/settings.py pvf_lme
 FAST[lmeval]="tests/test_settings.py tests/test_param_specs.py tests/test_lm_units.py
   tests/test_stat_totals.py tests/test_batching.py tests/test_auto_batch.py tests/test_lm_batching.py
   tests/test_task_presets.py tests/test_published_settings.py tests/test_response_cache.py
-  tests/test_trace.py tests/test_parallel_args.py tests/test_lm_errors.py tests/test_errors.py"
+  tests/test_trace.py tests/test_parallel_args.py tests/test_lm_errors.py tests/test_errors.py
+  tests/test_identity.py tests/test_quiet_runs.py"
 # and the runs through lm-eval made in this process
 TESTS[lmeval]="${FAST[lmeval]} tests/test_likelihood.py tests/test_online_vocab.py
   tests/test_hostile_inputs.py tests/test_report_batch_identity.py tests/test_tasks_answers.py
@@ -135,10 +138,11 @@ EOF
 # names a stage still has to run (todo-fast, todo-full) or the merged score (summary).
 #   select_mutants todo-fast | todo-full | summary
 select_mutants() {
-    "$PY" - "$ROOT/mutation" "$area" "${SAMPLE:-}" "${SEED:-0}" "$STAGES" "$1" <<'EOF'
+    "$PY" - "$ROOT/mutation" "$area" "${SAMPLE:-}" "${SEED:-0}" "$STAGES" "$1" "${NAMES:-}" <<'EOF'
 import collections, hashlib, json, math, pathlib, sys
 from mutmut.stats import status_by_exit_code as status_of
-root, area, percent, seed, stages, what = sys.argv[1:]
+root, area, percent, seed, stages, what, only = sys.argv[1:]
+only = set(only.split())
 root = pathlib.Path(root)
 def results(work):
     out = {}
@@ -151,7 +155,10 @@ every = fast if stages == "fast,full" else full
 def draw(key):        # uniform in [0, 1), fixed per (seed, mutant): runs reuse their results
     h = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") / 2 ** 64
-names = sorted(k for k in every if not percent or draw(k) < float(percent) / 100)
+names = sorted(k for k in every if (not percent or draw(k) < float(percent) / 100)
+               and (not only or k in only))
+if only - set(every):
+    sys.exit(f"mutation.sh: NAMES: no mutant {sorted(only - set(every))[0]} in {area}")
 DETECTED = ("killed", "timeout", "caught by type check")
 def fast_status(k):
     return status_of[fast.get(k)]

@@ -7,7 +7,7 @@
 #   FILES="pvf_lmeval/decoding/threshold.py" scripts/mutation.sh decoding     # part of an area
 #   SAMPLE=12 [SEED=0] scripts/mutation.sh decoding        # a random 12% of the mutants, the
 #                                                           # score with its 95% interval
-#   NAMES="pvf_lmeval.decoding.eb.x_f__mutmut_3 ..." ...  # only these mutants (a sample's
+#   NAMES="pvf_lmeval.decoding.eb.x_entropy_bound_select__mutmut_3" ...  # only these mutants (a sample's
 #                                                           # survivors again, after new tests)
 #   TEST_FILES="tests/test_decoding_threshold.py" ...      # other tests than the area's own
 #   FAST_TEST_FILES=... / STAGES=full ...                   # another first stage / none

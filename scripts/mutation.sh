@@ -68,7 +68,8 @@ FAST[lmeval]="tests/test_settings.py tests/test_param_specs.py tests/test_lm_uni
 # and the runs through lm-eval made in this process
 TESTS[lmeval]="${FAST[lmeval]} tests/test_likelihood.py tests/test_online_vocab.py
   tests/test_hostile_inputs.py tests/test_report_batch_identity.py tests/test_tasks_answers.py
-  tests/test_lm_hflm_args.py tests/test_notices.py"
+  tests/test_lm_hflm_args.py tests/test_notices.py
+  tests/test_compile.py::test_results_report_the_compile_scope_and_its_warm_up"
 LEFT_OUT[lmeval]="tests/test_param_specs.py::test_a_new_decoder_is_its_step_module_and_one_registry_line
   tests/test_task_presets.py::test_the_cli_decodes_arith_var_with_the_arith_preset
   tests/test_response_cache.py::test_the_cli_stops_at_a_planted_row_in_one_line

@@ -148,6 +148,8 @@ def merge_figures(parts: list[dict]) -> dict:
         if _span(a)[1] != _span(b)[0]:
             raise ValueError(f"items {_span(a)[0]}..{_span(a)[1] - 1} and {_span(b)[0]}.."
                              f"{_span(b)[1] - 1} are not consecutive")
+    # files written before the edits statistic existed have none: no decoder edited then
+    parts = [{"edits": 0.0, **p} for p in parts]
     n = sum(p["items"] for p in parts)
     out = {k: sum(p[k] * p["items"] for p in parts) / n for k in _MEANS}
     total_nfe = sum(p["nfe"] * p["items"] for p in parts)
@@ -158,6 +160,19 @@ def merge_figures(parts: list[dict]) -> dict:
         out["threshold_same_items"] = merge_figures(
             [dict(p["threshold_same_items"], items=p["items"], first_item=_span(p)[0]) for p in parts])
     return out
+
+
+def read_run(spec: str) -> dict:
+    """The raw figures of a ``--json`` file, ``FILE`` or ``FILE:ROW,ROW`` (only those rows)."""
+    path, _, rows = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
+    run = json.loads(Path(path).read_text())
+    if not rows:
+        return run
+    keep = rows.split(",")
+    missing = [r for r in keep if not any(r in results for results in run.values())]
+    if missing:
+        raise SystemExit(f"--merge: {path} has no row {missing[0]!r}")
+    return {name: {k: v for k, v in results.items() if k in keep} for name, results in run.items()}
 
 
 def merge_runs(runs: list[dict]) -> dict:
@@ -199,12 +214,12 @@ def main(argv=None) -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     ap.add_argument("--start", type=int, default=0,
                     help="first held-out item (0-based); with --limit, the items start..limit-1")
-    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+    ap.add_argument("--merge", nargs="+", default=None, metavar="FILE[:ROW,...]",
                     help="decode nothing: merge these --json files (runs over consecutive items of "
-                         "the same rows) into one table")
+                         "the same rows) into one table; FILE:ROW,ROW takes only those rows of it")
     args = ap.parse_args(argv)
     if args.merge:
-        raw = merge_runs([json.loads(p.read_text()) for p in args.merge])
+        raw = merge_runs([read_run(spec) for spec in args.merge])
         print("\n".join(table_rows(raw)))
         if args.json:
             args.json.write_text(json.dumps(raw, indent=1) + "\n")

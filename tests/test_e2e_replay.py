@@ -102,6 +102,8 @@ def test_decoders_merge_weights_by_items_and_sums_tokens_over_calls():
     assert merged["tpf"] == pytest.approx((200 * 60 + 800 * 100) / (200 * 40 + 800 * 50))
     assert merged["se"] == pytest.approx((0.55 * 0.45 / 1000) ** 0.5)
     assert (merged["items"], merged["first_item"]) == (1000, 0)
+    old = {k: v for k, v in _figures(0.75, 40.0, 1.5, 200).items() if k != "edits"}  # before edits
+    assert decoders.merge_figures([_figures(0.5, 50.0, 2.0, 800, 200, edits=5.0), old])["edits"] == 4.0
 
 
 def test_decoders_merge_refuses_a_gap_or_an_overlap():
@@ -148,3 +150,23 @@ def test_decoders_start_decodes_the_items_from_it(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         decoders.main(["--limit", "5", "--start", "5", "--only", "static"])
     assert "--start: 5 is not an item index; allowed: 0 to 4" in capsys.readouterr().err
+
+
+def test_decoders_merge_takes_the_named_rows_of_a_file(tmp_path, capsys):
+    """FILE:ROW keeps that row of FILE only: a run over the first items that also decoded
+    threshold on them merges with a threshold row over all items from another file."""
+    import json
+
+    import decoders
+
+    first = {"tiny-dream": {"threshold": _figures(1.0, 3.0, 1.0, 2), "freedave": _figures(1.0, 30.0, 1.0, 2)}}
+    rest = {"tiny-dream": {"freedave": _figures(0.5, 40.0, 1.0, 2, 2)}}
+    whole = {"tiny-dream": {"threshold": _figures(0.5, 4.0, 1.0, 4)}}
+    for name, run in (("first.json", first), ("rest.json", rest), ("whole.json", whole)):
+        (tmp_path / name).write_text(json.dumps(run))
+    decoders.main(["--merge", f"{tmp_path / 'first.json'}:freedave", str(tmp_path / "rest.json"),
+                   str(tmp_path / "whole.json")])
+    out = capsys.readouterr().out
+    assert "| tiny-dream | freedave | 4 | 0.750 | 0.217 | 35.00 |" in out and "| 8.75x |" in out
+    with pytest.raises(SystemExit, match="has no row 'static'"):
+        decoders.main(["--merge", f"{tmp_path / 'first.json'}:static"])

@@ -347,3 +347,37 @@ def test_a_request_without_a_task_is_planned_under_unknown(lm):
     plan = lm.planner.generation([bare, sampled], seed=0)
     assert [(r.task, r.key, r.cached) for r in plan.requests] == [
         ("unknown", "unknown/0/0", True), ("unknown", "unknown/1/0", False)]
+
+
+def test_rounding_max_gen_toks_is_noticed_once_per_length():
+    lm = PVFDiffusionLM.create_from_arg_string(f"pretrained={MODEL},block_length=64",
+                                               {"batch_size": 1, "device": "cpu"})
+    said = []
+    lm.planner.notice = said.append
+    for _ in range(2):
+        lm.planner.request_params(dict(ARITH_KWARGS))
+    lm.planner.request_params({**ARITH_KWARGS, "max_gen_toks": 64})      # a whole block: silent
+    assert said == ["pvf-dlm: gen_length=128 (the task's max_gen_toks=96 rounded up to whole blocks "
+                    "of 64); pass gen_length to fix it"]
+
+
+def test_model_info_says_where_the_seed_came_from(lm):
+    assert lm.get_model_info()["pvf"]["seed_from"] == "lm-eval --seed (torch's seed)"
+    seeded = PVFDiffusionLM.create_from_arg_string(f"pretrained={MODEL},seed=3",
+                                                   {"batch_size": 1, "device": "cpu"})
+    assert seeded.get_model_info()["pvf"]["seed_from"] == "seed model arg"
+
+
+def test_likelihood_costs_sum_over_a_documents_continuations():
+    """One document, two continuations: calls, rows and canvases summed, draws per
+    continuation; an answer without statistics (read from a cache: a plain float) gives NaN."""
+    from pvf_lmeval.lmeval.generation import LikelihoodScore
+    from pvf_lmeval.lmeval.task_metrics import likelihood_costs
+
+    a = LikelihoodScore(-1.5, {"nfe": 2, "branch_rows": 16, "canvases": 16, "mc_num": 16})
+    b = LikelihoodScore(-0.5, {"nfe": 3, "branch_rows": 16, "canvases": 17, "mc_num": 16})
+    assert likelihood_costs([(a, False), (b, True)]) == {
+        "nfe": 5.0, "branch_rows": 32.0, "canvases": 33.0, "mc_num": 16.0}
+    costs = likelihood_costs([(a, False), (-0.5, True)])
+    assert sorted(costs) == ["branch_rows", "canvases", "mc_num", "nfe"]
+    assert all(math.isnan(v) for v in costs.values())

@@ -103,6 +103,20 @@ mutmut_run() {      # in a scratch copy: mutmut run [NAME ...]
         nice -n "$NICE" "$PY" -m mutmut run --max-children "$JOBS" "$@"
 }
 
+# A copy's results hold for the configuration they were made with: another set of files (mutmut
+# regenerates only changed sources, so a file left out of the last run would stay unmutated) or
+# another test selection starts it from scratch. Checked before its results are read too: a
+# survivor of the last selection is not one of this one.
+forget_if_changed() {   # forget_if_changed DIR FILES TESTS DESELECT
+    local config
+    config=$(echo "$2 | $3 | $4" | tr -s ' \n' ' ')
+    if [ "$(cat "$1/.config" 2>/dev/null)" != "$config" ]; then
+        rm -rf "$1/mutants"
+        mkdir -p "$1"
+        echo "$config" > "$1/.config"
+    fi
+}
+
 prepare() {         # prepare DIR FILES TESTS DESELECT: a scratch copy with that configuration
     local work=$1
     mkdir -p "$work"
@@ -121,12 +135,7 @@ for key, values in (("only_mutate", mutate), ("pytest_add_cli_args_test_selectio
     assert n == 1, key
 open(path, "w").write(text)
 EOF
-    # mutmut regenerates only changed sources: a file left out of the last run would stay
-    # unmutated, so another set of files starts from scratch
-    if [ "$(cat "$work/.mutated" 2>/dev/null)" != "$2" ]; then
-        rm -rf "$work/mutants"
-        echo "$2" > "$work/.mutated"
-    fi
+    forget_if_changed "$@"
     # mutmut generates the mutants (and measures the tests) before it filters by name: a name
     # that matches nothing makes it stop right there, with every result of the copy current
     (cd "$work" && mutmut_run no-such-mutant > mutmut-generate.log 2>&1) || true
@@ -209,6 +218,7 @@ for area in "${areas[@]}"; do
         run_stage "$ROOT/mutation/$area.fast" todo-fast
     fi
     # the whole selection only for what the fast tests left (its copy measures every test once)
+    forget_if_changed "$ROOT/mutation/$area" "$files" "${TEST_FILES:-${TESTS[$area]}}" "$deselect"
     if [ "$STAGES" = full ] || [ -n "$(select_mutants todo-full)" ]; then
         prepare "$ROOT/mutation/$area" "$files" "${TEST_FILES:-${TESTS[$area]}}" "$deselect"
         run_stage "$ROOT/mutation/$area" todo-full

@@ -165,7 +165,12 @@ def merge_figures(parts: list[dict]) -> dict:
 def read_run(spec: str) -> dict:
     """The raw figures of a ``--json`` file, ``FILE`` or ``FILE:ROW,ROW`` (only those rows)."""
     path, _, rows = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
-    run = json.loads(Path(path).read_text())
+    try:
+        run = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise SystemExit(f"--merge: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SystemExit(f"--merge: {path} is not a --json file of this script: {e}") from None
     if not rows:
         return run
     keep = rows.split(",")

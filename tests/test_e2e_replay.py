@@ -170,3 +170,18 @@ def test_decoders_merge_takes_the_named_rows_of_a_file(tmp_path, capsys):
     assert "| tiny-dream | freedave | 4 | 0.750 | 0.217 | 35.00 |" in out and "| 8.75x |" in out
     with pytest.raises(SystemExit, match="has no row 'static'"):
         decoders.main(["--merge", f"{tmp_path / 'first.json'}:static"])
+
+
+def test_decoders_merge_names_a_file_it_cannot_read(tmp_path):
+    """A missing or garbled piece ends in one line naming it, not a traceback."""
+    import decoders
+
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SystemExit) as missing:
+        decoders.main(["--merge", f"{tmp_path / 'absent.json'}:freedave"])
+    assert str(missing.value) == (f"--merge: cannot read {tmp_path / 'absent.json'}: "
+                                  "No such file or directory")
+    with pytest.raises(SystemExit) as garbled:
+        decoders.main(["--merge", str(tmp_path / "bad.json")])
+    assert str(garbled.value).startswith(f"--merge: {tmp_path / 'bad.json'} is not a --json file "
+                                         "of this script: Expecting property name")

@@ -282,7 +282,7 @@ class Runner:
         cur = gen.gather(1, gpos)
         extra = None
         if hook is not None:
-            logits, extra = self._hook(hook, seats, index, M, logits, cur, gpos, inside)
+            logits, extra = self._hook(hook, index, M, logits, cur, gpos, inside)
         mask_id = self.stats_mask
         ent = entropy_from_logits(logits, mask_id, fixed=b.invariant) if entropy else None
         noise = None
@@ -377,7 +377,7 @@ class Runner:
         return torch.repeat_interleave(torch.stack(per), upload(counts, per[0].device),
                                        dim=0, output_size=sum(counts))
 
-    def _hook(self, hook: "_HookCall", seats: list[Seat], index: Tensor, M: int,
+    def _hook(self, hook: "_HookCall", index: Tensor, M: int,
               logits: Tensor, cur: Tensor, gpos: Tensor, inside: Tensor):
         """The step's call hook on one physical call (rows ``index[0]`` = live row r * M + j,
         of requests ``index[1]``): its :class:`.hooks.CallView`, its carry kept until

@@ -948,6 +948,44 @@ def test_lmeval048_minerva_scores():
         [(float(r["exact_match"]), float(r["math_verify"])) for r in rows]
 
 
+def test_math_tasks_warn_once_of_an_antlr_runtime_other_than_lm_evals_pin(monkeypatch, caplog):
+    """antlr 4.13 gives other verdicts than 4.11 on some MATH answers: each MATH task built with
+    it warns once, in one line naming the version and the fix; 4.11.x or no antlr: no warning."""
+    import importlib.metadata
+    import logging
+
+    import datasets
+
+    mth = _task_utils("math500_pvf")
+    docs = datasets.Dataset.from_list([{"problem": "p", "solution": "so $\\boxed{2}$"}])
+    installed = {"antlr4-python3-runtime": "4.13.2"}
+
+    def version(name):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with caplog.at_level(logging.WARNING, logger="pvf_lmeval.tasks"):
+        for _ in range(2):
+            mth.process_docs(docs)
+            mth.process_docs_lmeval048(docs)
+            mth.process_docs_llada_oc_base(docs)
+    warned = [r.getMessage() for r in caplog.records if "antlr4-python3-runtime is" in r.getMessage()]
+    assert warned == [f"{task}: antlr4-python3-runtime is 4.13.2, not 4.11 (lm-eval[math]'s pin); "
+                      "some LaTeX answers parse differently and their scores differ from the "
+                      "published scorers' (pip install antlr4-python3-runtime==4.11)"
+                      for task in ("math500_pvf", "minerva_math_llada", "math_llada_oc_base")]
+    for got in ("4.11.0", "4.11", None):
+        caplog.clear()
+        fresh = _task_utils("math500_pvf")
+        installed = {} if got is None else {"antlr4-python3-runtime": got}
+        with caplog.at_level(logging.WARNING, logger="pvf_lmeval.tasks"):
+            fresh.process_docs(docs)
+            fresh.process_docs_lmeval048(docs)
+        assert not [r for r in caplog.records if "antlr4-python3-runtime is" in r.getMessage()], got
+
+
 def _loaded(task: str):
     from lm_eval.tasks import TaskManager
 

@@ -143,6 +143,28 @@ def _scoring_needs(task: str, packages: tuple[str, ...], metrics: str) -> None:
     if missing:
         _warn_once(task, f"{task}: {', '.join(missing)} not installed; {metrics} NaN "
                    "(pip install \"lm-eval[math]\")")
+    _antlr_pin(task)
+
+
+#: lm-eval[math]'s pin; sympy's ``parse_latex`` and math_verify's latex2sympy2 parse with it,
+#: and 4.13 parses some answers differently (the verdicts then differ from the published ones)
+ANTLR_PIN = "4.11"
+
+
+def _antlr_pin(task: str) -> None:
+    """Warn once, when the task is built, that an installed antlr4 runtime other than
+    ``ANTLR_PIN`` may change LaTeX verdicts; nothing when it is absent (the missing-package
+    warnings say that)."""
+    import importlib.metadata
+
+    try:
+        got = importlib.metadata.version("antlr4-python3-runtime")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if got.split(".")[:2] != ANTLR_PIN.split("."):
+        _warn_once(f"antlr4 {task}", f"{task}: antlr4-python3-runtime is {got}, not {ANTLR_PIN} "
+                   "(lm-eval[math]'s pin); some LaTeX answers parse differently and their scores "
+                   f"differ from the published scorers' (pip install antlr4-python3-runtime=={ANTLR_PIN})")
 
 
 def process_docs_llada_oc_base(dataset):
@@ -205,6 +227,7 @@ def process_results_lmeval048(doc: dict, results: list) -> dict:
 
 def process_docs(dataset):
     """As the built-in: ``answer`` becomes the normalized ``\\boxed{}`` answer of the solution."""
+    _antlr_pin("math500_pvf")
     def _process_doc(doc: dict) -> dict:
         return {"problem": doc["problem"], "solution": doc["solution"],
                 "answer": reference_answer(doc["solution"])}

@@ -790,6 +790,9 @@ def test_opencompass_choice_tasks_read_the_items_as_opencompass(local_items):
     assert docs[1]["label"] == "A"                     # labelled 1-4, answer "1"
     assert arc.process_results(docs[1], ["The answer is (A)."])["exact_match"] == 1.0
     assert arc.process_results(docs[1], ["B is wrong, A is right"])["exact_match"] == 0.0
+    other = next(d for d in docs if d["label"] not in "AB")   # the label, not the first letter, scores
+    assert arc.process_results(other, [f"Answer: {other['label']}"])["exact_match"] == 1.0
+    assert arc.process_results(other, ["Answer: A"])["exact_match"] == 0.0
     pro = _loaded("mmlu_pro_llada_oc")
     utils = _task_utils("mmlu_pro_pvf")
     theirs = SETTINGS["llada_instruct_mmlu_pro_len256"]["loaded_docs"]

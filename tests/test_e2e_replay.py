@@ -82,6 +82,21 @@ def test_decoders_opt_in_row_runs_only_when_named(monkeypatch):
     assert seen == [("pvf", "paper+impact_includes_committed")]
 
 
+def test_decoders_leave_out_a_row_whose_decoder_refuses_the_model(monkeypatch, capsys):
+    """The default table on both fixtures runs to its end: wino refuses logit-shifted tiny-dream
+    before any call, the row is left out and stderr says why; the other rows run."""
+    import decoders
+
+    seen = []
+    monkeypatch.setattr(decoders, "run_config", lambda model, prompts, targets, extract, decoder,
+                        *a: seen.append(decoder) or _figures(0.0, 1.0, 1.0, len(prompts)))
+    decoders.main(["--fixtures", "tiny-dream", "--limit", "1", "--only", "wino", "pvf"])
+    assert seen == ["threshold", "pvf"]
+    captured = capsys.readouterr()
+    assert "tiny-dream wino: not run: decoder=wino: dream shifts its logits" in captured.err
+    assert "| tiny-dream | pvf |" in captured.out and "| wino |" not in captured.out
+
+
 def _figures(acc, nfe, tpf, items, first=None, **more):
     r = {"acc": acc, "se": 0.0, "nfe": nfe, "rows": 2 * nfe, "tpf": tpf, "wall": 1.0, "plan_tokens": 0.0,
          "ar_tokens": 0.0, "edits": 0.0, "items": items, **more}

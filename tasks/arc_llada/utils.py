@@ -8,11 +8,12 @@ Data: the hub only (``allenai/ai2_arc``, ``ARC-Challenge``).
 
 from __future__ import annotations
 
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_metrics import metric_list, oc_letter_results
 
 LETTERS = "ABCD"
-#: OpenCompass ARC_c_gen_1e0de5's prompt (one user turn)
-LLADA_OC_PROMPT = "Question: {question}\nA. {A}\nB. {B}\nC. {C}\nD. {D}\nAnswer:"
+#: OpenCompass ARC_c_gen_1e0de5's prompt (one user turn), its column names
+LLADA_OC_PROMPT = "Question: {question}\nA. {textA}\nB. {textB}\nC. {textC}\nD. {textD}\nAnswer:"
 
 
 def process_docs_llada_oc(dataset):
@@ -28,7 +29,10 @@ def process_docs_llada_oc(dataset):
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
-    return LLADA_OC_PROMPT.format(question=doc["question"], **{k: doc[k] for k in LETTERS})
+    """The prompt as OpenCompass fills it (:func:`oc_fill`) in ``ARCDataset``'s column order:
+    ``question``, ``answerKey`` (the output column, blanked), ``textA``-``textD``."""
+    return oc_fill(LLADA_OC_PROMPT, [("question", doc["question"]), ("answerKey", ""),
+                                     *((f"text{k}", doc[k]) for k in LETTERS)])
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:

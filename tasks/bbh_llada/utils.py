@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
 from pvf_lmeval.lmeval.task_metrics import cost_metrics, mean_of_group_means, metric_list
 
@@ -63,7 +64,11 @@ def _exemplars(subtask: str) -> str:
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
-    return LLADA_OC_PROMPT.format(exemplars=_exemplars(doc["subtask"]), input=doc["input"])
+    """The subtask's exemplars (set into the template by the config, before any filling) and
+    the question as OpenCompass fills them (:func:`oc_fill`): ``input``, then ``target`` (the
+    output column, blanked)."""
+    template = LLADA_OC_PROMPT.replace("{exemplars}", _exemplars(doc["subtask"]))
+    return oc_fill(template, [("input", doc["input"]), ("target", "")])
 
 
 def correct_llada_oc(doc: dict, text: str) -> bool:

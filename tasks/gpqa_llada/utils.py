@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_metrics import cost_metrics, metric_list
 
 quiet_custom_dataset_notice(Path(__file__).resolve().parent)  # our data loaders take no --metadata
@@ -96,7 +97,11 @@ def process_docs_llada_oc(dataset):
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
-    return LLADA_OC_FIVE_SHOT + LLADA_OC_QUESTION.format(**doc)
+    """The exemplars and the question as OpenCompass fills its template (:func:`oc_fill`) in
+    ``GPQADataset_``'s column order: ``question``, ``A``-``D``, ``answer`` (the output column,
+    blanked)."""
+    return oc_fill(LLADA_OC_FIVE_SHOT + LLADA_OC_QUESTION,
+                   [("question", doc["question"]), *((k, doc[k]) for k in "ABCD"), ("answer", "")])
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:

@@ -17,6 +17,7 @@ Data: the hub only (``Rowan/hellaswag``, ``validation``).
 
 from __future__ import annotations
 
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_metrics import metric_list, oc_letter_results
 
 LETTERS = "ABCD"
@@ -45,10 +46,7 @@ def doc_to_text_llada_oc(doc: dict) -> str:
     """The prompt as OpenCompass's ``PromptTemplate.generate_item`` fills it: ``safe_format``
     replaces each column's ``{name}`` in turn, in the loader's column order (the output column
     ``label`` blanked), so a field holding a later column's ``{name}`` is filled too."""
-    text = LLADA_OC_PROMPT
-    for column in V2_COLUMNS:
-        text = text.replace("{" + column + "}", "" if column == "label" else doc[column])
-    return text
+    return oc_fill(LLADA_OC_PROMPT, [(c, "" if c == "label" else doc[c]) for c in V2_COLUMNS])
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:

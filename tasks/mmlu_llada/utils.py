@@ -10,6 +10,7 @@ Data: the hub only (``cais/mmlu``, ``all``: the test and dev splits of every sub
 
 from __future__ import annotations
 
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_fewshot import GroupFewshotTask
 from pvf_lmeval.lmeval.task_metrics import mean_of_group_means, metric_list, oc_letter_results
 
@@ -25,20 +26,25 @@ class MMLUTask(GroupFewshotTask):
     group_field = "subject"
 
 
-def _ask(doc: dict, question: str, answer: str) -> str:
-    choices = "".join(f"\n{letter}. {text}" for letter, text in zip(LETTERS, doc["choices"]))
+def _ask(doc: dict, question: str, answer: str, target: str) -> str:
+    """A turn as OpenCompass fills it (:func:`oc_fill`) in ``MMLUDataset``'s column order:
+    ``input``, ``A``-``D``, ``target`` (blanked for the question asked, the letter for an
+    exemplar). The hint is set into the template by the config, before any filling."""
     hint = HINT.format(subject=doc["subject"].replace("_", " "))
-    return f"{hint}\n{question} {doc['question']}{choices}\n{answer} "
+    template = (f"{hint}\n{question} {{input}}" + "".join(f"\n{k}. {{{k}}}" for k in LETTERS)
+                + f"\n{answer} ")
+    return oc_fill(template, [("input", doc["question"]), *zip(LETTERS, doc["choices"]),
+                              ("target", target)])
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
     """The question's turn (the config's ``prompt_template``)."""
-    return _ask(doc, "Q:", "A:")
+    return _ask(doc, "Q:", "A:", "")
 
 
 def fewshot_to_text_llada_oc(doc: dict) -> str:
     """An exemplar's question turn (the config's ``ice_template``)."""
-    return _ask(doc, "Question:", "Answer:")
+    return _ask(doc, "Question:", "Answer:", doc_to_target_llada_oc(doc))
 
 
 def doc_to_target_llada_oc(doc: dict) -> str:

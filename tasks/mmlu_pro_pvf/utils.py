@@ -20,6 +20,7 @@ import string
 from functools import partial
 from pathlib import Path
 
+from pvf_lmeval.lmeval.oc_prompt import oc_fill
 from pvf_lmeval.lmeval.task_fewshot import GroupFewshotTask
 from pvf_lmeval.lmeval.task_loading import quiet_custom_dataset_notice
 from pvf_lmeval.lmeval.task_metrics import cost_metrics, mean_of_group_means, metric_list
@@ -116,12 +117,12 @@ METRICS = metric_list("exact_match")
 # ----------------------------------------------------------------------------- LLaDA's OpenCompass row
 
 #: OpenCompass mmlu_pro_0shot_cot_gen_08c1de's QUERY_TEMPLATE as it reaches the model (the
-#: config's ``.strip()``ped string; ``{options}``: :func:`options_llada_oc`)
+#: config's ``.strip()``ped string; ``{options_str}``: :func:`options_llada_oc`)
 LLADA_OC_PROMPT = (
     "Answer the following multiple choice question. The last line of your response should be of "
     "the following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of Options(e.g. "
     "one of ABCDEFGHIJKLMNOP). Think step by step before answering.\n\nQuestion:\n\n{question}\n\n"
-    "Options:\n\n{options}")
+    "Options:\n\n{options_str}")
 #: the letters OpenCompass's MMLU-Pro reader gives the options, by position
 OC_LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -133,9 +134,24 @@ def options_llada_oc(doc: dict) -> str:
     return "".join(lines).strip()
 
 
+def _answer_string_llada_oc(doc: dict) -> str:
+    """``_parse``'s ``answer_string``: the answer's "L. option" line, empty when the answer's
+    option is ``N/A``."""
+    return "".join(f"{letter}. {opt}\n" for letter, opt in zip(OC_LETTERS, doc["options"])
+                   if opt != "N/A" and letter == doc["answer"])
+
+
 def doc_to_text_llada_oc(doc: dict) -> str:
-    """``mmlu_pro_llada_oc``: the question and its options in OpenCompass's template."""
-    return LLADA_OC_PROMPT.format(question=doc["question"], options=options_llada_oc(doc))
+    """``mmlu_pro_llada_oc``: the question and its options as OpenCompass fills its template
+    (:func:`oc_fill`) in the columns' order: the hub's (``answer``, the output column, blanked;
+    ``options`` as ``str`` of the list), then the two ``MMLUProDataset``'s ``_parse`` adds;
+    ``cot_content`` as ``_parse`` leaves it."""
+    cot = doc["cot_content"].removeprefix("A: Let's think step by step.").strip()
+    return oc_fill(LLADA_OC_PROMPT, [
+        ("question_id", doc["question_id"]), ("question", doc["question"]),
+        ("options", doc["options"]), ("answer", ""), ("answer_index", doc["answer_index"]),
+        ("cot_content", cot), ("category", doc["category"]), ("src", doc["src"]),
+        ("answer_string", _answer_string_llada_oc(doc)), ("options_str", options_llada_oc(doc))])
 
 
 def process_results_llada_oc(doc: dict, results: list) -> dict:

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import torch
 
-from benchlib import PLANNING_DECODERS, decode_batch, make_params, load_model, resolve_vocab_for
+from benchlib import DECODERS, PLANNING_DECODERS, decode_batch, make_params, load_model, resolve_vocab_for
 
 import benchlib
-from pvf_lmeval.decoding.registry import DECODERS
 
 #: (label, decoder, extra params); pvf and pvf-edit rows use the `arith` preset (SPEC paper
 #: defaults of the math-word family) and the fixture's bundled planning vocabulary (vocab=auto).

@@ -58,16 +58,20 @@ def test_gpqa_fills_question_options_then_blanks_the_answer():
 
 def test_mmlu_fills_input_options_then_the_target_blank_or_letter():
     # input; A -> "2I {B}" (into \mathbf{A}); B -> "{input}" (input already filled: stays);
-    # C -> "0"; D -> "I"; target -> "" for the question asked, the letter D for an exemplar
+    # C -> "0"; D -> "I {A}" (A already filled: stays); target -> "" for the question asked,
+    # the letter D for an exemplar. An exemplar is then filled again with the asked question's
+    # columns (input "Why?", A "alpha", ..., target ""): its surviving {input} and {A} change.
     mmlu = _utils("mmlu_llada")
     doc = {"subject": "college_mathematics", "question": "If \\mathbf{A} = {target}I",
-           "choices": ["2I {B}", "{input}", "0", "I"], "answer": 3}
+           "choices": ["2I {B}", "{input}", "0", "I {A}"], "answer": 3}
     hint = ("There is a single choice question about college mathematics. Answer the question by "
             "replying A, B, C or D.")
-    options = "\nA. 2I {input}\nB. {input}\nC. 0\nD. I"
-    assert mmlu.doc_to_text_llada_oc(doc) == f"{hint}\nQ: If \\mathbf2I {{input}} = I{options}\nA: "
-    assert mmlu.fewshot_to_text_llada_oc(doc) == \
-        f"{hint}\nQuestion: If \\mathbf2I {{input}} = DI{options}\nAnswer: "
+    assert mmlu.doc_to_text_llada_oc(doc) == \
+        f"{hint}\nQ: If \\mathbf2I {{input}} = I\nA. 2I {{input}}\nB. {{input}}\nC. 0\nD. I {{A}}\nA: "
+    asked = [("input", "Why?"), ("A", "alpha"), ("B", "beta"), ("C", "gamma"), ("D", "delta"),
+             ("target", "")]
+    assert mmlu.fewshot_to_text_llada_oc({**doc, mmlu.ASKED: asked}) == \
+        f"{hint}\nQuestion: If \\mathbf2I Why? = DI\nA. 2I Why?\nB. Why?\nC. 0\nD. I alpha\nAnswer: "
 
 
 def test_mmlu_pro_fills_the_hub_columns_then_parse_s():

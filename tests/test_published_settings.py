@@ -876,6 +876,19 @@ def test_opencompass_mmlu_task_reads_the_items_as_opencompass(local_items):
     assert mmlu.process_results(doc, ["b"])["exact_match"] == 0.0
 
 
+def test_opencompass_mmlu_fills_the_exemplars_again_with_the_asked_question(local_items):
+    """OpenCompass formats the whole prompt, the finished exemplars in it included, with the
+    asked question's columns: a dev question whose option D holds ``{A}`` (A is filled before
+    D, so it survives its own filling) shows the asked question's option A there."""
+    mmlu = _loaded("mmlu_llada_oc")
+    doc = next(iter(mmlu.test_docs()))
+    pool = mmlu._pool(doc["subject"])
+    pool[0] = {**pool[0], "choices": [*pool[0]["choices"][:3], "none of {A}"]}
+    context = mmlu.fewshot_context(doc, 5)
+    assert f"\nD. none of {doc['choices'][0]}\nAnswer: " in context
+    assert "{A}" not in context
+
+
 #: the first line of OpenCompass's hellaswag.jsonl as AISBench's page of OpenCompass's
 #: hellaswag.zip prints it (zhongzhouTan-coder/benchmark @ 8b3dba6,
 #: ais_bench/benchmark/configs/datasets/hellaswag/README.md)

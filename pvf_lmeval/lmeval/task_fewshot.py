@@ -35,10 +35,15 @@ class GroupFewshotTask(ConfigurableTask):
                              f"docs of {self.group_field} {group!r}")
         return pool
 
+    def exemplars(self, doc: dict, pool: list) -> list:
+        """The docs the sampler draws ``doc``'s exemplars from: its group's ``pool``, as they
+        are (a subclass may give each what the asked ``doc`` adds to its text)."""
+        return pool
+
     def fewshot_context(self, doc, num_fewshot, *args, **kwargs):
         if num_fewshot and hasattr(self, "sampler"):
             all_docs = self.sampler.df
-            self.sampler.df = self._pool(doc[self.group_field])
+            self.sampler.df = self.exemplars(doc, self._pool(doc[self.group_field]))
             try:
                 return super().fewshot_context(doc, num_fewshot, *args, **kwargs)
             finally:

@@ -20,21 +20,36 @@ HINT = ("There is a single choice question about {subject}. Answer the question 
         "A, B, C or D.")
 
 
+#: the key under which an exemplar carries the asked question's columns (see :class:`MMLUTask`)
+ASKED = "_oc_asked_columns"
+
+
 class MMLUTask(GroupFewshotTask):
-    """A task whose few-shot pool is the dev questions of the doc's subject."""
+    """A task whose few-shot pool is the dev questions of the doc's subject. OpenCompass fills
+    the finished exemplars once more with the asked question's columns (``generate_item``
+    formats the whole prompt, the exemplars set into it included), so each exemplar drawn for
+    a question carries that question's columns (``ASKED``)."""
 
     group_field = "subject"
 
+    def exemplars(self, doc: dict, pool: list) -> list:
+        asked = _columns(doc, "")
+        return [{**d, ASKED: asked} for d in pool]
+
+
+def _columns(doc: dict, target: str) -> list[tuple[str, str]]:
+    """``MMLUDataset``'s columns in its order: ``input``, ``A``-``D``, ``target``."""
+    return [("input", doc["question"]), *zip(LETTERS, doc["choices"]), ("target", target)]
+
 
 def _ask(doc: dict, question: str, answer: str, target: str) -> str:
-    """A turn as OpenCompass fills it (:func:`oc_fill`) in ``MMLUDataset``'s column order:
-    ``input``, ``A``-``D``, ``target`` (blanked for the question asked, the letter for an
-    exemplar). The hint is set into the template by the config, before any filling."""
+    """A turn as OpenCompass fills it (:func:`oc_fill`) with the doc's columns, ``target``
+    blanked for the question asked and the letter for an exemplar. The hint is set into the
+    template by the config, before any filling."""
     hint = HINT.format(subject=doc["subject"].replace("_", " "))
     template = (f"{hint}\n{question} {{input}}" + "".join(f"\n{k}. {{{k}}}" for k in LETTERS)
                 + f"\n{answer} ")
-    return oc_fill(template, [("input", doc["question"]), *zip(LETTERS, doc["choices"]),
-                              ("target", target)])
+    return oc_fill(template, _columns(doc, target))
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
@@ -43,8 +58,9 @@ def doc_to_text_llada_oc(doc: dict) -> str:
 
 
 def fewshot_to_text_llada_oc(doc: dict) -> str:
-    """An exemplar's question turn (the config's ``ice_template``)."""
-    return _ask(doc, "Question:", "Answer:", doc_to_target_llada_oc(doc))
+    """An exemplar's question turn (the config's ``ice_template``), filled with its own
+    columns, then with the asked question's (``ASKED``: :class:`MMLUTask` gives them)."""
+    return oc_fill(_ask(doc, "Question:", "Answer:", doc_to_target_llada_oc(doc)), doc[ASKED])
 
 
 def doc_to_target_llada_oc(doc: dict) -> str:

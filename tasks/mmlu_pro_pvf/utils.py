@@ -127,18 +127,22 @@ LLADA_OC_PROMPT = (
 OC_LETTERS = "ABCDEFGHIJKLMNOP"
 
 
+def _option_lines_llada_oc(doc: dict) -> list[tuple[str, str]]:
+    """``_parse``'s option lines: (letter, "L. option\n") by position, an ``N/A`` option left
+    out (its letter skipped, not reused)."""
+    return [(letter, f"{letter}. {opt}\n") for letter, opt in zip(OC_LETTERS, doc["options"])
+            if opt != "N/A"]
+
+
 def options_llada_oc(doc: dict) -> str:
-    """OpenCompass's ``options_str``: "L. option" a line, an ``N/A`` option left out (its letter
-    skipped, not reused), the whole stripped."""
-    lines = [f"{letter}. {opt}\n" for letter, opt in zip(OC_LETTERS, doc["options"]) if opt != "N/A"]
-    return "".join(lines).strip()
+    """OpenCompass's ``options_str``: the option lines, the whole stripped."""
+    return "".join(line for _, line in _option_lines_llada_oc(doc)).strip()
 
 
 def _answer_string_llada_oc(doc: dict) -> str:
-    """``_parse``'s ``answer_string``: the answer's "L. option" line, empty when the answer's
+    """``_parse``'s ``answer_string``: the answer's option line, empty when the answer's
     option is ``N/A``."""
-    return "".join(f"{letter}. {opt}\n" for letter, opt in zip(OC_LETTERS, doc["options"])
-                   if opt != "N/A" and letter == doc["answer"])
+    return "".join(line for letter, line in _option_lines_llada_oc(doc) if letter == doc["answer"])
 
 
 def doc_to_text_llada_oc(doc: dict) -> str:
